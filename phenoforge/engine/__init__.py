@@ -1,0 +1,1 @@
+"""Vocabulary, hierarchy, retrieval and curated cohort libraries."""

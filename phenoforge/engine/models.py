@@ -1,0 +1,52 @@
+"""Typed results that cross module boundaries in the engine."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+RetrieverName = Literal["bm25", "dense", "hybrid", "curated", "expansion"]
+
+
+class Concept(BaseModel):
+    """One vocabulary node as the rest of the project sees it."""
+
+    concept_id: int
+    vocabulary_id: str
+    code: str
+    name: str
+    kind: str
+    billable: bool
+
+
+class Provenance(BaseModel):
+    """Why a code is in a result: which retriever, for which query, at what rank and score."""
+
+    retriever: RetrieverName
+    query: str
+    rank: int
+    score: float
+
+
+class Hit(BaseModel):
+    code: str
+    name: str
+    rank: int = Field(description="1-based rank in this result")
+    score: float
+    provenance: list[Provenance] = Field(default_factory=list)
+
+
+class SearchResult(BaseModel):
+    """A ranked result. An empty result always says why in ``reason``."""
+
+    query: str
+    method: str
+    hits: list[Hit] = Field(default_factory=list)
+    reason: str | None = None
+    degraded: bool = False
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def codes(self) -> list[str]:
+        return [hit.code for hit in self.hits]

@@ -1,0 +1,23 @@
+"""Errors a user can cause, each with a message that says what to do next."""
+
+from __future__ import annotations
+
+
+class PhenoforgeError(Exception):
+    """Base class: the CLI and dashboard show ``str(error)`` instead of a traceback."""
+
+
+class VocabularyError(PhenoforgeError):
+    """The vocabulary database is missing, corrupt or of the wrong schema."""
+
+
+class LibraryError(PhenoforgeError):
+    """A cohort library or cohort file is missing or malformed (the message names the file)."""
+
+
+class IndexError_(PhenoforgeError):
+    """A retrieval index is missing, stale or corrupt."""
+
+
+class ImportRowError(PhenoforgeError):
+    """A row of an imported file is bad; the message names the line and the problem."""
