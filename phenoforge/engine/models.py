@@ -50,3 +50,24 @@ class SearchResult(BaseModel):
     @property
     def codes(self) -> list[str]:
         return [hit.code for hit in self.hits]
+
+
+class ConceptItem(BaseModel):
+    """One item of a Circe concept set, as curated resolution sees it."""
+
+    concept_id: int | None = None
+    code: str | None = None
+    vocabulary_id: str
+    name: str | None = None
+    is_excluded: bool = False
+    include_descendants: bool = False
+
+
+class SkippedItem(BaseModel):
+    """An item that contributed no ICD-10-CM codes, and why (reported per cohort, never silent)."""
+
+    concept_id: int | None = None
+    code: str | None = None
+    vocabulary_id: str
+    name: str | None = None
+    reason: str

@@ -1,0 +1,139 @@
+"""Opening the vocabulary database: build it on first use, read it read-only afterwards."""
+
+from __future__ import annotations
+
+import fcntl
+from contextlib import contextmanager
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+from pydantic import BaseModel
+
+from phenoforge.config import ProgressCallback, no_progress, vocab_db_path
+from phenoforge.engine.schema import ICD10CM, SCHEMA_VERSION
+from phenoforge.errors import VocabularyError
+
+
+class VocabularyInfo(BaseModel):
+    path: str
+    source: str
+    vocabulary_release: str
+    built_at: str
+    build_id: str
+    n_concepts: int
+    n_icd10cm: int
+    n_billable: int
+    counts_by_kind: dict[str, int]
+
+
+def read_metadata(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    return dict(con.execute("SELECT key, value FROM metadata").fetchall())
+
+
+def build_id(con: duckdb.DuckDBPyConnection) -> str:
+    rows = con.execute("SELECT value FROM metadata WHERE key = 'build_id'").fetchall()
+    if not rows:
+        raise VocabularyError("the vocabulary database has no build id: rebuild it with "
+                              "`python -m phenoforge build`")
+    return str(rows[0][0])
+
+
+def _is_current_default(path: Path) -> bool:
+    """True when ``path`` opens and holds the current schema of the embedded default."""
+    from phenoforge.engine.vocab_build import ICD_PACKAGE_VERSION
+
+    if not path.exists():
+        return False
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return False
+    try:
+        metadata = read_metadata(con)
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()
+    if metadata.get("source") == "athena":
+        return metadata.get("schema_version") == SCHEMA_VERSION
+    return (
+        metadata.get("schema_version") == SCHEMA_VERSION
+        and metadata.get("source_version") == ICD_PACKAGE_VERSION
+    )
+
+
+@contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    """One builder at a time across processes; the others wait and then find it built."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_vocabulary(
+    path: Path | None = None, progress: ProgressCallback = no_progress, force: bool = False
+) -> Path:
+    """Build the embedded ICD-10-CM database unless an up-to-date one is already there.
+
+    A missing, corrupt or outdated file is rebuilt (atomically); an Athena-built database at the
+    same path is kept as it is.
+    """
+    from phenoforge.engine.vocab_build import build_icd10cm
+
+    path = Path(path) if path is not None else vocab_db_path()
+    if not force and _is_current_default(path):
+        return path
+    with _build_lock(path):
+        if force or not _is_current_default(path):
+            build_icd10cm(path, progress)
+    return path
+
+
+def connect(path: Path | None = None, build: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open the vocabulary read-only, building the embedded default first when needed."""
+    path = Path(path) if path is not None else vocab_db_path()
+    if build and path == vocab_db_path():
+        ensure_vocabulary(path)
+    if not path.exists():
+        raise VocabularyError(
+            f"no vocabulary database at {path}: run `python -m phenoforge build` to create it"
+        )
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+        read_metadata(con)
+    except duckdb.Error as error:
+        raise VocabularyError(
+            f"{path} is not a readable phenoforge vocabulary ({error}); "
+            "rebuild it with `python -m phenoforge build --force`"
+        ) from error
+    return con
+
+
+def vocabulary_info(con: duckdb.DuckDBPyConnection) -> VocabularyInfo:
+    metadata = read_metadata(con)
+    counts = dict(
+        con.execute(
+            "SELECT kind, count(*) FROM concept WHERE vocabulary_id = ? GROUP BY kind", [ICD10CM]
+        ).fetchall()
+    )
+    total, billable = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE billable AND vocabulary_id = ?) FROM concept",
+        [ICD10CM],
+    ).fetchall()[0]
+    path_rows = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+    return VocabularyInfo(
+        path=str(path_rows[0][0]) if path_rows and path_rows[0][0] else "",
+        source=metadata.get("source", "unknown"),
+        vocabulary_release=metadata.get("vocabulary_release", "unknown"),
+        built_at=metadata.get("built_at", "unknown"),
+        build_id=metadata.get("build_id", ""),
+        n_concepts=int(total),
+        n_icd10cm=int(sum(counts.values())),
+        n_billable=int(billable),
+        counts_by_kind={str(kind): int(n) for kind, n in counts.items()},
+    )
