@@ -1,0 +1,82 @@
+"""Pure result types for the eval harness. No database dependency.
+
+A shared vocabulary of typed results for ``metrics`` and ``harness`` without either depending on
+the other's I/O, so ``metrics`` stays a pure, DB-free module that property-based tests target cheaply.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class CohortEvalResult(BaseModel):
+    """Per-cohort scoring result for one retrieval method against curated ground truth.
+
+    ``coverage`` is the ground-truth -> predicted direction, ``over_inclusion_penalty`` the
+    predicted -> ground-truth direction, ``hierarchical_score`` their harmonic combination. The
+    ``exact_*`` fields are plain set-overlap scores, so a reader sees what partial credit adds.
+    """
+
+    cohort_id: str
+    cohort_name: str
+    method: str
+    predicted_codes: list[str]
+    ground_truth_codes: list[str]
+    coverage: float
+    over_inclusion_penalty: float
+    hierarchical_score: float
+    unresolvable_ground_truth: list[str] = Field(default_factory=list)
+    exact_precision: float = 0.0
+    exact_recall: float = 0.0
+    exact_f1: float = 0.0
+
+
+class BenchmarkReport(BaseModel):
+    """Aggregate report across all cohorts and methods."""
+
+    results: list[CohortEvalResult]
+    mean_coverage_by_method: dict[str, float]
+    mean_over_inclusion_by_method: dict[str, float]
+    mean_hierarchical_score_by_method: dict[str, float]
+    mean_exact_f1_by_method: dict[str, float] = Field(default_factory=dict)
+    skipped: list[str] = Field(
+        default_factory=list,
+        description="'cohort_id/method: reason' for every requested pair that was not scored",
+    )
+
+
+class TermResolution(BaseModel):
+    """Where one extracted seed term landed in the curated check, and what it contributed."""
+
+    term: str
+    landed: str = Field(description="'target', 'other' or 'none' (fell through to generation)")
+    matched_cohort_ids: list[str] = Field(default_factory=list)
+    matched_cohort_names: list[str] = Field(default_factory=list)
+    tier: str = Field(description="'curated' or 'generated'")
+    codes: list[str] = Field(default_factory=list)
+
+
+class DecompositionCaseResult(BaseModel):
+    """One test case's scores: retrieval alone vs. decomposition + retrieval.
+
+    ``gap`` is ``baseline_hierarchical_score - decomposed_hierarchical_score``: positive means
+    decomposition cost accuracy relative to querying with the right term directly.
+    """
+
+    cohort_id: str
+    cohort_name: str
+    population_description: str
+    seed_terms: list[str]
+    baseline_hierarchical_score: float
+    decomposed_hierarchical_score: float
+    gap: float
+    term_resolutions: list[TermResolution] = Field(default_factory=list)
+    predicted_codes: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class DecompositionReport(BaseModel):
+    """Aggregate report across every decomposition test case."""
+
+    results: list[DecompositionCaseResult]
+    mean_gap: float
