@@ -13,7 +13,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 ProgressCallback = Callable[[int, int, str], None]
-"""``progress(done, total, message)``: the CLI shows it as a bar, the dashboard as ``st.progress``."""
+"""``progress(done, total, message)``: a bar in the CLI, ``st.progress`` in the dashboard."""
 
 
 def data_dir() -> Path:

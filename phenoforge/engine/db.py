@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import fcntl
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -39,28 +39,30 @@ def build_id(con: duckdb.DuckDBPyConnection) -> str:
     return str(rows[0][0])
 
 
-def _is_current_default(path: Path) -> bool:
-    """True when ``path`` opens and holds the current schema of the embedded default."""
-    from phenoforge.engine.vocab_build import ICD_PACKAGE_VERSION
+def database_state(path: Path) -> str:
+    """``missing`` | ``corrupt`` | ``current`` | ``outdated`` (the default, from an older build)
+    | ``foreign-outdated`` (an Athena load or other user database of an older schema)."""
+    from phenoforge.engine.vocab_build import ICD_PACKAGE, ICD_PACKAGE_VERSION
 
     if not path.exists():
-        return False
+        return "missing"
     try:
         con = duckdb.connect(str(path), read_only=True)
     except duckdb.Error:
-        return False
+        return "corrupt"
     try:
         metadata = read_metadata(con)
     except duckdb.Error:
-        return False
+        return "corrupt"
     finally:
         con.close()
-    if metadata.get("source") == "athena":
-        return metadata.get("schema_version") == SCHEMA_VERSION
-    return (
-        metadata.get("schema_version") == SCHEMA_VERSION
-        and metadata.get("source_version") == ICD_PACKAGE_VERSION
-    )
+    schema_ok = metadata.get("schema_version") == SCHEMA_VERSION
+    if metadata.get("source") != ICD_PACKAGE:
+        # An Athena load (or a test fixture) is the user's own: never replaced behind their back.
+        return "current" if schema_ok else "foreign-outdated"
+    if schema_ok and metadata.get("source_version") == ICD_PACKAGE_VERSION:
+        return "current"
+    return "outdated"
 
 
 @contextmanager
@@ -86,10 +88,17 @@ def ensure_vocabulary(
     from phenoforge.engine.vocab_build import build_icd10cm
 
     path = Path(path) if path is not None else vocab_db_path()
-    if not force and _is_current_default(path):
+    state = database_state(path)
+    if state == "current" and not force:
         return path
+    if state == "foreign-outdated" and not force:
+        raise VocabularyError(
+            f"{path} was loaded from another source with an older schema; reload it "
+            "(`python -m phenoforge build --athena DIR`) or replace it with the embedded default "
+            "(`python -m phenoforge build --force`)"
+        )
     with _build_lock(path):
-        if force or not _is_current_default(path):
+        if force or database_state(path) != "current":
             build_icd10cm(path, progress)
     return path
 
@@ -125,7 +134,9 @@ def vocabulary_info(con: duckdb.DuckDBPyConnection) -> VocabularyInfo:
         "SELECT count(*), count(*) FILTER (WHERE billable AND vocabulary_id = ?) FROM concept",
         [ICD10CM],
     ).fetchall()[0]
-    path_rows = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+    path_rows = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchall()
     return VocabularyInfo(
         path=str(path_rows[0][0]) if path_rows and path_rows[0][0] else "",
         source=metadata.get("source", "unknown"),

@@ -42,7 +42,8 @@ class VocabularyRows:
     """Everything a vocabulary database holds, as plain rows (also how test fixtures are built)."""
 
     concepts: list[tuple] = field(default_factory=list)
-    """(concept_id, vocabulary_id, code, code_key, name, kind, billable, standard, domain, invalid)"""
+    """(concept_id, vocabulary_id, code, code_key, name, kind, billable, standard, domain,
+    invalid_reason)"""
     parents: list[tuple[int, int]] = field(default_factory=list)
     notes: list[tuple[int, str, str]] = field(default_factory=list)
     ancestors: list[tuple[int, int, int, int]] = field(default_factory=list)
@@ -84,7 +85,8 @@ def icd10cm_rows(progress: ProgressCallback = no_progress) -> VocabularyRows:
         billable = icd.is_leaf(code) and kind in ("category", "subcategory", "extension")
         key = code_key(code) or code
         rows.concepts.append(
-            (ids[code], ICD10CM, code, key, icd.get_description(code), kind, billable, None, None, None)
+            (ids[code], ICD10CM, code, key, icd.get_description(code), kind, billable,
+             None, None, None)
         )
         parent = next((node for node in icd.get_ancestors(code) if node != code), None)
         if parent:

@@ -1,7 +1,8 @@
 """Pure result types for the eval harness. No database dependency.
 
 A shared vocabulary of typed results for ``metrics`` and ``harness`` without either depending on
-the other's I/O, so ``metrics`` stays a pure, DB-free module that property-based tests target cheaply.
+the other's I/O, so ``metrics`` stays a pure, DB-free module that property-based tests can
+target cheaply.
 """
 
 from __future__ import annotations

@@ -1,0 +1,327 @@
+"""Curated cohort libraries: the bundled ground truth, and how a cohort becomes a code list.
+
+A library is a directory with a ``manifest.json`` and one Circe-shaped cohort definition per file,
+so native ICD-10-CM libraries and OHDSI Phenotype Library cohorts share one format and one
+resolution path. The curated set is a lower bound on the codes a cohort could use: a legitimately
+missing sibling is why the metrics give partial credit rather than calling it a false positive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel, Field, ValidationError
+
+from phenoforge.config import libraries_dir
+from phenoforge.engine.circe import parse_cohort
+from phenoforge.engine.expansion import get_hierarchy
+from phenoforge.engine.models import ConceptItem, SkippedItem
+from phenoforge.engine.schema import ICD10CM
+from phenoforge.errors import LibraryError
+
+MANIFEST = "manifest.json"
+
+
+class Citation(BaseModel):
+    source: str
+    version: str
+    licence: str
+    url: str | None = None
+
+
+class CohortEntry(BaseModel):
+    cohort_id: str
+    cohort_name: str
+    file: str
+    description: str | None = None
+
+
+class LibraryStats(BaseModel):
+    n_cohorts: int
+    n_listed_codes: int
+    n_codes_not_in_vocabulary: int = 0
+    codes_not_in_vocabulary: list[str] = Field(default_factory=list)
+
+
+class LibraryManifest(BaseModel):
+    library_id: str
+    name: str
+    description: str
+    citation: Citation
+    created_at: str
+    vocabulary: str = ICD10CM
+    stats: LibraryStats
+    cohorts: list[CohortEntry]
+    report: dict[str, Any] = Field(default_factory=dict)
+
+
+class Library:
+    """An opened library: its manifest, and its cohort definitions read on demand."""
+
+    def __init__(self, path: Path, manifest: LibraryManifest) -> None:
+        self.path = path
+        self.manifest = manifest
+        self._by_id = {entry.cohort_id: entry for entry in manifest.cohorts}
+
+    @property
+    def library_id(self) -> str:
+        return self.manifest.library_id
+
+    @property
+    def cohort_ids(self) -> list[str]:
+        return [entry.cohort_id for entry in self.manifest.cohorts]
+
+    def cohort(self, cohort_id: str) -> CohortEntry:
+        try:
+            return self._by_id[str(cohort_id)]
+        except KeyError:
+            raise LibraryError(
+                f"cohort {cohort_id!r} is not in library {self.library_id!r} ({self.path})"
+            ) from None
+
+    def definition(self, cohort_id: str) -> dict[str, Any]:
+        file = self.path / self.cohort(cohort_id).file
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise LibraryError(f"{file}: cohort file is missing") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise LibraryError(f"{file}: not valid JSON ({error})") from None
+        if not isinstance(data, dict):
+            raise LibraryError(f"{file}: a cohort definition must be a JSON object")
+        return data
+
+
+def load_library(path: Path | str) -> Library:
+    path = Path(path)
+    manifest_file = path / MANIFEST
+    try:
+        raw = json.loads(manifest_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LibraryError(f"{manifest_file}: no library manifest here") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise LibraryError(f"{manifest_file}: not valid JSON ({error})") from None
+    try:
+        manifest = LibraryManifest.model_validate(raw)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in issue['loc'])}: {issue['msg']}"
+            for issue in error.errors()[:5]
+        )
+        raise LibraryError(f"{manifest_file}: malformed manifest ({problems})") from None
+    return Library(path, manifest)
+
+
+def list_libraries(root: Path | None = None) -> list[Library]:
+    """Every library below ``root`` (default: the data directory's libraries folder)."""
+    root = Path(root) if root is not None else libraries_dir()
+    if not root.is_dir():
+        return []
+    return [
+        load_library(child)
+        for child in sorted(root.iterdir())
+        if child.is_dir() and not child.name.startswith(".") and (child / MANIFEST).is_file()
+    ]
+
+
+def cohort_file_name(cohort_id: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in cohort_id)
+    return f"cohorts/{safe}.json"
+
+
+def write_library(
+    dest: Path, manifest: LibraryManifest, definitions: dict[str, dict[str, Any]]
+) -> Path:
+    """Write a whole library atomically: a temporary sibling directory, then a rename."""
+    dest = Path(dest)
+    listed = {entry.cohort_id for entry in manifest.cohorts}
+    if listed != set(definitions):
+        raise LibraryError(
+            f"{dest}: manifest cohorts and definitions differ "
+            f"({sorted(listed ^ set(definitions))[:5]})"
+        )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    old = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.old")
+    try:
+        (tmp / "cohorts").mkdir(parents=True)
+        for entry in manifest.cohorts:
+            (tmp / entry.file).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / entry.file).write_text(
+                json.dumps(definitions[entry.cohort_id], indent=1), encoding="utf-8"
+            )
+        (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=1), encoding="utf-8")
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def icd_cohort_definition(
+    cohort_name: str, codes: list[str], include_descendants: bool = False
+) -> dict[str, Any]:
+    """A Circe cohort definition whose one entry concept set lists ICD-10-CM codes."""
+    items = [
+        {
+            "concept": {
+                "CONCEPT_ID": 0,
+                "CONCEPT_CODE": code,
+                "VOCABULARY_ID": ICD10CM,
+                "CONCEPT_NAME": None,
+            },
+            "isExcluded": False,
+            "includeDescendants": include_descendants,
+        }
+        for code in codes
+    ]
+    return {
+        "name": cohort_name,
+        "ConceptSets": [{"id": 0, "name": cohort_name, "expression": {"items": items}}],
+        "PrimaryCriteria": {"CriteriaList": [{"ConditionOccurrence": {"CodesetId": 0}}]},
+        "InclusionRules": [],
+    }
+
+
+class Resolution(BaseModel):
+    """ICD-10-CM codes an item list resolves to, and everything that did not resolve."""
+
+    codes: list[str] = Field(default_factory=list)
+    unresolvable: list[str] = Field(default_factory=list)
+    skipped: list[SkippedItem] = Field(default_factory=list)
+    excluded_codes: list[str] = Field(default_factory=list)
+
+
+class CuratedConceptSet(BaseModel):
+    cohort_id: str
+    cohort_name: str
+    codes: list[str]
+    unresolvable: list[str] = Field(default_factory=list)
+    skipped: list[SkippedItem] = Field(default_factory=list)
+    excluded_codes: list[str] = Field(default_factory=list)
+    other_concept_sets: list[str] = Field(
+        default_factory=list, description="non-entry, non-exclusion sets: reported, not merged"
+    )
+
+
+def _resolve_icd_items(
+    con: duckdb.DuckDBPyConnection, items: list[ConceptItem]
+) -> tuple[set[int], set[int], list[str]]:
+    hierarchy = get_hierarchy(con)
+    included: set[int] = set()
+    excluded: set[int] = set()
+    unresolvable: list[str] = []
+    for item in items:
+        concept_id = hierarchy.resolve(item.code or "")
+        if concept_id is None:
+            unresolvable.append(item.code or f"concept {item.concept_id}")
+            continue
+        nodes = {concept_id}
+        if item.include_descendants:
+            nodes.update(hierarchy.descendants(concept_id))
+        (excluded if item.is_excluded else included).update(nodes)
+    return included, excluded, unresolvable
+
+
+def resolve_curated_concepts(
+    con: duckdb.DuckDBPyConnection, items: list[ConceptItem], fanout_threshold: int = 100
+) -> Resolution:
+    """Resolve one concept set's items to ICD-10-CM codes.
+
+    ICD-10-CM items go through the ICD-10-CM tree (descendants when asked; excluded items, with
+    their descendants when flagged, removed). Items in other vocabularies are mapped through the
+    loaded Athena tables; a standard concept that more than ``fanout_threshold`` ICD-10-CM codes
+    map to is a broad grouper, reported and skipped rather than flooding the set.
+    """
+    hierarchy = get_hierarchy(con)
+    icd_items = [item for item in items if item.vocabulary_id == ICD10CM]
+    other_items = [item for item in items if item.vocabulary_id != ICD10CM]
+    included, excluded, unresolvable = _resolve_icd_items(con, icd_items)
+    codes = {hierarchy.code[node] for node in included - excluded}
+    excluded_codes = {hierarchy.code[node] for node in excluded}
+    skipped: list[SkippedItem] = []
+    if other_items:
+        mapped = _map_standard_items(con, other_items, fanout_threshold)
+        codes |= set(mapped.codes)
+        codes -= excluded_codes
+        excluded_codes |= set(mapped.excluded_codes)
+        unresolvable += mapped.unresolvable
+        skipped += mapped.skipped
+    order = {code: hierarchy.id_by_key.get(code.replace(".", ""), 0) for code in codes}
+    return Resolution(
+        codes=sorted(codes, key=lambda code: (order[code], code)),
+        unresolvable=unresolvable,
+        skipped=skipped,
+        excluded_codes=sorted(excluded_codes),
+    )
+
+
+def _map_standard_items(
+    con: duckdb.DuckDBPyConnection, items: list[ConceptItem], fanout_threshold: int
+) -> Resolution:
+    try:
+        from phenoforge.athena.mapping import map_standard_items
+    except ImportError:
+        return Resolution(
+            skipped=[
+                SkippedItem(
+                    **item.model_dump(include={"concept_id", "code", "vocabulary_id", "name"}),
+                    reason="standard-concept mapping is not available in this build",
+                )
+                for item in items
+            ]
+        )
+    return map_standard_items(con, items, fanout_threshold)
+
+
+def load_curated_concept_set(
+    con: duckdb.DuckDBPyConnection,
+    library_dir: Path | str,
+    cohort_id: str,
+    fanout_threshold: int = 100,
+) -> CuratedConceptSet:
+    """The curated ICD-10-CM code list of one cohort: its ground truth in the benchmark.
+
+    Entry-event concept sets form the inclusion set; exclusion sets (zero-occurrence rules) are
+    subtracted; other sets are named in ``other_concept_sets`` and never merged in.
+    """
+    library = load_library(library_dir)
+    entry = library.cohort(cohort_id)
+    definition = library.definition(cohort_id)
+    try:
+        cohort = parse_cohort(definition)
+    except ValueError as error:
+        raise LibraryError(f"{library.path / entry.file}: {error}") from None
+    if not cohort.roles.inclusion:
+        raise LibraryError(
+            f"{library.path / entry.file}: no concept set is referenced by PrimaryCriteria"
+        )
+    include = Resolution()
+    for set_id in cohort.roles.inclusion:
+        part = resolve_curated_concepts(con, cohort.concept_sets[set_id].items, fanout_threshold)
+        include.codes += part.codes
+        include.unresolvable += part.unresolvable
+        include.skipped += part.skipped
+    exclude_codes: set[str] = set()
+    for set_id in cohort.roles.exclusion:
+        part = resolve_curated_concepts(con, cohort.concept_sets[set_id].items, fanout_threshold)
+        exclude_codes |= set(part.codes)
+        include.skipped += part.skipped
+    codes = list(dict.fromkeys(code for code in include.codes if code not in exclude_codes))
+    return CuratedConceptSet(
+        cohort_id=entry.cohort_id,
+        cohort_name=entry.cohort_name,
+        codes=codes,
+        unresolvable=list(dict.fromkeys(include.unresolvable)),
+        skipped=include.skipped,
+        excluded_codes=sorted(exclude_codes & set(include.codes)),
+        other_concept_sets=[cohort.concept_sets[set_id].name for set_id in cohort.roles.other],
+    )
