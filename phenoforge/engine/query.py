@@ -1,0 +1,44 @@
+"""What every retriever does before it searches: tokenise, and refuse bad queries with a reason."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+MAX_QUERY_CHARS = 500
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+_SQL = re.compile(
+    r"(;\s*--)|(\b(select|insert|update|delete|drop|alter|union|create)\b[\s\S]*"
+    r"\b(from|into|table|set|select|where|database)\b)|('\s*or\s*'?\d)",
+    re.IGNORECASE,
+)
+STOPWORDS = frozenset(
+    ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "into", "is", "it", "its", "nos", "of", "on", "or", "other", "the", "to", "with", "without"]  # noqa: E501
+)
+
+
+def fold(text: str) -> str:
+    """Lower case with accents folded, so 'Sézary' and 'Sezary' are one word."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).lower()
+
+
+def tokenize(text: str) -> list[str]:
+    """Word tokens of ``text`` (stop words dropped): the same for documents and queries."""
+    return [token for token in _TOKEN.findall(fold(text)) if token not in STOPWORDS]
+
+
+def query_problem(query: object) -> str | None:
+    """Why ``query`` cannot be searched, or None when it can."""
+    if not isinstance(query, str):
+        return "the query must be text"
+    if not query.strip():
+        return "the query is empty: type a condition, e.g. 'heart failure'"
+    if len(query) > MAX_QUERY_CHARS:
+        return f"the query is {len(query):,} characters long; keep it under {MAX_QUERY_CHARS}"
+    if _SQL.search(query):
+        return "the query looks like SQL or code, not a clinical description"
+    if not tokenize(query):
+        return "the query has no searchable English words (ICD-10-CM text is English)"
+    return None
