@@ -1,0 +1,1 @@
+"""The cohort-assembly agent: decomposition, curated-first resolution, a human gate, export."""

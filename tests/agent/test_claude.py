@@ -1,0 +1,233 @@
+"""The Claude decomposer through the real SDK code path, against a mock HTTP transport."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import anthropic
+import httpx2
+import pytest
+
+from phenoforge.agent import claude
+from phenoforge.agent.claude import PROMPT_VERSION, TOOL_NAME, default_decomposer, resolve_api_key
+from phenoforge.agent.errors import (
+    ClaudeAuthError,
+    ClaudeNetworkError,
+    ClaudeOutputError,
+    ClaudeOverloadedError,
+    ClaudeRateLimitError,
+    ClaudeTimeoutError,
+    DecomposerError,
+    MissingAPIKeyError,
+)
+
+KEY = "sk-ant-test-SECRET-0123456789abcdef"
+
+
+def tool_reply(terms: object, tool_id: str = "toolu_01A") -> dict:
+    return {
+        "id": "msg_01XYZ",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-5",
+        "content": [{"type": "tool_use", "id": tool_id, "name": TOOL_NAME, "input": {"terms": terms}}],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 412, "output_tokens": 31},
+    }
+
+
+def text_reply(text: str) -> dict:
+    return {
+        "id": "msg_01TXT",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-5",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 412, "output_tokens": 12},
+    }
+
+
+def error_body(kind: str, message: str) -> dict:
+    return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_011"}
+
+
+class Server:
+    """Scripted replies; records every request body."""
+
+    def __init__(self, replies: list[Callable[[httpx2.Request], httpx2.Response]]) -> None:
+        self.replies = list(replies)
+        self.requests: list[dict] = []
+        self.headers: list[httpx2.Headers] = []
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(json.loads(request.content))
+        self.headers.append(request.headers)
+        if not self.replies:
+            raise AssertionError("unexpected extra request")
+        return self.replies.pop(0)(request)
+
+
+def ok(body: dict) -> Callable[[httpx2.Request], httpx2.Response]:
+    return lambda request: httpx2.Response(200, json=body, headers={"request-id": "req_1"})
+
+
+def status(code: int, kind: str, message: str) -> Callable[[httpx2.Request], httpx2.Response]:
+    retry = "true" if code in (429, 529) or code >= 500 else "false"
+    return lambda request: httpx2.Response(
+        code, json=error_body(kind, message), headers={"retry-after-ms": "1", "x-should-retry": retry}
+    )
+
+
+def make(server: Server, tmp_path: Path, max_retries: int = 2, **kwargs):
+    client = anthropic.Anthropic(
+        api_key=KEY,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(server)),
+        max_retries=max_retries,
+        timeout=5.0,
+    )
+    return default_decomposer(client=client, cache_dir=tmp_path / "claude", **kwargs)
+
+
+def test_good_tool_use_reply(tmp_path: Path) -> None:
+    server = Server([ok(tool_reply(["type 2 diabetes mellitus", "heart failure"]))])
+    decompose = make(server, tmp_path)
+    assert decompose("adults with type 2 diabetes and heart failure") == ["type 2 diabetes mellitus", "heart failure"]
+    sent = server.requests[0]
+    assert sent["tool_choice"] == {"type": "tool", "name": TOOL_NAME}
+    assert sent["tools"][0]["strict"] is True
+    assert sent["tools"][0]["input_schema"]["additionalProperties"] is False
+    assert sent["model"] == claude.DEFAULT_MODEL
+    headers = server.headers[0]
+    assert KEY in (headers.get("x-api-key", "") + headers.get("authorization", ""))
+
+
+def test_duplicate_terms_are_removed(tmp_path: Path) -> None:
+    server = Server([ok(tool_reply(["Asthma", "asthma ", "COPD"]))])
+    assert make(server, tmp_path)("asthma or COPD") == ["Asthma", "COPD"]
+
+
+def test_malformed_json_text_then_valid(tmp_path: Path) -> None:
+    server = Server([ok(text_reply('{"terms": ["heart failure"')), ok(tool_reply(["heart failure"]))])
+    assert make(server, tmp_path)("patients with heart failure") == ["heart failure"]
+    retry = server.requests[1]["messages"]
+    assert len(retry) == 3 and "invalid" in retry[2]["content"]
+
+
+def test_schema_violation_is_fed_back_as_tool_error(tmp_path: Path) -> None:
+    server = Server([ok(tool_reply("heart failure")), ok(tool_reply(["heart failure"], tool_id="toolu_02"))])
+    assert make(server, tmp_path)("patients with heart failure") == ["heart failure"]
+    feedback = server.requests[1]["messages"][2]["content"][0]
+    assert feedback["type"] == "tool_result" and feedback["is_error"] is True
+    assert feedback["tool_use_id"] == "toolu_01A"
+
+
+def test_empty_terms_exhaust_bounded_retries(tmp_path: Path) -> None:
+    server = Server([ok(tool_reply([])) for _ in range(3)])
+    decompose = make(server, tmp_path, output_retries=2)
+    with pytest.raises(ClaudeOutputError, match="after 3 attempts"):
+        decompose("adults aged 40 to 75")
+    assert len(server.requests) == 3
+    assert not list((tmp_path / "claude").glob("*.json")), "errors must never be cached"
+
+
+def test_rate_limit_then_success(tmp_path: Path) -> None:
+    server = Server([status(429, "rate_limit_error", "Number of requests has exceeded your rate limit"),
+                     ok(tool_reply(["atrial fibrillation"]))])
+    assert make(server, tmp_path, max_retries=2)("adults diagnosed with atrial fibrillation") == ["atrial fibrillation"]
+    assert len(server.requests) == 2
+
+
+def test_rate_limit_exhausted(tmp_path: Path) -> None:
+    server = Server([status(429, "rate_limit_error", "slow down") for _ in range(2)])
+    with pytest.raises(ClaudeRateLimitError, match="429"):
+        make(server, tmp_path, max_retries=1)("asthma")
+
+
+def test_overloaded_529(tmp_path: Path) -> None:
+    server = Server([status(529, "overloaded_error", "Overloaded") for _ in range(2)])
+    with pytest.raises(ClaudeOverloadedError, match="529"):
+        make(server, tmp_path, max_retries=1)("asthma")
+    assert len(server.requests) == 2
+
+
+def test_unauthorised_401_is_not_retried(tmp_path: Path) -> None:
+    server = Server([status(401, "authentication_error", "invalid x-api-key")])
+    with pytest.raises(ClaudeAuthError, match="401") as caught:
+        make(server, tmp_path, max_retries=2)("asthma")
+    assert len(server.requests) == 1
+    assert KEY not in str(caught.value) and KEY not in repr(caught.value)
+    assert caught.value.__cause__ is None
+
+
+def test_timeout(tmp_path: Path) -> None:
+    def hang(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ReadTimeout("timed out", request=request)
+
+    server = Server([hang, hang])
+    with pytest.raises(ClaudeTimeoutError, match="in time"):
+        make(server, tmp_path, max_retries=1)("asthma")
+    assert len(server.requests) == 2
+
+
+def test_network_failure(tmp_path: Path) -> None:
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("connection refused", request=request)
+
+    with pytest.raises(ClaudeNetworkError, match="network"):
+        make(Server([refuse]), tmp_path, max_retries=0)("asthma")
+
+
+def test_cache_hit_skips_the_api_and_holds_no_key(tmp_path: Path) -> None:
+    server = Server([ok(tool_reply(["hypertension"]))])
+    decompose = make(server, tmp_path)
+    assert decompose("adults with high blood pressure") == ["hypertension"]
+    assert decompose("  Adults with HIGH blood pressure ") == ["hypertension"]
+    assert len(server.requests) == 1
+    files = list((tmp_path / "claude").glob("*.json"))
+    assert len(files) == 1
+    text = files[0].read_text()
+    assert KEY not in text and PROMPT_VERSION in text
+    assert KEY not in repr(decompose)
+
+
+def test_model_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHENOFORGE_CLAUDE_MODEL", "claude-haiku-4-5")
+    server = Server([ok(tool_reply(["asthma"]))])
+    make(server, tmp_path)("asthma")
+    assert server.requests[0]["model"] == "claude-haiku-4-5"
+    server = Server([ok(tool_reply(["asthma"]))])
+    make(server, tmp_path, model="claude-opus-5")("asthma in children")
+    assert server.requests[0]["model"] == "claude-opus-5"
+
+
+def test_missing_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(MissingAPIKeyError, match="ANTHROPIC_API_KEY"):
+        resolve_api_key(secrets_paths=[tmp_path / "none.toml"])
+    monkeypatch.setattr(claude, "_secrets_paths", lambda: [tmp_path / "none.toml"])
+    with pytest.raises(MissingAPIKeyError):
+        default_decomposer()
+
+
+def test_key_from_streamlit_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    flat = tmp_path / "flat.toml"
+    flat.write_text(f'ANTHROPIC_API_KEY = "{KEY}"\n')
+    nested = tmp_path / "nested.toml"
+    nested.write_text(f'[anthropic]\napi_key = "{KEY}-2"\n')
+    broken = tmp_path / "broken.toml"
+    broken.write_text("this is = = not toml")
+    assert resolve_api_key(secrets_paths=[broken, flat]) == KEY
+    assert resolve_api_key(secrets_paths=[nested]) == f"{KEY}-2"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-env")
+    assert resolve_api_key(secrets_paths=[flat]) == "from-env"
+
+
+def test_empty_description_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(DecomposerError, match="empty"):
+        make(Server([]), tmp_path)("   ")
