@@ -41,6 +41,21 @@ def document_texts(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]
     return [(str(code), str(name), str(text)) for code, name, text in rows]
 
 
+def top_n(scores: np.ndarray, codes: list[str], n: int) -> list[tuple[str, float]]:
+    """The ``n`` best positive scores, ties broken by vocabulary order.
+
+    Every candidate tied with the n-th score is considered before the cut, so the top ``n`` is
+    always a prefix of the top ``n + m``: a deeper ranking never reorders a shallower one.
+    """
+    n = min(n, len(scores))
+    if n <= 0:
+        return []
+    threshold = np.partition(scores, len(scores) - n)[len(scores) - n]
+    candidates = np.flatnonzero((scores >= threshold) & (scores > 0))
+    order = candidates[np.lexsort((candidates, -scores[candidates]))][:n]
+    return [(codes[index], float(scores[index])) for index in order]
+
+
 class BM25Index:
     """A BM25 index over one vocabulary build."""
 
@@ -63,11 +78,7 @@ class BM25Index:
         terms = [token for token in tokenize(query) if token in self._vocab]
         if not terms:
             return []
-        scores = self._bm25.get_scores(terms)
-        n = min(n, len(scores))
-        top = np.argpartition(-scores, n - 1)[:n]
-        top = top[np.lexsort((top, -scores[top]))]
-        return [(self.codes[index], float(scores[index])) for index in top if scores[index] > 0]
+        return top_n(self._bm25.get_scores(terms), self.codes, n)
 
     def search(self, query: str, k: int = 10) -> SearchResult:
         problem = query_problem(query)

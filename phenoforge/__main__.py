@@ -1,0 +1,7 @@
+"""``python -m phenoforge``."""
+
+import sys
+
+from phenoforge.cli import main
+
+sys.exit(main())
