@@ -1,0 +1,360 @@
+"""Dense retrieval on the fixture vocabulary with the fake embedder (one test loads the model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from phenoforge.engine import dense
+from phenoforge.engine.dense import (
+    DenseIndexNotReady,
+    DenseRetriever,
+    concept_texts,
+    dense_index_status,
+    ensure_dense_index,
+    load_dense_if_ready,
+)
+from phenoforge.engine.schema import RETRIEVABLE_KINDS
+from phenoforge.errors import IndexError_, PhenoforgeError
+from tests.engine.fake_embedder import FakeEmbedder
+from tests.fixture_vocab import FIXTURE_NODES, build_fixture_vocab
+
+RETRIEVABLE = [code for code, _name, kind, _parents in FIXTURE_NODES if kind in RETRIEVABLE_KINDS]
+
+
+@pytest.fixture
+def index_dir(tmp_path: Path) -> Path:
+    return tmp_path / "dense"
+
+
+@pytest.fixture
+def built(fixture_con: duckdb.DuckDBPyConnection, index_dir: Path) -> DenseRetriever:
+    return ensure_dense_index(fixture_con, FakeEmbedder(), index_dir)
+
+
+def _manifest(index_dir: Path) -> dict:
+    return json.loads((index_dir / "manifest.json").read_text())
+
+
+def test_build_embeds_every_retrievable_code(built: DenseRetriever, index_dir: Path) -> None:
+    assert built.is_ready
+    manifest = _manifest(index_dir)
+    assert manifest["count"] == len(RETRIEVABLE)
+    assert manifest["model"] == dense.DEFAULT_MODEL_NAME
+    assert manifest["text_recipe"] == dense.TEXT_RECIPE_VERSION
+    assert manifest["vocabulary_release"] == "phenoforge test fixture"
+    assert len(manifest["vocabulary_build_id"]) == 32
+    vectors = np.load(index_dir / manifest["vectors_file"])
+    assert vectors.shape == (len(RETRIEVABLE), 256)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    codes = json.loads((index_dir / manifest["codes_file"]).read_text())
+    assert sorted(codes) == sorted(RETRIEVABLE)
+    assert "E11" in codes and "E08-E13" not in codes and "4" not in codes
+    assert dense_index_status(built.con, index_dir).state == "ready"
+
+
+def test_default_index_dir_is_under_the_data_dir(
+    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    retriever = ensure_dense_index(fixture_con, FakeEmbedder())
+    assert retriever.index_dir == tmp_path / "data" / "dense"
+    assert (tmp_path / "data" / "dense" / "manifest.json").exists()
+
+
+def test_search_finds_lexical_neighbours_with_provenance(built: DenseRetriever) -> None:
+    result = built.search("heart failure", k=5)
+    assert result.method == "dense" and result.reason is None
+    assert len(result.hits) == 5
+    assert result.hits[0].code.startswith("I50")
+    assert [hit.rank for hit in result.hits] == [1, 2, 3, 4, 5]
+    scores = [hit.score for hit in result.hits]
+    assert scores == sorted(scores, reverse=True)
+    first = result.hits[0]
+    assert first.name == {code: name for code, name, _k, _p in FIXTURE_NODES}[first.code]
+    assert first.provenance[0].retriever == "dense"
+    assert first.provenance[0].query == "heart failure"
+    assert first.provenance[0].rank == 1
+    assert first.provenance[0].score == pytest.approx(first.score)
+
+
+def test_synonyms_are_embedded(built: DenseRetriever) -> None:
+    # "Kimmelstiel-Wilson" is only an inclusion term of E11.21.
+    assert built.search("Kimmelstiel Wilson", k=1).codes == ["E11.21"]
+
+
+def test_ranking_is_sorted_and_capped(built: DenseRetriever) -> None:
+    ranking = built.ranking("type 2 diabetes mellitus", 4)
+    assert len(ranking) == 4
+    assert [score for _c, score in ranking] == sorted((s for _c, s in ranking), reverse=True)
+    assert all(code in RETRIEVABLE for code, _s in ranking)
+    assert ranking[0][0].startswith("E11")
+    everything = built.ranking("asthma", 10_000)
+    assert sorted(code for code, _s in everything) == sorted(RETRIEVABLE)
+    assert built.ranking("asthma", 0) == []
+
+
+def test_reuse_does_not_re_embed(built: DenseRetriever, index_dir: Path) -> None:
+    fake = FakeEmbedder()
+    again = ensure_dense_index(built.con, fake, index_dir)
+    assert again.is_ready and fake.calls == 0
+    again.search("asthma")
+    assert fake.calls == 1  # only the query
+    assert load_dense_if_ready(built.con, index_dir, FakeEmbedder()) is not None
+
+
+def test_build_embeds_each_distinct_text_once_shortest_first(
+    fixture_con: duckdb.DuckDBPyConnection, index_dir: Path
+) -> None:
+    fake = FakeEmbedder()
+    DenseRetriever(fixture_con, fake, index_dir).build(mode="exact")
+    assert len(fake.texts_seen) == len(set(fake.texts_seen))
+    lengths = [len(text) for text in fake.texts_seen]
+    assert lengths == sorted(lengths)
+    items = concept_texts(fixture_con)
+    assert set(fake.texts_seen) == set(items.texts)
+
+
+def test_duplicate_texts_are_embedded_once() -> None:
+    fake = FakeEmbedder()
+    vectors, _calls = dense.embed_unique(["b c", "a", "b c", "a"], fake)
+    assert fake.texts_seen == ["a", "b c"]
+    assert np.allclose(vectors[0], vectors[2]) and np.allclose(vectors[1], vectors[3])
+
+
+def test_composed_mode_skips_seventh_character_texts(
+    fixture_con: duckdb.DuckDBPyConnection, index_dir: Path
+) -> None:
+    fake = FakeEmbedder()
+    retriever = DenseRetriever(fixture_con, fake, index_dir)
+    retriever.build(mode="composed")
+    extension = "Fracture of unspecified part of neck of right femur, initial encounter for closed fracture"
+    assert extension not in fake.texts_seen
+    assert "initial encounter for closed fracture" in fake.texts_seen
+    assert _manifest(index_dir)["mode"] == "composed"
+    # a bag of words is additive, so the composed vector is close to the exact one
+    row = retriever._codes.index("S72.001A")
+    exact = fake.embed_one(extension)
+    assert float(retriever._vectors[row] @ exact) > 0.9
+    assert retriever.search("initial encounter closed fracture femur", k=1).codes == ["S72.001A"]
+
+
+def test_exact_mode_embeds_seventh_character_texts(
+    fixture_con: duckdb.DuckDBPyConnection, index_dir: Path
+) -> None:
+    fake = FakeEmbedder()
+    retriever = ensure_dense_index(fixture_con, fake, index_dir, mode="exact")
+    extension = "Fracture of unspecified part of neck of right femur, initial encounter for closed fracture"
+    assert extension in fake.texts_seen
+    row = retriever._codes.index("S72.001A")
+    assert np.allclose(retriever._vectors[row], fake.embed_one(extension), atol=1e-6)
+    # asking for the other mode makes the index stale for that caller
+    other = FakeEmbedder()
+    composed = ensure_dense_index(fixture_con, other, index_dir, mode="composed")
+    assert other.calls > 0 and composed.manifest is not None
+    assert composed.manifest.mode == "composed"
+
+
+def test_progress_is_reported_with_increasing_done(
+    fixture_con: duckdb.DuckDBPyConnection, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dense, "BUILD_CHUNK", 7)
+    calls: list[tuple[int, int, str]] = []
+    ensure_dense_index(
+        fixture_con, FakeEmbedder(), index_dir, progress=lambda d, t, m: calls.append((d, t, m))
+    )
+    assert len(calls) >= 4
+    dones = [done for done, _t, _m in calls]
+    assert dones == sorted(dones)
+    assert dones[0] == 0
+    assert calls[-1][0] == calls[-1][1]
+    assert all(isinstance(message, str) and message for _d, _t, message in calls)
+
+
+def test_stale_vocabulary_build_is_detected_and_rebuilt(
+    built: DenseRetriever, index_dir: Path, tmp_path: Path
+) -> None:
+    other_path = build_fixture_vocab(tmp_path / "other.duckdb")  # same rows, new build id
+    other = duckdb.connect(str(other_path), read_only=True)
+    try:
+        status = dense_index_status(other, index_dir)
+        assert status.state == "stale"
+        assert "vocabulary build" in (status.reason or "")
+        assert load_dense_if_ready(other, index_dir, FakeEmbedder()) is None
+        fake = FakeEmbedder()
+        rebuilt = ensure_dense_index(other, fake, index_dir)
+        assert fake.calls > 0 and rebuilt.is_ready
+        assert dense_index_status(other, index_dir).state == "ready"
+        assert dense_index_status(built.con, index_dir).state == "stale"
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [("text_recipe", "name-only-v0", "text recipe"), ("model", "other-model", "model"),
+     ("format_version", 0, "format")],
+)
+def test_stale_manifest_fields(
+    built: DenseRetriever, index_dir: Path, field: str, value: object, words: str
+) -> None:
+    manifest = _manifest(index_dir)
+    manifest[field] = value
+    (index_dir / "manifest.json").write_text(json.dumps(manifest))
+    status = dense_index_status(built.con, index_dir)
+    assert status.state == "stale" and words in (status.reason or "")
+    assert load_dense_if_ready(built.con, index_dir) is None
+
+
+def _corrupt_truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _corrupt_flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [_corrupt_truncate, _corrupt_flip, Path.unlink])
+def test_corrupt_vectors_are_detected_and_rebuilt(
+    built: DenseRetriever, index_dir: Path, damage
+) -> None:
+    vectors_path = index_dir / _manifest(index_dir)["vectors_file"]
+    damage(vectors_path)
+    status = dense_index_status(built.con, index_dir)
+    assert status.state == "corrupt"
+    assert load_dense_if_ready(built.con, index_dir, FakeEmbedder()) is None
+    not_ready = DenseRetriever(built.con, FakeEmbedder(), index_dir)
+    assert not not_ready.is_ready
+    fake = FakeEmbedder()
+    rebuilt = ensure_dense_index(built.con, fake, index_dir)
+    assert rebuilt.is_ready and fake.calls > 0
+    assert dense_index_status(built.con, index_dir).state == "ready"
+    assert len(list(index_dir.glob("vectors-*.npy"))) == 1
+
+
+def test_wrong_shape_with_matching_checksum_is_corrupt(
+    built: DenseRetriever, index_dir: Path
+) -> None:
+    manifest = _manifest(index_dir)
+    vectors_path = index_dir / manifest["vectors_file"]
+    np.save(vectors_path, np.zeros((3, 256), np.float32))
+    manifest["vectors_sha256"] = dense._sha256(vectors_path)
+    (index_dir / "manifest.json").write_text(json.dumps(manifest))
+    status = dense_index_status(built.con, index_dir)
+    assert status.state == "corrupt" and "shape" in (status.reason or "")
+    assert not DenseRetriever(built.con, FakeEmbedder(), index_dir).is_ready
+
+
+def test_unreadable_manifest_is_corrupt(built: DenseRetriever, index_dir: Path) -> None:
+    (index_dir / "manifest.json").write_text("{not json")
+    assert dense_index_status(built.con, index_dir).state == "corrupt"
+    assert ensure_dense_index(built.con, FakeEmbedder(), index_dir).is_ready
+
+
+def test_missing_index(fixture_con: duckdb.DuckDBPyConnection, index_dir: Path) -> None:
+    status = dense_index_status(fixture_con, index_dir)
+    assert status.state == "missing" and "phenoforge build" in (status.reason or "")
+    assert load_dense_if_ready(fixture_con, index_dir, FakeEmbedder()) is None
+
+
+def test_query_never_builds(fixture_con: duckdb.DuckDBPyConnection, index_dir: Path) -> None:
+    fake = FakeEmbedder()
+    retriever = DenseRetriever(fixture_con, fake, index_dir)
+    result = retriever.search("heart failure")
+    assert result.hits == [] and "build" in (result.reason or "")
+    with pytest.raises(DenseIndexNotReady) as raised:
+        retriever.ranking("heart failure", 10)
+    assert isinstance(raised.value, IndexError_) and isinstance(raised.value, PhenoforgeError)
+    assert fake.calls == 0
+    assert not (index_dir / "manifest.json").exists()
+
+
+def test_failed_rebuild_keeps_the_previous_index(built: DenseRetriever, index_dir: Path) -> None:
+    before = _manifest(index_dir)
+
+    def broken(texts: list[str]) -> np.ndarray:
+        raise RuntimeError("model crashed")
+
+    with pytest.raises(RuntimeError):
+        DenseRetriever(built.con, broken, index_dir).build()
+    assert _manifest(index_dir) == before
+    assert dense_index_status(built.con, index_dir).state == "ready"
+    assert not list(index_dir.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["", "   \t\n", "heart " * 2000, "心不全 insuffisance cardiaque é", "'; DROP TABLE concept; --",
+     "\x00", "%_*?"],
+)
+def test_bad_queries_answer_without_raising(built: DenseRetriever, query: str) -> None:
+    result = built.search(query, k=5)
+    assert result.method == "dense"
+    assert result.hits or result.reason
+    if not query.strip(" \t\n\x00"):
+        assert result.hits == [] and "empty" in (result.reason or "")
+    else:
+        assert len(result.hits) == 5
+    if len(query) > dense.MAX_QUERY_CHARS:
+        assert any("cut" in note for note in result.notes)
+    assert isinstance(built.ranking(query, 3), list)
+
+
+def test_bad_k(built: DenseRetriever) -> None:
+    result = built.search("asthma", k=0)
+    assert result.hits == [] and "k must be" in (result.reason or "")
+
+
+@pytest.mark.model
+def test_real_model_finds_heart_failure(tmp_path: Path) -> None:
+    from phenoforge.engine.db import ensure_vocabulary
+    from phenoforge.engine.vocab_build import VocabularyRows, write_vocabulary
+
+    full = duckdb.connect(str(ensure_vocabulary()), read_only=True)
+    try:
+        wanted = ("I50", "I10", "I11", "E11", "J45", "N18", "F32", "C34", "S72.00")
+        clause = " OR ".join("code_key LIKE ?" for _ in wanted)
+        params = [prefix.replace(".", "") + "%" for prefix in wanted]
+        concepts = full.execute(
+            f"SELECT * FROM concept WHERE {clause} ORDER BY concept_id", params
+        ).fetchall()
+        ids = [row[0] for row in concepts]
+        marks = ", ".join("?" for _ in ids)
+        notes = full.execute(
+            f"SELECT * FROM concept_note WHERE concept_id IN ({marks})", ids
+        ).fetchall()
+        parents = full.execute(
+            f"SELECT * FROM concept_parent WHERE child_id IN ({marks})", ids
+        ).fetchall()
+        metadata = dict(full.execute("SELECT key, value FROM metadata").fetchall())
+    finally:
+        full.close()
+    assert 200 <= len(concepts) <= 1500
+    small_path = write_vocabulary(
+        tmp_path / "small.duckdb",
+        VocabularyRows(concepts=concepts, notes=notes, parents=parents, metadata={
+            "source": "test subset", "vocabulary_release": metadata["vocabulary_release"]}),
+    )
+    con = duckdb.connect(str(small_path), read_only=True)
+    try:
+        calls: list[int] = []
+        retriever = ensure_dense_index(
+            con, dense.default_embed_fn(), tmp_path / "dense",
+            progress=lambda done, total, message: calls.append(done),
+        )
+        n_retrievable = sum(1 for row in concepts if row[5] in RETRIEVABLE_KINDS)
+        assert retriever.is_ready and calls[-1] == n_retrievable
+        assert retriever.manifest is not None and retriever.manifest.count == n_retrievable
+        assert retriever.manifest is not None and retriever.manifest.dim == 384
+        top3 = retriever.search("heart failure", k=3).codes
+        assert any(code.startswith("I50") for code in top3), top3
+        assert retriever.search("asthma attack", k=3).codes[0].startswith("J45")
+        assert retriever.search("lung cancer", k=3).codes[0].startswith("C34")
+    finally:
+        con.close()
