@@ -1,0 +1,154 @@
+"""Assembly sessions and the decision audit trail, in the app-state SQLite database.
+
+Two tables of our own (``assembly_session``, ``assembly_decision``) beside the dashboard's. A
+session row holds the whole :class:`AssemblyState` as JSON, so a restart resumes it exactly; each
+reviewer decision is inserted *in the same transaction* that saves the new state, so the trail
+and the state can never disagree. Connections are short-lived, WAL mode (via
+``phenoforge.app_state.connect_app_state``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from phenoforge.agent.state import AssemblyState
+from phenoforge.app_state import AppStateError, connect_app_state
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS assembly_session (
+    session_id TEXT PRIMARY KEY,
+    description TEXT NOT NULL,
+    reviewer TEXT NOT NULL DEFAULT '',
+    decomposer TEXT NOT NULL DEFAULT '',
+    stage TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    state TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_assembly_session_updated ON assembly_session (updated_at);
+CREATE TABLE IF NOT EXISTS assembly_decision (
+    decision_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL REFERENCES assembly_session (session_id),
+    decided_at TEXT NOT NULL,
+    reviewer TEXT NOT NULL,
+    code TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    expand_descendants INTEGER NOT NULL DEFAULT 0,
+    terms TEXT NOT NULL DEFAULT '',
+    description TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_assembly_decision_session ON assembly_decision (session_id, decision_id);
+"""
+
+
+class DecisionRecord(BaseModel):
+    decision_id: int
+    session_id: str
+    decided_at: str
+    reviewer: str
+    code: str
+    decision: str
+    expand_descendants: bool
+    terms: str
+    description: str
+
+
+class SessionSummary(BaseModel):
+    session_id: str
+    description: str
+    reviewer: str
+    decomposer: str
+    stage: str
+    created_at: str
+    updated_at: str
+    n_decisions: int
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _open(path: Path | None):
+    return connect_app_state(path)
+
+
+def save_state(
+    state: AssemblyState,
+    decisions: list[tuple[str, str, bool]] | None = None,
+    path: Path | None = None,
+) -> None:
+    """Upsert the session and insert its new decisions, atomically (one transaction)."""
+    with _open(path) as con:
+        con.executescript(SCHEMA)
+        with con:
+            con.execute(
+                "INSERT INTO assembly_session (session_id, description, reviewer, decomposer, stage, created_at, "
+                "updated_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+                "reviewer = excluded.reviewer, stage = excluded.stage, updated_at = excluded.updated_at, "
+                "state = excluded.state",
+                [state.session_id, state.description, state.reviewer, state.decomposer, state.stage,
+                 state.created_at, state.updated_at, state.model_dump_json()],
+            )
+            for code, decision, expand in decisions or []:
+                candidate = state.candidate(code)
+                if candidate is None or candidate.reviewer is None:
+                    raise AppStateError(f"decision for {code} is not applied to the session state")
+                con.execute(
+                    "INSERT INTO assembly_decision (session_id, decided_at, reviewer, code, decision, "
+                    "expand_descendants, terms, description) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [state.session_id, candidate.decided_at, candidate.reviewer, code, decision,
+                     int(bool(expand) and candidate.expand_descendants), "; ".join(candidate.terms),
+                     state.description],
+                )
+
+
+def load_state(session_id: str, path: Path | None = None) -> AssemblyState:
+    with _open(path) as con:
+        con.executescript(SCHEMA)
+        rows = con.execute("SELECT state FROM assembly_session WHERE session_id = ?", [session_id]).fetchall()
+    if not rows:
+        raise AppStateError(f"no assembly session {session_id!r}; list sessions with `assemble --list`")
+    return AssemblyState.model_validate_json(rows[0]["state"])
+
+
+def list_sessions(path: Path | None = None, limit: int = 50) -> list[SessionSummary]:
+    with _open(path) as con:
+        con.executescript(SCHEMA)
+        rows = con.execute(
+            "SELECT s.session_id, s.description, s.reviewer, s.decomposer, s.stage, s.created_at, s.updated_at, "
+            "(SELECT count(*) FROM assembly_decision d WHERE d.session_id = s.session_id) AS n_decisions "
+            "FROM assembly_session s ORDER BY s.updated_at DESC, s.session_id LIMIT ?",
+            [limit],
+        ).fetchall()
+    return [SessionSummary(**dict(row)) for row in rows]
+
+
+def decisions(session_id: str, path: Path | None = None) -> list[DecisionRecord]:
+    with _open(path) as con:
+        con.executescript(SCHEMA)
+        rows = con.execute(
+            "SELECT decision_id, session_id, decided_at, reviewer, code, decision, expand_descendants, terms, "
+            "description FROM assembly_decision WHERE session_id = ? ORDER BY decision_id",
+            [session_id],
+        ).fetchall()
+    return [DecisionRecord(**{**dict(row), "expand_descendants": bool(row["expand_descendants"])}) for row in rows]
+
+
+def audit_csv(records: list[DecisionRecord]) -> str:
+    out = io.StringIO()
+    fields = list(DecisionRecord.model_fields)
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for record in records:
+        writer.writerow(record.model_dump())
+    return out.getvalue()
+
+
+def audit_json(records: list[DecisionRecord]) -> str:
+    return json.dumps([record.model_dump() for record in records], indent=2)

@@ -1,0 +1,463 @@
+"""The assembly nodes: ``decompose -> check_curated -> generate -> confirm -> assemble``.
+
+Each node takes the :class:`AssemblyState` and returns a new one (the input is not mutated), so
+the CLI, the dashboard page and the decomposition eval drive the same code.
+
+The curated-match rule (``check_curated``). A term matches a bundled cohort when two independent
+signals agree:
+
+* retrieval: the term's top-k hybrid hits inside the cohort's resolved codes (a category hit
+  counts when at least half the codes below it do), divided by ``min(k, cohort size)`` so a
+  one-code cohort can match, reach ``RETRIEVAL_THRESHOLD``; and
+* names: at least ``NAME_THRESHOLD`` of the term's content words (query tokenizer, stop words and
+  generic words such as "disease" dropped, light plural folding, kidney/renal-style synonyms
+  merged) appear in the cohort name.
+
+One matching cohort is a curated match. Several matching cohorts are *ambiguous*: reported with
+all of them, never guessed, unless exactly one cohort's name is the term itself (same word set),
+which is taken. Ambiguous and unmatched terms fall through to generated retrieval.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import duckdb
+
+from phenoforge.agent.state import (
+    AssemblyState,
+    Candidate,
+    CandidateSource,
+    CohortMatch,
+    ConceptEntry,
+    ConceptSet,
+    Decision,
+    TermState,
+    UnmappableTerm,
+)
+from phenoforge.engine.curated import Library, list_libraries, load_curated_concept_set, load_library
+from phenoforge.engine.db import build_id
+from phenoforge.engine.expansion import get_hierarchy
+from phenoforge.engine.hybrid import hybrid_search
+from phenoforge.engine.query import tokenize
+from phenoforge.errors import LibraryError
+
+if TYPE_CHECKING:
+    from phenoforge.engine.dense import DenseRetriever
+
+RETRIEVAL_THRESHOLD = 0.5
+NAME_THRESHOLD = 0.5
+DEFAULT_K = 10
+
+GENERIC_WORDS = frozenset({
+    "disease", "diseases", "disorder", "disorders", "mellitus", "condition", "conditions",
+    "syndrome", "syndromes", "unspecified", "specified", "nos", "status", "type",
+})
+WORD_SYNONYMS = {
+    "renal": "kidney", "kidneys": "kidney", "cardiac": "heart", "hepatic": "liver",
+    "pulmonary": "lung", "lungs": "lung", "cerebrovascular": "stroke", "neoplasm": "cancer",
+    "neoplasms": "cancer", "malignant": "cancer", "malignancy": "cancer", "tumor": "cancer",
+    "tumors": "cancer", "tumour": "cancer", "carcinoma": "cancer",
+    "seizures": "seizure", "epileptic": "epilepsy", "diabetic": "diabetes", "obese": "obesity",
+    "depressive": "depression", "hypertensive": "hypertension", "psychotic": "psychosis",
+    "psychoses": "psychosis", "arthritic": "arthritis", "anemias": "anemia", "ulcers": "ulcer",
+    "fractures": "fracture", "infections": "infection", "cancers": "cancer",
+}
+
+Decomposer = Callable[[str], list[str]]
+
+
+def content_words(text: str) -> set[str]:
+    """The words the name rule compares: tokenized, generic words out, plurals and synonyms folded."""
+    words: set[str] = set()
+    for token in tokenize(text):
+        token = WORD_SYNONYMS.get(token, token)
+        if token in GENERIC_WORDS:
+            continue
+        if len(token) > 4 and token.endswith("s") and not token.endswith(("ss", "is", "us")):
+            token = WORD_SYNONYMS.get(token[:-1], token[:-1])
+        words.add(token)
+    return words
+
+
+@dataclass(frozen=True)
+class IndexedCohort:
+    library_id: str
+    library_path: str
+    cohort_id: str
+    cohort_name: str
+    codes: frozenset[str]
+    ordered_codes: tuple[str, ...]
+    words: frozenset[str]
+
+
+_INDEX: dict[tuple[str, str, str], list[IndexedCohort]] = {}
+_INDEX_LOCK = threading.Lock()
+
+
+def index_library(con: duckdb.DuckDBPyConnection, library: Library, fanout_threshold: int = 100) -> list[IndexedCohort]:
+    """Every cohort of ``library`` with its resolved codes; cached per library build and vocabulary."""
+    cursor = con.cursor()
+    try:
+        key = (str(library.path.resolve()), library.manifest.created_at, build_id(cursor))
+        with _INDEX_LOCK:
+            cached = _INDEX.get(key)
+        if cached is not None:
+            return cached
+        cohorts: list[IndexedCohort] = []
+        for entry in library.manifest.cohorts:
+            try:
+                curated = load_curated_concept_set(cursor, library.path, entry.cohort_id, fanout_threshold)
+            except LibraryError:
+                continue  # a broken cohort file cannot match; the library page reports it
+            cohorts.append(IndexedCohort(
+                library_id=library.library_id,
+                library_path=str(library.path),
+                cohort_id=entry.cohort_id,
+                cohort_name=entry.cohort_name,
+                codes=frozenset(curated.codes),
+                ordered_codes=tuple(curated.codes),
+                words=frozenset(content_words(entry.cohort_name)),
+            ))
+    finally:
+        cursor.close()
+    with _INDEX_LOCK:
+        _INDEX[key] = cohorts
+    return cohorts
+
+
+def cohort_codes(con: duckdb.DuckDBPyConnection, library_path: str, cohort_id: str) -> list[str]:
+    for cohort in index_library(con, load_library(library_path)):
+        if cohort.cohort_id == cohort_id:
+            return list(cohort.ordered_codes)
+    raise LibraryError(f"cohort {cohort_id!r} is not in the library at {library_path}")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _libraries(state: AssemblyState) -> list[Library]:
+    if state.library_paths:
+        return [load_library(path) for path in state.library_paths]
+    return list_libraries()
+
+
+# --- nodes ---------------------------------------------------------------------------------
+
+
+def decompose(state: AssemblyState, decompose_fn: Decomposer) -> AssemblyState:
+    """Seed terms from the description; decomposer errors propagate (typed, readable)."""
+    terms = decompose_fn(state.description)
+    seen: set[str] = set()
+    states: list[TermState] = []
+    for term in terms:
+        clean = " ".join(str(term).split())
+        if clean and clean.lower() not in seen:
+            seen.add(clean.lower())
+            states.append(TermState(term=clean))
+    notes = list(state.notes)
+    if not states:
+        notes.append("the decomposer found no clinical condition in the description")
+    return state.model_copy(update={"terms": states, "stage": "decomposed", "notes": notes, "updated_at": _now()})
+
+
+def _inside(code: str, codes: frozenset[str], below: dict[str, list[str]]) -> bool:
+    if code in codes:
+        return True
+    descendants = below.get(code, [])
+    return bool(descendants) and sum(1 for item in descendants if item in codes) * 2 >= len(descendants)
+
+
+def match_term(
+    con: duckdb.DuckDBPyConnection,
+    term: str,
+    cohorts: list[IndexedCohort],
+    hit_codes: list[str],
+) -> tuple[list[CohortMatch], list[CohortMatch]]:
+    """``(matches, near_misses)`` of one term against indexed cohorts, per the module rule."""
+    hierarchy = get_hierarchy(con)
+    below: dict[str, list[str]] = {}
+    for code in hit_codes:
+        node = hierarchy.resolve(code)
+        if node is not None:
+            below[code] = [hierarchy.code[item] for item in hierarchy.descendants(node)]
+    words = content_words(term)
+    matches: list[CohortMatch] = []
+    scored: list[tuple[float, CohortMatch]] = []
+    for cohort in cohorts:
+        name_overlap = len(words & cohort.words) / len(words) if words else 0.0
+        if hit_codes and (name_overlap > 0 or cohort.codes & set(hit_codes)):
+            inside = sum(1 for code in hit_codes if _inside(code, cohort.codes, below))
+            retrieval = min(1.0, inside / min(len(hit_codes), max(len(cohort.codes), 1)))
+        else:
+            retrieval = 0.0
+        if name_overlap == 0 and retrieval == 0:
+            continue
+        match = CohortMatch(
+            library_id=cohort.library_id,
+            library_path=cohort.library_path,
+            cohort_id=cohort.cohort_id,
+            cohort_name=cohort.cohort_name,
+            retrieval_overlap=round(retrieval, 4),
+            name_overlap=round(name_overlap, 4),
+            exact_name=bool(words) and words == set(cohort.words),
+            n_codes=len(cohort.codes),
+        )
+        if retrieval >= RETRIEVAL_THRESHOLD and name_overlap >= NAME_THRESHOLD:
+            matches.append(match)
+        else:
+            scored.append((retrieval + name_overlap, match))
+    scored.sort(key=lambda pair: -pair[0])
+    return matches, [match for _score, match in scored[:3]]
+
+
+def check_curated(
+    state: AssemblyState,
+    con: duckdb.DuckDBPyConnection,
+    dense: DenseRetriever | None = None,
+    libraries: list[Library] | None = None,
+    fanout_threshold: int = 100,
+) -> AssemblyState:
+    """Curated first: each term either matches one bundled cohort, several (ambiguous), or none."""
+    libraries = libraries if libraries is not None else _libraries(state)
+    cohorts = [cohort for library in libraries for cohort in index_library(con, library, fanout_threshold)]
+    terms: list[TermState] = []
+    for term_state in state.terms:
+        result = hybrid_search(con, term_state.term, k=state.k, dense=dense)
+        hit_codes = result.codes
+        matches, near = match_term(con, term_state.term, cohorts, hit_codes)
+        update: dict[str, object] = {"near_misses": near, "search_degraded": result.degraded}
+        exact = [match for match in matches if match.exact_name]
+        if len(matches) == 1 or (len(matches) > 1 and len(exact) == 1):
+            chosen = matches[0] if len(matches) == 1 else exact[0]
+            update |= {"status": "curated", "curated": chosen, "ambiguous": [],
+                       "note": None if len(matches) == 1 else
+                       f"{len(matches)} cohorts matched; '{chosen.cohort_name}' is the term itself"}
+        elif len(matches) > 1:
+            update |= {"status": "ambiguous", "ambiguous": matches, "curated": None,
+                       "note": f"matches {len(matches)} cohorts: "
+                       + "; ".join(f"{m.library_id}/{m.cohort_id} {m.cohort_name}" for m in matches)}
+        else:
+            update |= {"status": "pending", "curated": None, "ambiguous": []}
+        terms.append(term_state.model_copy(update=update))
+    return state.model_copy(update={"terms": terms, "stage": "checked", "updated_at": _now()})
+
+
+def _hint(con: duckdb.DuckDBPyConnection, code: str) -> tuple[str, int, str, bool]:
+    """``(hierarchy hint, number of codes below, kind, billable)`` for a candidate."""
+    hierarchy = get_hierarchy(con)
+    node = hierarchy.resolve(code)
+    if node is None:
+        return "not in the loaded vocabulary", 0, "", False
+    below = len(hierarchy.descendants(node))
+    parents = hierarchy.parents.get(node, ())
+    parent = f"under {hierarchy.code[parents[0]]} {hierarchy.name[parents[0]]}" if parents else "top level"
+    kind = hierarchy.kind[node]
+    shape = f"{kind} with {below} code{'s' if below != 1 else ''} below" if below else f"{kind}, no codes below"
+    return f"{shape}; {parent}", below, kind, hierarchy.billable[node]
+
+
+def generate(
+    state: AssemblyState,
+    con: duckdb.DuckDBPyConnection,
+    dense: DenseRetriever | None = None,
+) -> AssemblyState:
+    """Hybrid retrieval (plus hierarchy hints) for every term the curated check did not settle."""
+    by_code: dict[str, Candidate] = {candidate.code: candidate for candidate in state.candidates}
+    terms: list[TermState] = []
+    for term_state in state.terms:
+        if term_state.status not in ("pending", "ambiguous", "generated"):
+            terms.append(term_state)
+            continue
+        result = hybrid_search(con, term_state.term, k=state.k, dense=dense)
+        if not result.hits:
+            terms.append(term_state.model_copy(update={
+                "status": "unmappable" if term_state.status == "pending" else term_state.status,
+                "search_reason": result.reason or "retrieval returned nothing",
+            }))
+            continue
+        for hit in result.hits:
+            sub = ", ".join(f"{p.retriever} #{p.rank}" for p in hit.provenance if p.retriever != "hybrid")
+            source = CandidateSource(
+                term=term_state.term, retriever=result.method, rank=hit.rank, score=hit.score, detail=sub
+            )
+            existing = by_code.get(hit.code)
+            if existing is None:
+                hint, below, kind, billable = _hint(con, hit.code)
+                by_code[hit.code] = Candidate(
+                    code=hit.code, name=hit.name, kind=kind, billable=billable, sources=[source],
+                    hierarchy_hint=hint, n_descendants=below,
+                )
+            elif all(s.term != term_state.term for s in existing.sources):
+                existing.sources.append(source)
+        terms.append(term_state.model_copy(update={
+            "status": "generated" if term_state.status == "pending" else term_state.status,
+            "candidate_codes": result.codes,
+            "search_degraded": result.degraded,
+        }))
+    return state.model_copy(update={
+        "terms": terms, "candidates": list(by_code.values()), "stage": "generated", "updated_at": _now(),
+    })
+
+
+def confirm(
+    state: AssemblyState,
+    decisions: list[tuple[str, Decision, bool]],
+    reviewer: str,
+    when: str | None = None,
+) -> AssemblyState:
+    """Apply reviewer decisions ``(code, 'accept'|'reject', expand_descendants)`` to candidates."""
+    if not reviewer.strip():
+        raise ValueError("a reviewer name is required to record decisions")
+    when = when or _now()
+    wanted = {code: (decision, expand) for code, decision, expand in decisions}
+    unknown = set(wanted) - {candidate.code for candidate in state.candidates}
+    if unknown:
+        raise ValueError(f"not a candidate in this session: {', '.join(sorted(unknown))}")
+    candidates = []
+    for candidate in state.candidates:
+        if candidate.code in wanted:
+            decision, expand = wanted[candidate.code]
+            candidate = candidate.model_copy(update={
+                "decision": decision,
+                "expand_descendants": bool(expand) and decision == "accept" and candidate.n_descendants > 0,
+                "reviewer": reviewer.strip(),
+                "decided_at": when,
+            })
+        candidates.append(candidate)
+    return state.model_copy(update={"candidates": candidates, "stage": "confirming", "updated_at": when})
+
+
+def choose_cohort(state: AssemblyState, term: str, cohort_id: str) -> AssemblyState:
+    """The reviewer settles an ambiguous term by picking one of the cohorts it matched."""
+    terms = []
+    for term_state in state.terms:
+        if term_state.term == term:
+            picked = next((m for m in term_state.ambiguous if m.cohort_id == cohort_id), None)
+            if picked is None:
+                raise ValueError(f"{cohort_id!r} is not one of the cohorts '{term}' matched")
+            term_state = term_state.model_copy(update={
+                "status": "curated", "curated": picked,
+                "note": f"ambiguous between {len(term_state.ambiguous)} cohorts; reviewer chose {cohort_id}",
+            })
+        terms.append(term_state)
+    return state.model_copy(update={"terms": terms, "updated_at": _now()})
+
+
+def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblyState:
+    """The final concept set: curated codes, accepted candidates (and subtrees), unmappable terms."""
+    hierarchy = get_hierarchy(con)
+    entries: dict[str, ConceptEntry] = {}
+    unmappable: list[UnmappableTerm] = []
+    roots: list[str] = []
+
+    def add(entry: ConceptEntry) -> None:
+        existing = entries.get(entry.code)
+        if existing is None:
+            entries[entry.code] = entry
+        else:
+            for term in entry.terms:
+                if term not in existing.terms:
+                    existing.terms.append(term)
+
+    def name_of(code: str) -> str:
+        node = hierarchy.resolve(code)
+        return hierarchy.name[node] if node is not None else ""
+
+    for term_state in state.terms:
+        match = term_state.curated
+        if term_state.status == "curated" and match is not None:
+            evidence = (
+                f"'{term_state.term}' matched '{match.cohort_name}': {match.name_overlap:.0%} of the term's "
+                f"words in the cohort name, {match.retrieval_overlap:.0%} of its top-{state.k} hits in the cohort"
+            )
+            for code in cohort_codes(con, match.library_path, match.cohort_id):
+                add(ConceptEntry(code=code, name=name_of(code), tier="curated",
+                                 source=f"{match.library_id}/{match.cohort_id}", evidence=evidence,
+                                 terms=[term_state.term]))
+    for candidate in state.candidates:
+        if candidate.decision != "accept":
+            continue
+        best = min(candidate.sources, key=lambda source: source.rank)
+        evidence = f"accepted by {candidate.reviewer} at {candidate.decided_at}"
+        add(ConceptEntry(code=candidate.code, name=candidate.name, tier="generated",
+                         source=f"{best.retriever} rank {best.rank} for '{best.term}'",
+                         evidence=evidence, terms=candidate.terms))
+        if candidate.expand_descendants:
+            node = hierarchy.resolve(candidate.code)
+            if node is not None:
+                roots.append(candidate.code)
+                for child in hierarchy.descendants(node):
+                    code = hierarchy.code[child]
+                    add(ConceptEntry(code=code, name=hierarchy.name[child], tier="generated",
+                                     source=f"descendant of {candidate.code}",
+                                     evidence=f"{evidence}, with all codes below {candidate.code}",
+                                     terms=candidate.terms, via_descendants_of=candidate.code))
+    for term_state in state.terms:
+        if term_state.status == "curated":
+            continue
+        mine = [c for c in state.candidates if term_state.term in c.terms]
+        accepted = [c for c in mine if c.decision == "accept"]
+        if accepted:
+            continue
+        if term_state.status == "unmappable":
+            reason = f"retrieval found nothing: {term_state.search_reason}"
+        elif term_state.status == "ambiguous":
+            names = "; ".join(f"{m.library_id}/{m.cohort_id}" for m in term_state.ambiguous)
+            reason = f"ambiguous between cohorts ({names}); none chosen and no generated candidate accepted"
+        elif mine and all(c.decision == "reject" for c in mine):
+            reason = f"all {len(mine)} generated candidates were rejected by the reviewer"
+        elif mine:
+            reason = f"{sum(1 for c in mine if c.decision is None)} candidates not reviewed yet; none accepted"
+        else:
+            reason = "no curated match and no generated candidates"
+        unmappable.append(UnmappableTerm(term=term_state.term, reason=reason))
+    if not state.terms:
+        unmappable.append(UnmappableTerm(term=state.description, reason="no clinical condition was extracted"))
+    concept_set = ConceptSet(
+        description=state.description, entries=list(entries.values()), unmappable=unmappable,
+        descendant_roots=roots,
+    )
+    return state.model_copy(update={"concept_set": concept_set, "stage": "assembled", "updated_at": _now()})
+
+
+def new_state(
+    description: str,
+    session_id: str,
+    reviewer: str = "",
+    decomposer: str = "offline",
+    library_paths: list[Path | str] | None = None,
+    k: int = DEFAULT_K,
+) -> AssemblyState:
+    now = _now()
+    return AssemblyState(
+        session_id=session_id, description=" ".join(description.split()), reviewer=reviewer,
+        decomposer=decomposer, library_paths=[str(path) for path in library_paths or []], k=k,
+        created_at=now, updated_at=now,
+    )
+
+
+def run_ungated(
+    con: duckdb.DuckDBPyConnection,
+    description: str,
+    decompose_fn: Decomposer,
+    libraries: list[Library],
+    dense: DenseRetriever | None = None,
+    k: int = DEFAULT_K,
+    fanout_threshold: int = 100,
+) -> AssemblyState:
+    """The pipeline minus the human gate (every candidate accepted): what the eval measures."""
+    state = new_state(description, session_id="eval", reviewer="eval", k=k)
+    state = decompose(state, decompose_fn)
+    state = check_curated(state, con, dense=dense, libraries=libraries, fanout_threshold=fanout_threshold)
+    state = generate(state, con, dense=dense)
+    state = confirm(state, [(c.code, "accept", False) for c in state.candidates], reviewer="eval",
+                    when=state.updated_at) if state.candidates else state
+    return assemble(state, con)
+

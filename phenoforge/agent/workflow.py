@@ -1,0 +1,99 @@
+"""The assembly workflow as a few persisted steps, shared by the CLI and the dashboard page.
+
+``start`` runs decompose -> check_curated -> generate and saves the session; ``decide`` applies
+reviewer decisions and writes them with the new state in one transaction; ``choose`` settles an
+ambiguous term; ``finish`` assembles the concept set. Every step reloads nothing it does not need
+and leaves the saved session consistent, so a restart resumes with :func:`resume`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import duckdb
+
+from phenoforge.agent import audit, nodes
+from phenoforge.agent.state import AssemblyState, Decision
+from phenoforge.engine.curated import Library, list_libraries, load_library
+
+if TYPE_CHECKING:
+    from phenoforge.engine.dense import DenseRetriever
+
+Decomposer = Callable[[str], list[str]]
+
+
+def get_decomposer(name: str, model: str | None = None) -> Decomposer:
+    """``offline`` (no key) or ``claude`` (raises MissingAPIKeyError without a key)."""
+    if name == "offline":
+        from phenoforge.agent.offline import offline_decomposer
+
+        return offline_decomposer()
+    if name == "claude":
+        from phenoforge.agent.claude import default_decomposer
+
+        return default_decomposer(model=model)
+    raise ValueError(f"unknown decomposer {name!r}: choose offline or claude")
+
+
+def start(
+    con: duckdb.DuckDBPyConnection,
+    description: str,
+    decompose_fn: Decomposer,
+    reviewer: str = "",
+    decomposer_name: str = "offline",
+    library_paths: list[Path | str] | None = None,
+    dense: DenseRetriever | None = None,
+    k: int = nodes.DEFAULT_K,
+    app_state_path: Path | None = None,
+) -> AssemblyState:
+    """A new session up to the confirmation gate, saved."""
+    if not description.strip():
+        raise ValueError("describe the population first, e.g. 'adults with heart failure'")
+    libraries: list[Library] = (
+        [load_library(path) for path in library_paths] if library_paths else list_libraries()
+    )
+    state = nodes.new_state(
+        description, audit.new_session_id(), reviewer=reviewer, decomposer=decomposer_name,
+        library_paths=[library.path for library in libraries], k=k,
+    )
+    if not libraries:
+        state.notes.append("no cohort library is installed: every term goes to generated retrieval")
+    state = nodes.decompose(state, decompose_fn)
+    state = nodes.check_curated(state, con, dense=dense, libraries=libraries)
+    state = nodes.generate(state, con, dense=dense)
+    audit.save_state(state, path=app_state_path)
+    return state
+
+
+def decide(
+    state: AssemblyState,
+    decisions: list[tuple[str, Decision, bool]],
+    reviewer: str,
+    app_state_path: Path | None = None,
+) -> AssemblyState:
+    """Apply and record decisions atomically (state and audit rows in one transaction)."""
+    if not decisions:
+        return state
+    new = nodes.confirm(state, decisions, reviewer)
+    new = new.model_copy(update={"reviewer": reviewer.strip() or state.reviewer})
+    audit.save_state(new, decisions=[(code, decision, expand) for code, decision, expand in decisions],
+                     path=app_state_path)
+    return new
+
+
+def choose(state: AssemblyState, term: str, cohort_id: str, app_state_path: Path | None = None) -> AssemblyState:
+    new = nodes.choose_cohort(state, term, cohort_id)
+    audit.save_state(new, path=app_state_path)
+    return new
+
+
+def finish(state: AssemblyState, con: duckdb.DuckDBPyConnection, app_state_path: Path | None = None) -> AssemblyState:
+    new = nodes.assemble(state, con)
+    audit.save_state(new, path=app_state_path)
+    return new
+
+
+def resume(session_id: str, app_state_path: Path | None = None) -> AssemblyState:
+    return audit.load_state(session_id, path=app_state_path)

@@ -1,0 +1,164 @@
+"""Nodes, the persisted workflow, the audit trail and the exports, on the fixture vocabulary."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from phenoforge import config
+from phenoforge.agent import audit, nodes, workflow
+from phenoforge.agent.export import concept_set_circe, concept_set_csv
+from phenoforge.engine.curated import load_library
+from phenoforge.engine.expansion import expand_descendants
+
+
+def fixed(terms: list[str]):
+    return lambda description: list(terms)
+
+
+def run(con, library: Path, terms: list[str], description: str = "a study population"):
+    state = nodes.new_state(description, "s1", reviewer="ann", library_paths=[library])
+    state = nodes.decompose(state, fixed(terms))
+    state = nodes.check_curated(state, con, libraries=[load_library(library)])
+    return nodes.generate(state, con)
+
+
+def test_curated_match_when_names_and_retrieval_agree(fixture_con: duckdb.DuckDBPyConnection,
+                                                       fixture_library: Path) -> None:
+    state = run(fixture_con, fixture_library, ["asthma"])
+    term = state.terms[0]
+    assert term.status == "curated"
+    assert term.curated is not None and term.curated.cohort_id == "fix-ASTHMA"
+    assert term.curated.name_overlap == 1.0 and term.curated.retrieval_overlap >= nodes.RETRIEVAL_THRESHOLD
+    assert state.candidates == []  # curated terms need no gate
+
+
+def test_exact_name_settles_near_duplicates(fixture_con, fixture_library) -> None:
+    term = run(fixture_con, fixture_library, ["heart failure"]).terms[0]
+    assert term.status == "curated" and term.curated.cohort_id == "fix-HF"
+    assert term.note and "2 cohorts matched" in term.note
+
+
+def test_ambiguous_match_is_reported_not_guessed(fixture_con, fixture_library) -> None:
+    state = run(fixture_con, fixture_library, ["atrial fibrillation"])
+    term = state.terms[0]
+    assert term.status == "ambiguous" and term.curated is None
+    assert {match.cohort_id for match in term.ambiguous} == {"fix-AF1", "fix-AF2"}
+    assert state.candidates, "an ambiguous term still gets generated candidates to review"
+    chosen = nodes.choose_cohort(state, "atrial fibrillation", "fix-AF2")
+    assert chosen.terms[0].status == "curated" and chosen.terms[0].curated.cohort_id == "fix-AF2"
+    with pytest.raises(ValueError):
+        nodes.choose_cohort(state, "atrial fibrillation", "fix-HF")
+
+
+def test_name_alone_is_not_enough(fixture_con, fixture_library) -> None:
+    # "femur fracture": no cohort name shares a word; falls through to generation with hints
+    state = run(fixture_con, fixture_library, ["fracture of femur"])
+    term = state.terms[0]
+    assert term.status == "generated"
+    codes = [candidate.code for candidate in state.candidates]
+    assert "S72" in codes
+    s72 = state.candidate("S72")
+    assert s72.n_descendants > 0 and "codes below" in s72.hierarchy_hint
+    assert s72.sources[0].term == "fracture of femur" and s72.sources[0].retriever == "hybrid"
+    assert s72.sources[0].rank >= 1
+
+
+def test_unsearchable_term_is_unmappable_with_reason(fixture_con, fixture_library) -> None:
+    state = nodes.assemble(run(fixture_con, fixture_library, ["zzqx"]), fixture_con)
+    assert state.terms[0].status == "unmappable"
+    assert state.concept_set.unmappable[0].term == "zzqx"
+    assert "retrieval found nothing" in state.concept_set.unmappable[0].reason
+
+
+def test_gate_expand_and_provenance(fixture_con, fixture_library) -> None:
+    state = run(fixture_con, fixture_library, ["asthma", "fracture of femur"])
+    others = [c.code for c in state.candidates if c.code != "S72"]
+    state = nodes.confirm(state, [("S72", "accept", True)] + [(code, "reject", False) for code in others], "ann")
+    state = nodes.assemble(state, fixture_con)
+    entries = {entry.code: entry for entry in state.concept_set.entries}
+    for code in expand_descendants(fixture_con, "J45"):
+        assert entries[code].tier == "curated" and entries[code].source == "fixlib/fix-ASTHMA"
+    for code in expand_descendants(fixture_con, "S72"):
+        assert entries[code].tier == "generated"
+    assert entries["S72.001A"].via_descendants_of == "S72"
+    assert "accepted by ann" in entries["S72"].evidence
+    assert state.concept_set.descendant_roots == ["S72"]
+    assert len(state.concept_set.codes) == len(set(state.concept_set.codes))
+    circe = concept_set_circe(fixture_con, state.concept_set)
+    items = {item["concept"]["CONCEPT_CODE"]: item for item in circe["expression"]["items"]}
+    assert items["S72"]["includeDescendants"] is True and "S72.001A" not in items
+    assert items["J45"]["includeDescendants"] is True
+    assert all(item["concept"]["VOCABULARY_ID"] == "ICD10CM" for item in items.values())
+    rows = list(csv.DictReader(io.StringIO(concept_set_csv(state.concept_set))))
+    assert {row["code"] for row in rows if row["code"]} == set(entries)
+
+
+def test_all_rejected_term_is_unmappable(fixture_con, fixture_library) -> None:
+    state = run(fixture_con, fixture_library, ["fracture of femur"])
+    state = nodes.confirm(state, [(c.code, "reject", False) for c in state.candidates], "ann")
+    state = nodes.assemble(state, fixture_con)
+    assert state.concept_set.entries == []
+    assert "rejected by the reviewer" in state.concept_set.unmappable[0].reason
+
+
+def test_confirm_validates_input(fixture_con, fixture_library) -> None:
+    state = run(fixture_con, fixture_library, ["fracture of femur"])
+    with pytest.raises(ValueError, match="reviewer"):
+        nodes.confirm(state, [("S72", "accept", False)], "  ")
+    with pytest.raises(ValueError, match="not a candidate"):
+        nodes.confirm(state, [("I50", "accept", False)], "ann")
+
+
+def test_session_survives_restart_with_audit_trail(fixture_con, fixture_library) -> None:
+    state = workflow.start(fixture_con, "adults with asthma or a femur fracture",
+                           fixed(["asthma", "fracture of femur"]), reviewer="ann",
+                           library_paths=[fixture_library])
+    state = workflow.decide(state, [("S72", "accept", True)], reviewer="ann")
+    state = workflow.decide(state, [("S72.0", "reject", False)], reviewer="bob")
+    # "restart": nothing in memory, read back from the app-state database
+    resumed = workflow.resume(state.session_id)
+    assert resumed == state
+    assert resumed.candidate("S72").decision == "accept" and resumed.candidate("S72.0").reviewer == "bob"
+    trail = audit.decisions(state.session_id)
+    assert [(r.code, r.decision, r.reviewer) for r in trail] == [("S72", "accept", "ann"), ("S72.0", "reject", "bob")]
+    assert trail[0].expand_descendants is True and trail[0].description == state.description
+    assert "fracture of femur" in trail[0].terms
+    exported = list(csv.DictReader(io.StringIO(audit.audit_csv(trail))))
+    assert exported[1]["reviewer"] == "bob"
+    assert json.loads(audit.audit_json(trail))[0]["code"] == "S72"
+    summaries = audit.list_sessions()
+    assert summaries[0].session_id == state.session_id and summaries[0].n_decisions == 2
+    final = workflow.finish(resumed, fixture_con)
+    assert workflow.resume(state.session_id).stage == "assembled"
+    assert "S72.001A" in final.concept_set.codes
+    with sqlite3.connect(config.app_state_db_path()) as con:
+        assert con.execute("PRAGMA journal_mode").fetchall()[0][0] == "wal"
+        tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"assembly_session", "assembly_decision"} <= tables
+
+
+def test_failed_save_records_nothing(fixture_con, fixture_library) -> None:
+    state = workflow.start(fixture_con, "femur fracture", fixed(["fracture of femur"]), reviewer="ann",
+                           library_paths=[fixture_library])
+    # a decision row for a code the state has not applied is refused, and the whole write rolls back
+    with pytest.raises(Exception, match="not applied"):
+        audit.save_state(state.model_copy(update={"stage": "confirming"}), decisions=[("S72", "accept", False)])
+    assert audit.decisions(state.session_id) == []
+    assert workflow.resume(state.session_id).stage == "generated"
+
+
+def test_unknown_session(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="no assembly session"):
+        workflow.resume("nope")
+
+
+def test_start_requires_a_description(fixture_con, fixture_library) -> None:
+    with pytest.raises(ValueError, match="describe"):
+        workflow.start(fixture_con, "  ", fixed(["asthma"]), library_paths=[fixture_library])
