@@ -63,7 +63,8 @@ HCC_VERSIONS = ("V28", "V24")
 
 PUBLIC_DOMAIN = "US government work, public domain (17 U.S.C. 105)"
 
-_ICD_SHAPE = re.compile(r"^[A-Z][0-9][0-9A-Z][0-9A-Z]{0,4}$")
+# A letter, then a digit in position 2 or 3 (FY2026 added QA0-), up to 7 characters in all.
+_ICD_SHAPE = re.compile(r"^[A-Z](?:[0-9][0-9A-Z]|[A-Z][0-9])[0-9A-Z]{0,4}$")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SUB_MEASURE_SUFFIXES = ("_POA", "_SQLA")
 

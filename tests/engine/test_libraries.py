@@ -441,6 +441,16 @@ def test_import_name_conflict_after_bad_row(
     ]
 
 
+@pytest.mark.parametrize(
+    ("typed", "ok"),
+    [("E11.22", True), ("e1122", True), (" E11.22 ", True), ("QA0.0101", True),
+     ("S72.001A", True), ("U07.1", True), ("nope", False), ("XYZ", False), ("12345", False),
+     ("E11.", False), ("E1.122", False), ("E11..2", False), ("E11-22", False), ("E11.2234567", False)],
+)
+def test_code_problem(typed: str, ok: bool) -> None:
+    assert (libraries._code_problem(typed) is None) is ok
+
+
 def test_import_not_utf8(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
     path = tmp_path / "latin1.csv"
     path.write_bytes("cohort_id,cohort_name,code\nx,Ménière,H81.0\n".encode("latin-1"))
@@ -586,6 +596,12 @@ def test_real_packaged_libraries(tmp_path: Path) -> None:
         assert by_id["cms-hcc-v28-py2026"].stats.n_listed_codes == 8037
         assert by_id["cms-hcc-v24-py2026"].stats.n_listed_codes == 10070
         hierarchy = get_hierarchy(con)
+        # every real code is importable as typed, dotted or not (FY2026 added QA0-)
+        codes = [code for node, code in hierarchy.code.items()
+                 if hierarchy.kind[node] not in ("chapter", "block")]
+        assert len(codes) > 98_000
+        assert [c for c in codes if libraries._code_problem(c) is not None] == []
+        assert [c for c in codes if libraries._code_problem(c.replace(".", "")) is not None] == []
         for manifest in manifests:
             missing = manifest.stats.codes_not_in_vocabulary
             assert manifest.stats.n_codes_not_in_vocabulary == len(missing)
