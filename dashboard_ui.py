@@ -1,0 +1,126 @@
+"""Streamlit glue shared by the pages: cached process-wide resources, and errors as messages.
+
+It lives outside ``pages/`` (every file there becomes a page) and outside ``phenoforge`` (which
+never imports streamlit). Pages hold layout only; numbers come from ``phenoforge.dashboard``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import duckdb
+import streamlit as st
+
+from phenoforge.dashboard.explore import CohortMembership
+from phenoforge.dashboard.resources import CursorPool, DenseManager, open_vocabulary, vocabulary_present
+from phenoforge.engine.curated import Library, list_libraries
+from phenoforge.errors import PhenoforgeError
+
+PERCENT = "%.3f"
+
+
+@st.cache_resource(show_spinner=False)
+def cursor_pool() -> CursorPool:
+    """One read-only connection per process; sessions borrow cursors from it."""
+    return CursorPool(open_vocabulary())
+
+
+@st.cache_resource(show_spinner=False)
+def dense_manager() -> DenseManager:
+    return DenseManager(cursor_pool())
+
+
+@st.cache_resource(show_spinner=False)
+def cohort_membership() -> CohortMembership:
+    return CohortMembership()
+
+
+@st.cache_resource(show_spinner=False)
+def shared_registry() -> dict[Any, Any]:
+    """Process-wide memo for expensive, session-independent results (ranking caches)."""
+    return {}
+
+
+def page_header(title: str, caption: str | None = None) -> None:
+    st.set_page_config(page_title=f"phenoforge · {title}", page_icon="🧬", layout="wide")
+    st.title(title)
+    if caption:
+        st.caption(caption)
+
+
+def require_vocabulary() -> None:
+    """Pages other than Home need the vocabulary; Home builds it."""
+    if not vocabulary_present():
+        st.warning("The vocabulary database is not built yet. Open the Home page: it builds it "
+                   "with a progress bar (about 3 seconds).")
+        st.page_link("app.py", label="Go to Home", icon="🏠")
+        st.stop()
+
+
+@contextmanager
+def cursor() -> Iterator[duckdb.DuckDBPyConnection]:
+    with cursor_pool().cursor() as cur:
+        yield cur
+
+
+def libraries() -> list[Library]:
+    return list_libraries()
+
+
+def require_libraries() -> list[Library]:
+    found = libraries()
+    if not found:
+        st.warning("No cohort library is installed yet. Open the Home page to build the bundled "
+                   "libraries, or import one with `python -m phenoforge library import FILE.csv`.")
+        st.page_link("app.py", label="Go to Home", icon="🏠")
+        st.stop()
+    return found
+
+
+def library_picker(found: list[Library], key: str, default_id: str | None = None,
+                   container: Any = st) -> Library:
+    ids = [lib.library_id for lib in found]
+    index = ids.index(default_id) if default_id in ids else 0
+    chosen = container.selectbox(
+        "Cohort library", ids, index=index, key=key,
+        format_func=lambda i: f"{found[ids.index(i)].manifest.name} ({i}, "
+        f"{len(found[ids.index(i)].manifest.cohorts)} cohorts)",
+    )
+    return found[ids.index(chosen)]
+
+
+def dense_retriever() -> Any:
+    """The dense retriever once its index is ready, else None (BM25 methods still work)."""
+    return dense_manager().retriever()
+
+
+def dense_notice() -> None:
+    status = dense_manager().status()
+    if status.state == "ready":
+        return
+    if status.state == "building":
+        st.info(f"The dense index is building ({status.done}/{status.total}: {status.message}). "
+                "BM25 methods work now; dense and hybrid wait for it (hybrid runs as BM25 alone).")
+    elif status.state == "failed":
+        st.warning(status.error or "the dense index build failed")
+    else:
+        st.info("The dense index is not built: dense methods are unavailable and hybrid runs as "
+                "BM25 alone. Open the Home page to build it.")
+
+
+def run_page(main: Callable[[], None]) -> None:
+    """Run a page; a PhenoforgeError becomes a message that says what to do, not a traceback."""
+    try:
+        main()
+    except PhenoforgeError as error:
+        st.error(str(error))
+
+
+def progress_callback(bar: Any, prefix: str = "") -> Callable[[int, int, str], None]:
+    def report(done: int, total: int, message: str) -> None:
+        fraction = min(1.0, done / total) if total else 1.0
+        bar.progress(fraction, text=f"{prefix}{done}/{total} · {message}")
+
+    return report

@@ -1,0 +1,103 @@
+"""Hybrid weight: slide dense_weight and watch every cohort re-score, with no re-query."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+import dashboard_ui as ui
+from phenoforge.dashboard.weights import WeightScorer, cohort_shifts, collect, means
+from phenoforge.engine.db import build_id
+
+REFERENCE_WEIGHT = 0.0
+
+
+def scorer_for(library, cohort_ids: list[str], k: int, dense) -> WeightScorer:  # type: ignore[no-untyped-def]
+    """Rankings per (build, library, cohorts, k), collected once per process with progress."""
+    registry = ui.shared_registry()
+    with ui.cursor() as con:
+        key = ("weights", build_id(con), str(library.path),
+               (Path(library.path) / "manifest.json").stat().st_mtime, tuple(cohort_ids), k,
+               id(dense))
+        scorer = registry.get(key)
+        if scorer is None:
+            bar = st.progress(0.0, text="querying BM25 and dense once per cohort")
+            cache = collect(con, Path(library.path), cohort_ids, dense, k=k,
+                            progress=ui.progress_callback(bar, "rankings "))
+            scorer = WeightScorer(cache, k=k)
+            scorer.curve(con)
+            registry[key] = scorer
+            bar.empty()
+    return scorer
+
+
+@st.fragment
+def slider_view(scorer: WeightScorer) -> None:
+    weight = st.slider("dense_weight (0 = BM25 only, 1 = dense only)", 0.0, 1.0, 0.5, 0.01,
+                       key="hw_weight")
+    with ui.cursor() as con:
+        report = scorer.report(con, weight)
+        reference = scorer.report(con, REFERENCE_WEIGHT)
+        curve = scorer.curve(con)
+    current = means(report)
+    base = means(reference)
+    cols = st.columns(3)
+    cols[0].metric("Mean hierarchical", f"{current['hierarchical']:.4f}",
+                   f"{current['hierarchical'] - base['hierarchical']:+.4f} vs BM25 only")
+    cols[1].metric("Mean coverage", f"{current['coverage']:.4f}",
+                   f"{current['coverage'] - base['coverage']:+.4f}")
+    cols[2].metric("Mean over-inclusion", f"{current['over_inclusion']:.4f}",
+                   f"{current['over_inclusion'] - base['over_inclusion']:+.4f}",
+                   delta_color="inverse")
+    figure = go.Figure()
+    figure.add_scatter(x=[w for w, _ in curve], y=[s for _, s in curve], mode="lines+markers",
+                       name="mean hierarchical score")
+    figure.add_scatter(x=[weight], y=[current["hierarchical"]], mode="markers",
+                       marker={"size": 16, "color": "#c0392b", "symbol": "diamond"},
+                       name=f"current ({weight:.2f})")
+    best_w, best_s = max(curve, key=lambda point: point[1])
+    figure.update_layout(title=f"Hierarchical score vs dense weight (best on the grid: "
+                         f"{best_s:.4f} at {best_w:.2f})", xaxis={"title": "dense_weight"},
+                         yaxis={"title": "mean hierarchical score"}, height=380,
+                         margin={"t": 50, "b": 30})
+    st.plotly_chart(figure, width="stretch", key="hw_curve")
+    shifts = cohort_shifts(reference, report)
+    left, right = st.columns(2)
+    columns = {"cohort_id": "cohort", "cohort_name": "name", "reference": "BM25 only",
+               "current": f"at {weight:.2f}", "delta": "Δ"}
+    frame = pd.DataFrame([s.model_dump() for s in shifts]).rename(columns=columns)
+    number = {c: st.column_config.NumberColumn(format="%.3f") for c in columns.values()
+              if c not in ("cohort", "name")}
+    left.markdown("**Cohorts gaining most**")
+    left.dataframe(frame.head(8) if not frame.empty else frame, hide_index=True, width="stretch",
+                   key="hw_gain", column_config=number)
+    right.markdown("**Cohorts losing most**")
+    right.dataframe(frame.iloc[::-1].head(8) if not frame.empty else frame, hide_index=True,
+                    width="stretch", key="hw_lose", column_config=number)
+
+
+def main() -> None:
+    ui.page_header("Hybrid weight", "Per-retriever rankings are queried once; the slider re-fuses "
+                   "them (weighted RRF) and re-scores every cohort.")
+    ui.require_vocabulary()
+    libraries = ui.require_libraries()
+    dense = ui.dense_retriever()
+    if dense is None:
+        ui.dense_notice()
+        st.info("The slider needs the dense index: without it every weight is BM25 alone.")
+        return
+    library = ui.library_picker(libraries, key="hw_library")
+    names = {e.cohort_id: e.cohort_name for e in library.manifest.cohorts}
+    cols = st.columns([3, 1])
+    chosen = cols[0].multiselect("Cohorts (leave empty for all)", list(names), default=[],
+                                 format_func=lambda c: f"{c} · {names[c]}",
+                                 key=f"hw_cohorts_{library.library_id}")
+    k = int(cols[1].number_input("k", 1, 100, 25, key="hw_k"))
+    scorer = scorer_for(library, chosen or list(names), k, dense)
+    slider_view(scorer)
+
+
+ui.run_page(main)

@@ -1,0 +1,261 @@
+"""The Benchmark page's logic: run, summarise with intervals and paired tests, export, save.
+
+Pages only lay these numbers out, so the AppTest suite can compare what a page shows with what
+these functions compute for the same inputs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from urllib.parse import urlencode
+
+import duckdb
+from pydantic import BaseModel
+
+from phenoforge import app_state
+from phenoforge.app_state import BenchmarkParameters
+from phenoforge.config import ProgressCallback
+from phenoforge.engine.curated import Library
+from phenoforge.engine.db import vocabulary_info
+from phenoforge.eval.harness import ALL_METHODS, NEEDS_DENSE, run_benchmark
+from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
+from phenoforge.eval.stats import MethodComparison, bootstrap_ci, compare_methods
+
+METRICS: dict[str, str] = {
+    "hierarchical": "hierarchical_score",
+    "coverage": "coverage",
+    "over_inclusion": "over_inclusion_penalty",
+    "precision": "precision",
+    "exact_f1": "exact_f1",
+}
+METRIC_LABELS: dict[str, str] = {
+    "hierarchical": "Hierarchical score",
+    "coverage": "Coverage",
+    "over_inclusion": "Over-inclusion",
+    "precision": "Precision (1 - over-inclusion)",
+    "exact_f1": "Exact-match F1",
+}
+DRILLDOWN_PAGE = "Cohort_drilldown"
+
+
+def metric_value(result: CohortEvalResult, metric: str) -> float:
+    if metric == "precision":
+        return 1.0 - result.over_inclusion_penalty
+    return float(getattr(result, METRICS[metric]))
+
+
+def available_methods(dense_ready: bool) -> list[str]:
+    """Every harness method; dense-only ones only once the dense index is ready."""
+    return [m for m in ALL_METHODS if dense_ready or m not in NEEDS_DENSE]
+
+
+class MethodSummary(BaseModel):
+    """One method's means with bootstrap intervals, and its delta to the baseline."""
+
+    method: str
+    n_cohorts: int
+    mean_hierarchical: float
+    ci_hierarchical: tuple[float, float]
+    mean_coverage: float
+    ci_coverage: tuple[float, float]
+    mean_over_inclusion: float
+    ci_over_inclusion: tuple[float, float]
+    mean_precision: float
+    mean_exact_f1: float
+    delta_hierarchical: float | None = None
+    delta_coverage: float | None = None
+    delta_over_inclusion: float | None = None
+
+
+def _by_method(report: BenchmarkReport) -> dict[str, list[CohortEvalResult]]:
+    grouped: dict[str, list[CohortEvalResult]] = {}
+    for result in report.results:
+        grouped.setdefault(result.method, []).append(result)
+    return grouped
+
+
+def method_summaries(
+    report: BenchmarkReport, baseline: str | None = None, n_resamples: int = 2000
+) -> list[MethodSummary]:
+    """Per method: means (the harness's own), 95 % bootstrap intervals, deltas to ``baseline``."""
+    summaries: list[MethodSummary] = []
+    grouped = _by_method(report)
+    for method, results in grouped.items():
+        cis = {
+            metric: bootstrap_ci([metric_value(r, metric) for r in results],
+                                 n_resamples=n_resamples)
+            for metric in ("hierarchical", "coverage", "over_inclusion")
+        }
+        summaries.append(MethodSummary(
+            method=method,
+            n_cohorts=len(results),
+            mean_hierarchical=report.mean_hierarchical_score_by_method[method],
+            ci_hierarchical=(cis["hierarchical"].low, cis["hierarchical"].high),
+            mean_coverage=report.mean_coverage_by_method[method],
+            ci_coverage=(cis["coverage"].low, cis["coverage"].high),
+            mean_over_inclusion=report.mean_over_inclusion_by_method[method],
+            ci_over_inclusion=(cis["over_inclusion"].low, cis["over_inclusion"].high),
+            mean_precision=1.0 - report.mean_over_inclusion_by_method[method],
+            mean_exact_f1=sum(r.exact_f1 for r in results) / len(results),
+        ))
+    if baseline is not None:
+        base = next((s for s in summaries if s.method == baseline), None)
+        if base is not None:
+            for summary in summaries:
+                summary.delta_hierarchical = summary.mean_hierarchical - base.mean_hierarchical
+                summary.delta_coverage = summary.mean_coverage - base.mean_coverage
+                summary.delta_over_inclusion = summary.mean_over_inclusion - base.mean_over_inclusion
+    return summaries
+
+
+def scores_by_method(report: BenchmarkReport, metric: str = "hierarchical") -> dict[str, dict[str, float]]:
+    scores: dict[str, dict[str, float]] = {}
+    for result in report.results:
+        scores.setdefault(result.method, {})[result.cohort_id] = metric_value(result, metric)
+    return scores
+
+
+def significance(
+    report: BenchmarkReport, baseline: str, metric: str = "hierarchical", alpha: float = 0.05
+) -> list[MethodComparison]:
+    """Every method against the baseline: paired permutation tests over cohorts, Holm-corrected."""
+    return compare_methods(scores_by_method(report, metric), baseline=baseline, alpha=alpha)
+
+
+def drilldown_link(library_id: str, cohort_id: str, method: str, run_id: str | None = None) -> str:
+    """The Cohort drilldown page's URL for one cohort and method (relative to the app root)."""
+    params = {"library": library_id, "cohort": cohort_id, "method": method}
+    if run_id:
+        params["run"] = run_id
+    return f"/{DRILLDOWN_PAGE}?{urlencode(params)}"
+
+
+def cohort_rows(
+    report: BenchmarkReport, library_id: str, run_id: str | None = None,
+    baseline: str | None = None,
+) -> list[dict[str, object]]:
+    """The per-cohort table: one row per cohort and method, with its drilldown link."""
+    base = (
+        {r.cohort_id: r.hierarchical_score for r in report.results if r.method == baseline}
+        if baseline else {}
+    )
+    rows: list[dict[str, object]] = []
+    for r in report.results:
+        delta = (r.hierarchical_score - base[r.cohort_id]) if r.cohort_id in base else None
+        rows.append({
+            "cohort_id": r.cohort_id,
+            "cohort_name": r.cohort_name,
+            "method": r.method,
+            "hierarchical": r.hierarchical_score,
+            "delta_vs_baseline": delta,
+            "coverage": r.coverage,
+            "over_inclusion": r.over_inclusion_penalty,
+            "precision": 1.0 - r.over_inclusion_penalty,
+            "exact_f1": r.exact_f1,
+            "n_predicted": len(r.predicted_codes),
+            "n_curated": len(r.ground_truth_codes),
+            "drilldown": drilldown_link(library_id, r.cohort_id, r.method, run_id),
+        })
+    return rows
+
+
+CSV_COLUMNS = [
+    "cohort_id", "cohort_name", "method", "coverage", "over_inclusion_penalty",
+    "hierarchical_score", "exact_precision", "exact_recall", "exact_f1", "n_predicted",
+    "n_ground_truth", "predicted_codes", "ground_truth_codes", "unresolvable_ground_truth",
+]
+
+
+def report_csv(report: BenchmarkReport) -> str:
+    """One row per cohort and method; code lists space-separated."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in report.results:
+        writer.writerow([
+            r.cohort_id, r.cohort_name, r.method, f"{r.coverage:.6f}",
+            f"{r.over_inclusion_penalty:.6f}", f"{r.hierarchical_score:.6f}",
+            f"{r.exact_precision:.6f}", f"{r.exact_recall:.6f}", f"{r.exact_f1:.6f}",
+            len(r.predicted_codes), len(r.ground_truth_codes), " ".join(r.predicted_codes),
+            " ".join(r.ground_truth_codes), " ".join(r.unresolvable_ground_truth),
+        ])
+    return buffer.getvalue()
+
+
+def report_json(report: BenchmarkReport, parameters: BenchmarkParameters | None = None,
+                meta: dict[str, str] | None = None) -> str:
+    payload: dict[str, object] = {"report": json.loads(report.model_dump_json())}
+    if parameters is not None:
+        payload["parameters"] = json.loads(parameters.model_dump_json())
+    if meta:
+        payload["meta"] = meta
+    return json.dumps(payload, indent=1)
+
+
+class BenchmarkRun(BaseModel):
+    run_id: str
+    library_id: str
+    library_path: str
+    parameters: BenchmarkParameters
+    report: BenchmarkReport
+    started_at: str
+    finished_at: str
+    vocabulary_release: str
+
+
+def run_and_save(
+    con: duckdb.DuckDBPyConnection,
+    library: Library,
+    parameters: BenchmarkParameters,
+    dense: object | None = None,
+    progress: ProgressCallback | None = None,
+    label: str = "",
+) -> BenchmarkRun:
+    """Run the benchmark as asked and store it in the app-state database before returning."""
+    started = app_state.now_iso()
+    report = run_benchmark(
+        con, Path(library.path), parameters.cohort_ids, methods=parameters.methods, dense=dense,
+        k=parameters.k, fanout_threshold=parameters.fanout_threshold,
+        dense_weight=parameters.dense_weight, progress=progress,
+    )
+    info = vocabulary_info(con)
+    finished = app_state.now_iso()
+    run_id = app_state.save_benchmark_run(
+        report, parameters, library_id=library.library_id, library_path=library.path,
+        vocabulary_release=info.vocabulary_release, vocabulary_build_id=info.build_id,
+        started_at=started, finished_at=finished, label=label,
+    )
+    return BenchmarkRun(
+        run_id=run_id, library_id=library.library_id, library_path=str(library.path),
+        parameters=parameters, report=report, started_at=started, finished_at=finished,
+        vocabulary_release=info.vocabulary_release,
+    )
+
+
+def saved_run(run_id: str) -> BenchmarkRun:
+    """A saved run, reopened in the shape a fresh run has."""
+    saved = app_state.load_benchmark_run(run_id)
+    return BenchmarkRun(
+        run_id=saved.run_id, library_id=saved.library_id, library_path=saved.library_path,
+        parameters=saved.parameters, report=saved.report, started_at=saved.started_at,
+        finished_at=saved.finished_at, vocabulary_release=saved.vocabulary_release,
+    )
+
+
+def leaderboard(report: BenchmarkReport) -> list[dict[str, object]]:
+    """Methods ranked by mean hierarchical score, best first."""
+    rows = [
+        {
+            "method": method,
+            "hierarchical": score,
+            "coverage": report.mean_coverage_by_method.get(method, math.nan),
+            "over_inclusion": report.mean_over_inclusion_by_method.get(method, math.nan),
+            "n_cohorts": sum(1 for r in report.results if r.method == method),
+        }
+        for method, score in report.mean_hierarchical_score_by_method.items()
+    ]
+    return sorted(rows, key=lambda row: -float(row["hierarchical"]))  # type: ignore[arg-type]

@@ -1,0 +1,117 @@
+"""The Explore page: search side by side, and everything known about one code."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import duckdb
+from pydantic import BaseModel
+
+from phenoforge.engine.curated import Library, load_curated_concept_set
+from phenoforge.engine.db import build_id
+from phenoforge.engine.expansion import get_hierarchy, lookup
+from phenoforge.engine.hybrid import search_concepts
+from phenoforge.engine.models import Concept, SearchResult
+from phenoforge.errors import PhenoforgeError
+
+
+def search_side_by_side(
+    con: duckdb.DuckDBPyConnection, query: str, methods: list[str], k: int = 10,
+    dense: object | None = None, dense_weight: float = 0.5,
+) -> dict[str, SearchResult]:
+    return {
+        method: search_concepts(con, query, method=method, k=k, dense=dense,  # type: ignore[arg-type]
+                                dense_weight=dense_weight)
+        for method in methods
+    }
+
+
+class Note(BaseModel):
+    note_type: str
+    text: str
+
+
+class CohortRef(BaseModel):
+    library_id: str
+    cohort_id: str
+    cohort_name: str
+
+
+class CodeDetails(BaseModel):
+    concept: Concept
+    ancestors: list[Concept]
+    children: list[Concept]
+    notes: list[Note]
+    cohorts: list[CohortRef]
+
+
+class CohortMembership:
+    """code -> cohorts whose curated set holds it, per library and vocabulary build.
+
+    Resolving a whole library is seconds of work, so it is done once per (build, library,
+    manifest mtime) and shared by every session.
+    """
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[str, str, float], dict[str, list[CohortRef]]] = {}
+        self._errors: dict[tuple[str, str, float], list[str]] = {}
+        self._lock = threading.Lock()
+
+    def _key(self, con: duckdb.DuckDBPyConnection, library: Library) -> tuple[str, str, float]:
+        manifest = Path(library.path) / "manifest.json"
+        mtime = manifest.stat().st_mtime if manifest.exists() else 0.0
+        return (build_id(con), str(library.path), mtime)
+
+    def index(self, con: duckdb.DuckDBPyConnection, library: Library) -> dict[str, list[CohortRef]]:
+        key = self._key(con, library)
+        with self._lock:
+            known = self._index.get(key)
+            if known is not None:
+                return known
+            by_code: dict[str, list[CohortRef]] = {}
+            errors: list[str] = []
+            for entry in library.manifest.cohorts:
+                try:
+                    curated = load_curated_concept_set(con, Path(library.path), entry.cohort_id)
+                except PhenoforgeError as error:
+                    errors.append(str(error))
+                    continue
+                ref = CohortRef(library_id=library.library_id, cohort_id=entry.cohort_id,
+                                cohort_name=entry.cohort_name)
+                for code in curated.codes:
+                    by_code.setdefault(code, []).append(ref)
+            self._index[key] = by_code
+            self._errors[key] = errors
+            return by_code
+
+    def cohorts_with(self, con: duckdb.DuckDBPyConnection, libraries: list[Library],
+                     code: str) -> list[CohortRef]:
+        refs: list[CohortRef] = []
+        for library in libraries:
+            refs.extend(self.index(con, library).get(code, []))
+        return refs
+
+
+def code_details(
+    con: duckdb.DuckDBPyConnection, code: str, libraries: list[Library],
+    membership: CohortMembership,
+) -> CodeDetails | None:
+    """The concept, its ancestors (nearest first), children, notes and containing cohorts."""
+    concept = lookup(con, code)
+    if concept is None:
+        return None
+    hierarchy = get_hierarchy(con)
+    chain = hierarchy.chain(concept.concept_id)
+    ancestors = [hierarchy.concept(node) for node in chain[1:]]
+    children = [hierarchy.concept(node) for node in hierarchy.children.get(concept.concept_id, ())]
+    notes = [
+        Note(note_type=note_type, text=text)
+        for note_type, text in con.execute(
+            "SELECT note_type, text FROM concept_note WHERE concept_id = ? ORDER BY note_type, text",
+            [concept.concept_id],
+        ).fetchall()
+    ]
+    cohorts = membership.cohorts_with(con, libraries, concept.code)
+    return CodeDetails(concept=concept, ancestors=ancestors, children=children, notes=notes,
+                       cohorts=cohorts)

@@ -1,0 +1,88 @@
+"""The hybrid-weight slider's fast path: re-fuse cached rankings, never re-query.
+
+Rankings are collected once per (library, cohorts); every slider position is then a pure
+re-fusion and re-scoring. Reports are memoised per weight, so returning to a position is free.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import duckdb
+from pydantic import BaseModel
+
+from phenoforge.config import ProgressCallback
+from phenoforge.engine.hybrid import fusion_depth
+from phenoforge.eval.harness import RankingCache, collect_rankings, rescore_hybrid
+from phenoforge.eval.models import BenchmarkReport
+
+CURVE_WEIGHTS: tuple[float, ...] = tuple(round(i / 20, 2) for i in range(21))
+
+
+def collect(
+    con: duckdb.DuckDBPyConnection, library_dir: Path, cohort_ids: list[str], dense: object | None,
+    k: int = 25, progress: ProgressCallback | None = None,
+) -> RankingCache:
+    """Query every retriever once, deep enough for ``k`` at any weight."""
+    return collect_rankings(con, library_dir, cohort_ids, dense=dense, depth=fusion_depth(k),
+                            progress=progress)
+
+
+class WeightScorer:
+    """Reports per weight for one ranking cache, memoised; safe to share between threads."""
+
+    def __init__(self, cache: RankingCache, k: int = 25) -> None:
+        self.cache = cache
+        self.k = k
+        self._reports: dict[float, BenchmarkReport] = {}
+        self._lock = threading.Lock()
+
+    def report(self, con: duckdb.DuckDBPyConnection, weight: float) -> BenchmarkReport:
+        key = round(float(weight), 4)
+        with self._lock:
+            cached = self._reports.get(key)
+        if cached is not None:
+            return cached
+        report = rescore_hybrid(con, self.cache, key, k=self.k)
+        with self._lock:
+            self._reports[key] = report
+        return report
+
+    def curve(self, con: duckdb.DuckDBPyConnection,
+              weights: tuple[float, ...] = CURVE_WEIGHTS) -> list[tuple[float, float]]:
+        """(weight, mean hierarchical score) along the grid."""
+        return [
+            (w, self.report(con, w).mean_hierarchical_score_by_method.get("hybrid", 0.0))
+            for w in weights
+        ]
+
+
+class CohortShift(BaseModel):
+    cohort_id: str
+    cohort_name: str
+    reference: float
+    current: float
+    delta: float
+
+
+def cohort_shifts(reference: BenchmarkReport, current: BenchmarkReport) -> list[CohortShift]:
+    """Per cohort, hierarchical score at the current weight minus at the reference weight,
+    largest gain first."""
+    before = {r.cohort_id: r for r in reference.results}
+    shifts = [
+        CohortShift(cohort_id=r.cohort_id, cohort_name=r.cohort_name,
+                    reference=before[r.cohort_id].hierarchical_score,
+                    current=r.hierarchical_score,
+                    delta=r.hierarchical_score - before[r.cohort_id].hierarchical_score)
+        for r in current.results if r.cohort_id in before
+    ]
+    return sorted(shifts, key=lambda s: (-s.delta, s.cohort_id))
+
+
+def means(report: BenchmarkReport) -> dict[str, float]:
+    return {
+        "hierarchical": report.mean_hierarchical_score_by_method.get("hybrid", 0.0),
+        "coverage": report.mean_coverage_by_method.get("hybrid", 0.0),
+        "over_inclusion": report.mean_over_inclusion_by_method.get("hybrid", 0.0),
+    }

@@ -1,0 +1,99 @@
+"""A complete dashboard data directory on fixture data: vocabulary, one library, dense index.
+
+Shared by the AppTest suite, the browser test and the dashboard bench. The cohort ids are OHDSI
+Phenotype Library ids the decomposition test cases use, so the Decomposition page has cases.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from phenoforge.engine.curated import (
+    Citation,
+    CohortEntry,
+    LibraryManifest,
+    LibraryStats,
+    cohort_file_name,
+    icd_cohort_definition,
+    write_library,
+)
+from tests.fixture_vocab import build_fixture_vocab
+
+EMBEDDER_SPEC = "tests.engine.fake_embedder:FakeEmbedder"
+LIBRARY_DIR = "ohdsi"
+LIBRARY_ID = "ohdsi-fixture"
+
+FIXTURE_COHORTS: dict[str, tuple[str, list[str]]] = {
+    "503": ("Type 2 diabetes mellitus", ["E11.21", "E11.22", "E11.29", "E11.65", "E11.9"]),
+    "499": ("Type 1 diabetes mellitus", ["E10.9", "E10.10"]),
+    "519": ("Heart failure", ["I50.21", "I50.22", "I50.9"]),
+    "513": ("Atrial fibrillation", ["I48.0", "I48.91"]),
+    "521": ("Asthma", ["J45.20", "J45.909"]),
+    "563": ("Obesity", ["E66.0", "E66.9"]),
+}
+
+
+def write_fixture_library(root: Path) -> Path:
+    cohorts = [
+        CohortEntry(cohort_id=cid, cohort_name=name, file=cohort_file_name(cid))
+        for cid, (name, _codes) in FIXTURE_COHORTS.items()
+    ]
+    manifest = LibraryManifest(
+        library_id=LIBRARY_ID, name="Fixture phenotypes",
+        description="A few cohorts over the fixture vocabulary",
+        citation=Citation(source="phenoforge tests", version="1", licence="CC0",
+                          url="https://example.org/fixture"),
+        created_at="2026-01-01T00:00:00+00:00",
+        stats=LibraryStats(n_cohorts=len(cohorts),
+                           n_listed_codes=sum(len(c) for _n, c in FIXTURE_COHORTS.values())),
+        cohorts=cohorts,
+    )
+    definitions = {cid: icd_cohort_definition(name, codes)
+                   for cid, (name, codes) in FIXTURE_COHORTS.items()}
+    return write_library(root / LIBRARY_DIR, manifest, definitions)
+
+
+@contextmanager
+def env(**values: str) -> Iterator[None]:
+    old = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def build_dashboard_data(data_dir: Path, dense: bool = True) -> Path:
+    """Vocabulary, fixture library and (optionally) a fake-embedder dense index under data_dir."""
+    import duckdb
+
+    from phenoforge.engine.dense import ensure_dense_index
+    from tests.engine.fake_embedder import FakeEmbedder
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    build_fixture_vocab(data_dir / "vocab.duckdb")
+    write_fixture_library(data_dir / "libraries")
+    if dense:
+        con = duckdb.connect(str(data_dir / "vocab.duckdb"), read_only=True)
+        try:
+            ensure_dense_index(con, embed_fn=FakeEmbedder(), index_dir=data_dir / "dense")
+        finally:
+            con.close()
+    return data_dir
+
+
+def dashboard_env(data_dir: Path) -> dict[str, str]:
+    """The environment the app needs to run on this data without a model or a network."""
+    return {
+        "PHENOFORGE_DATA_DIR": str(data_dir),
+        "PHENOFORGE_EMBEDDER": EMBEDDER_SPEC,
+        "PHENOFORGE_DENSE_AUTOBUILD": "0",
+        "ANTHROPIC_API_KEY": "",
+    }
