@@ -61,6 +61,9 @@ HCC_LABELS_FILE = "ra_labels_2026.csv"
 HCC_PAYMENT_YEAR = 2026
 HCC_VERSIONS = ("V28", "V24")
 
+RESERVED_DIRS = (ELIXHAUSER_DIR, "cms-hcc-v28", "cms-hcc-v24", "ohdsi")
+"""Library folders the set-up writes: an import there would be overwritten by the next build."""
+
 PUBLIC_DOMAIN = "US government work, public domain (17 U.S.C. 105)"
 
 # A letter, then a digit in position 2 or 3 (FY2026 added QA0-), up to 7 characters in all.
@@ -857,6 +860,11 @@ def import_library_csv(
             f"library id {library_id!r} may hold only letters, digits, '.', '_' and '-'"
         )
     target = Path(dest) if dest is not None else libraries_dir() / library_id
+    reserved = {(libraries_dir() / name).resolve() for name in RESERVED_DIRS}
+    if target.resolve() in reserved:
+        raise LibraryError(
+            f"{target} is where a bundled library lives; choose another --id or --dest"
+        )
     if target.exists() and not target.is_dir():
         raise LibraryError(f"{target} exists and is not a directory; choose another --dest")
     if target.exists() and any(target.iterdir()) and not overwrite:

@@ -410,7 +410,9 @@ def test_import_bad_rows(
     assert message in error.problems[0].message
     assert f"line {line}: " in str(error) and str(path) in str(error)
     assert not dest.exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["bad.csv"]  # no temporary leftovers
+    # no temporary leftovers ("data" is the test's data directory)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv", "data"]
+    assert [p.name for p in (tmp_path / "data").rglob("*")] == []
 
 
 def test_import_semicolon_and_quoted_header(
@@ -513,6 +515,19 @@ def test_import_refuses_to_overwrite_without_force(
     assert load_library(dest).cohort_ids == ["hf"]
     import_library_csv(fixture_con, second, dest, overwrite=True)
     assert load_library(dest).cohort_ids == ["asthma"]
+
+
+def test_import_refuses_bundled_folders(
+    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("cohort_id,cohort_name,code\nhf,Heart failure,I50.9\n", encoding="utf-8")
+    for library_id in ("elixhauser", "cms-hcc-v28", "ohdsi"):
+        with pytest.raises(LibraryError, match="bundled library"):
+            import_library_csv(fixture_con, path, library_id=library_id, overwrite=True)
+    from phenoforge.config import libraries_dir
+
+    assert not libraries_dir().exists() or list(libraries_dir().iterdir()) == []
 
 
 def test_import_missing_file(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
