@@ -45,7 +45,6 @@ SYNONYMS: dict[str, str] = {
     "dka": "diabetic ketoacidosis",
     "dvt": "deep vein thrombosis",
     "pe": "pulmonary embolism",
-    "hiv": "hiv disease",
     "aids": "hiv disease",
     "ibd": "inflammatory bowel disease",
     "ra": "rheumatoid arthritis",
@@ -134,6 +133,10 @@ QUALIFIER_PHRASES: list[str] = [
     "diagnosed with",
     "diagnosed",
     "suffering from",
+    "survivors of",
+    "community-dwelling",
+    "current or former smokers with",
+    "smokers with",
     "living with",
     "at risk of",
     "at high risk of",
@@ -217,6 +220,10 @@ QUALIFIER_PHRASES: list[str] = [
 
 # Trailing clauses about how a diagnosis was ascertained: everything from the phrase on is dropped.
 TRAILING_CLAUSES: list[str] = [
+    "inadequately controlled",
+    "despite",
+    "on maintenance",
+    "on stable",
     "confirmed by",
     "as defined by",
     "defined by",
@@ -259,6 +266,13 @@ EDGE_WORDS = {
     "were", "be", "been", "also", "all", "type", "those", "without", "cohort", "population",
 }
 KEEP_TYPE = re.compile(r"^type\s+(1|2|i|ii|one|two)\b")
+
+
+# clinical targets map to themselves so "systemic lupus erythematosus" is not re-expanded at "lupus"
+_LAY_MAP = {**{target: target for target in SYNONYMS.values()}, **SYNONYMS}
+_LAY = re.compile(
+    r"(?<![\w-])(" + "|".join(re.escape(lay) for lay in sorted(_LAY_MAP, key=len, reverse=True)) + r")(?![\w-])"
+)
 
 
 def _sub_phrases(text: str, phrases: list[str], replacement: str) -> str:
@@ -304,8 +318,7 @@ def offline_decompose(description: str) -> list[str]:
     text = _normalise(description)
     for clause in TRAILING_CLAUSES:
         text = re.split(rf"(?<!\w){re.escape(clause)}(?!\w)", text, maxsplit=1)[0]
-    for lay in sorted(SYNONYMS, key=len, reverse=True):
-        text = re.sub(rf"(?<![\w-]){re.escape(lay)}(?![\w-])", SYNONYMS[lay], text)
+    text = _LAY.sub(lambda match: _LAY_MAP[match.group(0)], text)  # one pass: no re-substitution
     text = _sub_phrases(text, QUALIFIER_PHRASES, " , ")
     protected: dict[str, str] = {}
     for index, phrase in enumerate(PROTECTED):

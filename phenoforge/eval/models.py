@@ -50,11 +50,17 @@ class TermResolution(BaseModel):
     """Where one extracted seed term landed in the curated check, and what it contributed."""
 
     term: str
-    landed: str = Field(description="'target', 'other' or 'none' (fell through to generation)")
+    landed: str = Field(
+        description="'target', 'other', 'ambiguous' (several cohorts matched: reported, not guessed; "
+        "fell through to generation) or 'none' (fell through to generation)"
+    )
     matched_cohort_ids: list[str] = Field(default_factory=list)
     matched_cohort_names: list[str] = Field(default_factory=list)
     tier: str = Field(description="'curated' or 'generated'")
     codes: list[str] = Field(default_factory=list)
+    retrieval_overlap: float | None = Field(default=None, description="of the matched cohort, when curated")
+    name_overlap: float | None = Field(default=None, description="of the matched cohort, when curated")
+    note: str | None = None
 
 
 class DecompositionCaseResult(BaseModel):
@@ -74,6 +80,13 @@ class DecompositionCaseResult(BaseModel):
     term_resolutions: list[TermResolution] = Field(default_factory=list)
     predicted_codes: list[str] = Field(default_factory=list)
     error: str | None = None
+    library_id: str = ""
+    source: str = ""
+    baseline_coverage: float = 0.0
+    baseline_over_inclusion: float = 0.0
+    decomposed_coverage: float = 0.0
+    decomposed_over_inclusion: float = 0.0
+    n_ground_truth: int = 0
 
 
 class DecompositionReport(BaseModel):
@@ -81,3 +94,11 @@ class DecompositionReport(BaseModel):
 
     results: list[DecompositionCaseResult]
     mean_gap: float
+    mean_baseline_hierarchical_score: float = 0.0
+    mean_decomposed_hierarchical_score: float = 0.0
+    n_scored: int = 0
+    decomposer: str = ""
+    retrieval: str = Field(default="", description="e.g. 'hybrid, BM25 only (no dense index)'")
+    k: int = 10
+    landed_counts: dict[str, int] = Field(default_factory=dict)
+    skipped: list[str] = Field(default_factory=list, description="'cohort_id: reason' for cases not run")

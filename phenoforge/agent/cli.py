@@ -1,0 +1,291 @@
+"""``python -m phenoforge assemble "..."`` and ``python -m phenoforge decompose-eval``.
+
+``assemble`` walks the confirmation gate in the terminal: each generated candidate is shown with
+its code, name, term, retriever, rank and hierarchy hint, and the reviewer answers a/r/e (accept,
+reject, accept with descendants), A/R (accept/reject all remaining), s (skip), q (save and stop,
+resume later with ``--resume``). ``--yes`` accepts and ``--no-input`` rejects every pending
+candidate without prompting, for scripts. Every answer is recorded in the audit trail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from phenoforge.agent import audit, workflow
+from phenoforge.agent.state import AssemblyState, Candidate, Decision
+from phenoforge.errors import PhenoforgeError
+
+PROMPT = "[a]ccept [r]eject [e]xpand+accept [A]ccept rest [R]eject rest [s]kip [q]uit: "
+ANSWERS = {"a": "accept", "accept": "accept", "y": "accept", "yes": "accept",
+           "r": "reject", "reject": "reject", "n": "reject", "no": "reject",
+           "e": "expand", "expand": "expand", "s": "skip", "skip": "skip", "": "skip",
+           "q": "quit", "quit": "quit", "A": "accept-rest", "R": "reject-rest"}
+
+
+def _connect():  # noqa: ANN202
+    from phenoforge.engine.db import connect
+
+    return connect()
+
+
+def _dense(con, wanted: bool):  # noqa: ANN001, ANN202
+    if not wanted:
+        return None
+    from phenoforge.engine.dense import load_dense_if_ready
+
+    retriever = load_dense_if_ready(con)
+    if retriever is None:
+        print("note: no dense index; hybrid runs as BM25 alone (build it with `python -m phenoforge build`)",
+              file=sys.stderr)
+    return retriever
+
+
+def _library_paths(names: list[str] | None) -> list[Path] | None:
+    if not names:
+        return None
+    from phenoforge.cli import resolve_library_dirs
+
+    return resolve_library_dirs(names)
+
+
+def describe_candidate(candidate: Candidate) -> str:
+    sources = "; ".join(f"'{s.term}' {s.retriever} #{s.rank}" + (f" ({s.detail})" if s.detail else "")
+                        for s in candidate.sources)
+    return f"{candidate.code:10} {candidate.name}\n           from {sources}\n           {candidate.hierarchy_hint}"
+
+
+def print_terms(state: AssemblyState, out: TextIO) -> None:
+    print(f"session {state.session_id}: {state.description!r}", file=out)
+    for note in state.notes:
+        print(f"  note: {note}", file=out)
+    for term in state.terms:
+        if term.status == "curated" and term.curated:
+            m = term.curated
+            print(f"  term '{term.term}': curated -> {m.library_id}/{m.cohort_id} {m.cohort_name} "
+                  f"(names {m.name_overlap:.0%}, retrieval {m.retrieval_overlap:.0%})", file=out)
+        elif term.status == "ambiguous":
+            print(f"  term '{term.term}': AMBIGUOUS, not guessed: {term.note}; generated candidates follow",
+                  file=out)
+        elif term.status == "unmappable":
+            print(f"  term '{term.term}': nothing found ({term.search_reason})", file=out)
+        else:
+            print(f"  term '{term.term}': no curated match; {len(term.candidate_codes)} generated candidates",
+                  file=out)
+
+
+def review(
+    state: AssemblyState,
+    reviewer: str,
+    read: Callable[[str], str],
+    out: TextIO,
+    app_state_path: Path | None = None,
+) -> tuple[AssemblyState, bool]:
+    """Prompt for every pending candidate; ``(state, finished)``. Each answer is saved at once."""
+    pending = list(state.pending)
+    for position, candidate in enumerate(pending, start=1):
+        print(f"\n[{position}/{len(pending)}] {describe_candidate(candidate)}", file=out)
+        while True:
+            try:
+                raw = read(PROMPT)
+            except EOFError:
+                print("\nend of input: progress saved; resume with --resume " + state.session_id, file=out)
+                return state, False
+            answer = ANSWERS.get(raw.strip()) or ANSWERS.get(raw.strip().lower())
+            if answer is None:
+                print(f"  {raw.strip()!r} is not an answer; type a, r, e, A, R, s or q", file=out)
+                continue
+            break
+        if answer == "quit":
+            print(f"saved; resume with --resume {state.session_id}", file=out)
+            return state, False
+        if answer == "skip":
+            continue
+        if answer in ("accept-rest", "reject-rest"):
+            decision: Decision = "accept" if answer == "accept-rest" else "reject"
+            rest = [(c.code, decision, False) for c in state.pending]
+            return workflow.decide(state, rest, reviewer, app_state_path), True
+        if answer == "expand" and candidate.n_descendants == 0:
+            print("  no codes below this one: accepted as is", file=out)
+        decision = "reject" if answer == "reject" else "accept"
+        state = workflow.decide(state, [(candidate.code, decision, answer == "expand")], reviewer, app_state_path)
+    return state, not state.pending
+
+
+def _write_outputs(state: AssemblyState, con, args: argparse.Namespace) -> None:  # noqa: ANN001
+    from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
+
+    assert state.concept_set is not None
+    if args.csv:
+        Path(args.csv).write_text(concept_set_csv(state.concept_set), encoding="utf-8")
+        print(f"wrote {args.csv}")
+    if args.circe:
+        Path(args.circe).write_text(concept_set_circe_json(con, state.concept_set), encoding="utf-8")
+        print(f"wrote {args.circe}")
+
+
+def cmd_assemble(args: argparse.Namespace) -> int:
+    if args.list:
+        for session in audit.list_sessions():
+            print(f"{session.session_id}  {session.updated_at}  {session.stage:10} "
+                  f"{session.n_decisions:3} decisions  {session.reviewer or '-':10} {session.description}")
+        return 0
+    if args.audit:
+        records = audit.decisions(args.audit)
+        audit.load_state(args.audit)  # unknown session -> readable error
+        print(audit.audit_json(records) if args.json else audit.audit_csv(records), end="")
+        return 0
+    if args.yes and args.no_input:
+        raise PhenoforgeError("--yes and --no-input contradict each other; pick one")
+    reviewer = (args.reviewer or "").strip()
+    con = _connect()
+    if args.resume:
+        state = workflow.resume(args.resume)
+    else:
+        if not args.description:
+            raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
+        decompose_fn = workflow.get_decomposer(args.decomposer, model=args.model)
+        state = workflow.start(con, args.description, decompose_fn, reviewer=reviewer,
+                               decomposer_name=args.decomposer, library_paths=_library_paths(args.library),
+                               dense=_dense(con, not args.no_dense), k=args.k)
+    print_terms(state, sys.stdout)
+    if state.pending:
+        if not reviewer:
+            if args.yes or args.no_input or not sys.stdin.isatty():
+                raise PhenoforgeError("a reviewer name is required to record decisions: pass --reviewer NAME")
+            reviewer = input("reviewer name: ").strip()
+            if not reviewer:
+                raise PhenoforgeError("a reviewer name is required to record decisions")
+        if args.yes or args.no_input:
+            decision: Decision = "accept" if args.yes else "reject"
+            state = workflow.decide(state, [(c.code, decision, False) for c in state.pending], reviewer)
+            print(f"{decision}ed {len(state.candidates)} generated candidates as {reviewer}")
+        else:
+            state, finished = review(state, reviewer, input, sys.stdout)
+            if not finished:
+                return 0
+    state = workflow.finish(state, con)
+    concept_set = state.concept_set
+    assert concept_set is not None
+    print(f"\nconcept set: {len(concept_set.entries)} codes "
+          f"({sum(1 for e in concept_set.entries if e.tier == 'curated')} curated, "
+          f"{sum(1 for e in concept_set.entries if e.tier == 'generated')} generated)")
+    for item in concept_set.unmappable:
+        print(f"  unmappable '{item.term}': {item.reason}")
+    if args.json:
+        print(concept_set.model_dump_json(indent=1))
+    _write_outputs(state, con, args)
+    print(f"session {state.session_id} saved")
+    return 0
+
+
+def _print_report(report, out: TextIO) -> None:  # noqa: ANN001
+    print(f"decomposer: {report.decomposer}   retrieval: {report.retrieval}   k={report.k}", file=out)
+    print(f"{'cohort':18} {'baseline':>8} {'decomp':>8} {'gap':>7}  seed terms -> where the curated check landed",
+          file=out)
+    for r in report.results:
+        if r.error:
+            print(f"{r.cohort_id:18} {'':8} {'':8} {'':7}  ERROR {r.error}", file=out)
+            continue
+        landed = "; ".join(
+            f"{t.term} -> {t.landed}" + (f" {','.join(t.matched_cohort_ids)}" if t.matched_cohort_ids else "")
+            for t in r.term_resolutions
+        ) or "(no terms)"
+        print(f"{r.cohort_id:18} {r.baseline_hierarchical_score:8.3f} {r.decomposed_hierarchical_score:8.3f} "
+              f"{r.gap:+7.3f}  {landed}", file=out)
+    print(f"\ncases scored: {report.n_scored}   mean baseline {report.mean_baseline_hierarchical_score:.4f}   "
+          f"mean decomposed {report.mean_decomposed_hierarchical_score:.4f}   mean gap {report.mean_gap:+.4f}",
+          file=out)
+    print("terms landed: " + ", ".join(f"{k} {v}" for k, v in sorted(report.landed_counts.items())), file=out)
+    for line in report.skipped:
+        print(f"skipped {line}", file=out)
+
+
+def cmd_decompose_eval(args: argparse.Namespace) -> int:
+    from phenoforge.config import libraries_dir
+    from phenoforge.eval.decomposition import CASE_SETS, repeat_decomposition, score_decomposition
+
+    cases = CASE_SETS[args.cases]
+    if args.decomposer == "claude":
+        from phenoforge.agent.claude import default_decomposer
+
+        decompose_fn = default_decomposer(model=args.model, use_cache=args.repeat <= 1)
+    else:
+        decompose_fn = workflow.get_decomposer("offline")
+    con = _connect()
+    library_dir = Path(args.library) if args.library else libraries_dir()
+    if args.library and not (library_dir / "manifest.json").is_file():
+        paths = _library_paths([args.library])
+        library_dir = paths[0] if paths else library_dir
+    dense = _dense(con, not args.no_dense)
+    from phenoforge.cli import progress_bar
+
+    with progress_bar(not args.quiet) as progress:
+        if args.repeat > 1:
+            report = repeat_decomposition(con, library_dir, decompose_fn, args.repeat, dense=dense, k=args.k,
+                                          test_cases=cases, progress=progress)
+        else:
+            report = score_decomposition(con, library_dir, decompose_fn, dense=dense, k=args.k,
+                                         test_cases=cases, progress=progress)
+    if args.json:
+        print(report.model_dump_json(indent=1))
+        return 0
+    if args.repeat > 1:
+        print(f"{args.repeat} runs; mean gap per run: {', '.join(f'{g:+.4f}' for g in report.mean_gap_per_run)}")
+        print(f"mean gap {report.mean_gap:+.4f} (sd across runs {report.stdev_mean_gap:.4f})")
+        for case in report.cases:
+            print(f"{case.cohort_id:18} gap mean {case.mean_gap:+.3f} range [{case.min_gap:+.3f}, {case.max_gap:+.3f}]"
+                  f" sd {case.stdev_gap:.3f}  {len(case.distinct_term_sets)} distinct term sets"
+                  + (f", {case.n_errors} errors" if case.n_errors else ""))
+        return 0
+    _print_report(report, sys.stdout)
+    if not report.results:
+        print(json.dumps({"note": "no case ran: install the libraries the cases need"}), file=sys.stderr)
+        return 1
+    return 0
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    assemble = subparsers.add_parser(
+        "assemble", help="assemble a concept set from a population description (curated first, human gate)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    assemble.add_argument("description", nargs="?", help='e.g. "adults hospitalized with heart failure"')
+    assemble.add_argument("--reviewer", help="your name, recorded with every decision")
+    assemble.add_argument("--decomposer", choices=["offline", "claude"], default="offline")
+    assemble.add_argument("--model", help="Claude model id (default: $PHENOFORGE_CLAUDE_MODEL or built-in)")
+    assemble.add_argument("--library", action="append", help="library id/folder to check (repeatable; default all)")
+    assemble.add_argument("--k", type=int, default=10, help="hits per term (default 10)")
+    assemble.add_argument("--no-dense", action="store_true", help="BM25 only even when a dense index exists")
+    gate = assemble.add_mutually_exclusive_group()
+    gate.add_argument("--yes", action="store_true", help="accept every generated candidate without prompting")
+    gate.add_argument("--no-input", action="store_true",
+                      help="reject every generated candidate without prompting (curated codes only)")
+    assemble.add_argument("--resume", metavar="SESSION", help="continue a saved session")
+    assemble.add_argument("--list", action="store_true", help="list saved sessions")
+    assemble.add_argument("--audit", metavar="SESSION", help="print a session's decision trail (CSV; --json)")
+    assemble.add_argument("--csv", metavar="FILE", help="write the concept set as CSV")
+    assemble.add_argument("--circe", metavar="FILE", help="write the concept set as Circe concept-set JSON")
+    assemble.add_argument("--json", action="store_true", help="print JSON")
+    assemble.set_defaults(func=cmd_assemble)
+
+    evaluate = subparsers.add_parser(
+        "decompose-eval", help="score a decomposer on the decomposition test cases",
+        description="For each case: hybrid search with the cohort's own name (baseline) vs. the "
+        "decompose -> curated/generated pipeline from the description, both against the cohort's "
+        "curated codes. Prints per-case scores, where each seed term landed, and the mean gap.",
+    )
+    evaluate.add_argument("--decomposer", choices=["offline", "claude"], default="offline")
+    evaluate.add_argument("--model", help="Claude model id")
+    evaluate.add_argument("--cases", choices=["default", "ohdsi"], default="default")
+    evaluate.add_argument("--library", help="one library (id, folder name or path); default: all installed")
+    evaluate.add_argument("--repeat", type=int, default=1, help="run N times and report the spread (uncached)")
+    evaluate.add_argument("--k", type=int, default=10)
+    evaluate.add_argument("--no-dense", action="store_true")
+    evaluate.add_argument("--json", action="store_true")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress bar")
+    evaluate.set_defaults(func=cmd_decompose_eval)
