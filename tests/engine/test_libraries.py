@@ -303,6 +303,34 @@ def test_failed_rebuild_leaves_library_untouched(
     ]
 
 
+def test_two_processes_build_at_once(
+    fixture_db_path: Path, sources: dict[str, Path], tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    root = tmp_path / "libs"
+    script = (
+        "import duckdb, sys; from pathlib import Path;"
+        "from phenoforge.engine.libraries import build_bundled_libraries;"
+        f"con = duckdb.connect({str(fixture_db_path)!r}, read_only=True);"
+        f"build_bundled_libraries(con, root=Path({str(root)!r}), force=True,"
+        f" elixhauser_xlsx=Path({str(sources['elixhauser_xlsx'])!r}),"
+        f" hcc_dx_csv=Path({str(sources['hcc_dx_csv'])!r}),"
+        f" hcc_labels_csv=Path({str(sources['hcc_labels_csv'])!r}))"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    runs = [subprocess.Popen([sys.executable, "-c", script], cwd=repo, stderr=subprocess.PIPE)
+            for _ in range(2)]
+    for run in runs:
+        _out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err.decode()
+    assert sorted(p.name for p in root.iterdir()) == [
+        ".libraries.lock", "cms-hcc-v24", "cms-hcc-v28", "elixhauser"
+    ]
+    assert load_library(root / "elixhauser").manifest.stats.n_cohorts == 3
+
+
 def test_ensure_bundled_libraries_defaults_to_data_dir(
     fixture_con: duckdb.DuckDBPyConnection,
     sources: dict[str, Path],
