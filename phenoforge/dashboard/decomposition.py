@@ -1,4 +1,4 @@
-"""The Decomposition page: score a decomposer on the test cases whose cohorts a library holds."""
+"""The Decomposition page: score a decomposer on a set of test cases, against curated cohorts."""
 
 from __future__ import annotations
 
@@ -8,24 +8,40 @@ from typing import Any
 
 import duckdb
 
-from phenoforge.engine.curated import Library
+from phenoforge.config import libraries_dir
+from phenoforge.engine.curated import list_libraries
 from phenoforge.errors import PhenoforgeError
 from phenoforge.eval.models import DecompositionReport
 
 DECOMPOSERS = ("offline", "claude")
 
 
-def test_cases_for(library: Library) -> list[Any]:
-    """The default test cases whose ground-truth cohort is in ``library``."""
+def _module() -> Any:
     try:
-        from phenoforge.eval.decomposition import DEFAULT_TEST_CASES
+        from phenoforge.eval import decomposition
     except ImportError as error:
         raise PhenoforgeError(
             f"the decomposition evaluation is not available in this install ({error}); "
             "update phenoforge"
         ) from error
-    ids = set(library.cohort_ids)
-    return [case for case in DEFAULT_TEST_CASES if case.cohort_id in ids]
+    return decomposition
+
+
+def case_sets() -> dict[str, list[Any]]:
+    return dict(_module().CASE_SETS)
+
+
+def runnable_cases(cases: list[Any], root: Path | None = None) -> list[Any]:
+    """The cases whose library (by folder name or id prefix) and cohort are installed."""
+    libraries = list_libraries(root)
+    by_name = {lib.path.name: lib for lib in libraries}
+    out = []
+    for case in cases:
+        library = by_name.get(case.library_id) or next(
+            (lib for lib in libraries if lib.library_id.startswith(case.library_id)), None)
+        if library is not None and case.cohort_id in library.cohort_ids:
+            out.append(case)
+    return out
 
 
 def make_decomposer(name: str) -> Callable[[str], list[str]]:
@@ -42,28 +58,17 @@ def make_decomposer(name: str) -> Callable[[str], list[str]]:
 
 
 def run_decomposition(
-    con: duckdb.DuckDBPyConnection, library: Library, decomposer: str,
-    dense: object | None = None, k: int = 10, cases: list[Any] | None = None,
-    progress: Callable[[int, int, str], None] | None = None,
+    con: duckdb.DuckDBPyConnection, cases: list[Any], decomposer: str,
+    dense: object | None = None, k: int = 10,
+    progress: Callable[[int, int, str], None] | None = None, root: Path | None = None,
 ) -> DecompositionReport:
-    """Score the decomposer case by case (so the page can show progress) and aggregate."""
-    from phenoforge.eval.decomposition import score_decomposition
-
-    cases = cases if cases is not None else test_cases_for(library)
+    """Every case against the library its ``library_id`` names under the libraries folder."""
     if not cases:
         raise PhenoforgeError(
-            f"library {library.library_id!r} holds none of the decomposition test cases' cohorts: "
-            "choose the OHDSI library"
+            "none of these test cases' libraries and cohorts is installed: build the bundled "
+            "libraries on the Home page, or fetch the OHDSI library for the 'ohdsi' set"
         )
-    decompose = make_decomposer(decomposer)
-    results = []
-    for position, case in enumerate(cases):
-        if progress is not None:
-            progress(position, len(cases), case.population_description)
-        one = score_decomposition(con, Path(library.path), decompose, dense=dense, k=k,
-                                  test_cases=[case])
-        results.extend(one.results)
-    if progress is not None:
-        progress(len(cases), len(cases), "done")
-    gaps = [r.gap for r in results if r.error is None]
-    return DecompositionReport(results=results, mean_gap=sum(gaps) / len(gaps) if gaps else 0.0)
+    return _module().score_decomposition(
+        con, Path(root) if root is not None else libraries_dir(), make_decomposer(decomposer),
+        dense=dense, k=k, test_cases=cases, progress=progress,
+    )

@@ -1,0 +1,111 @@
+"""Benchmark page: a live run shows exactly what the package computes, is saved, and reopens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from phenoforge import app_state
+from phenoforge.dashboard.benchmark import method_summaries, report_csv, significance
+from phenoforge.engine.dense import load_dense_if_ready
+from phenoforge.eval.harness import run_benchmark
+from tests.dashboard.conftest import frame_with
+from tests.dashboard.fixture_data import LIBRARY_DIR
+from tests.engine.fake_embedder import FakeEmbedder
+
+COHORTS = ["503", "519", "521", "563"]
+
+
+def _run_page(app: Callable[[str], AppTest]) -> AppTest:
+    at = app("pages/1_Benchmark.py").run()
+    assert not at.exception
+    at.multiselect(key="bench_cohorts_ohdsi-fixture").set_value(COHORTS)
+    at.multiselect(key="bench_methods").set_value(["bm25", "hybrid", "dense"])
+    at.number_input(key="bench_k").set_value(10)
+    at.slider(key="bench_weight").set_value(0.3)
+    at.button[0].click().run()
+    assert not at.exception
+    return at
+
+
+def test_run_shows_the_package_numbers(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    at = _run_page(app)
+    dense = load_dense_if_ready(dash_con, index_dir=dash / "dense", embed_fn=FakeEmbedder())
+    expected = run_benchmark(dash_con, dash / "libraries" / LIBRARY_DIR, COHORTS,
+                             methods=["bm25", "hybrid", "dense"], dense=dense, k=10,
+                             dense_weight=0.3)
+    summary = frame_with(at, "hierarchical 95% CI").set_index("method")
+    for s in method_summaries(expected, baseline="bm25"):
+        assert summary.loc[s.method, "hierarchical"] == pytest.approx(s.mean_hierarchical)
+        assert summary.loc[s.method, "coverage"] == pytest.approx(s.mean_coverage)
+        assert summary.loc[s.method, "over-inclusion"] == pytest.approx(s.mean_over_inclusion)
+        assert summary.loc[s.method, "Δ hierarchical"] == pytest.approx(s.delta_hierarchical)
+        assert summary.loc[s.method, "hierarchical 95% CI"] == (
+            f"{s.ci_hierarchical[0]:.3f} – {s.ci_hierarchical[1]:.3f}")
+    tests = frame_with(at, "p (Holm)").set_index("method")
+    for c in significance(expected, "bm25"):
+        assert tests.loc[c.method_b, "p (Holm)"] == pytest.approx(c.p_holm)
+        assert tests.loc[c.method_b, "mean Δ"] == pytest.approx(c.mean_diff)
+        assert "too few cohorts" in tests.loc[c.method_b, "note"]  # 4 cohorts cannot tell
+    table = frame_with(at, "drilldown")
+    assert len(table) == len(expected.results) == 12
+    by_key = {(r.cohort_id, r.method): r for r in expected.results}
+    for row in table.itertuples():
+        result = by_key[(row.cohort_id, row.method)]
+        assert row.hierarchical == pytest.approx(result.hierarchical_score)
+        assert row.drilldown.startswith("/Cohort_drilldown?library=ohdsi-fixture&cohort=")
+    runs = app_state.list_benchmark_runs()
+    assert len(runs) == 1
+    saved = app_state.load_benchmark_run(runs[0].run_id)
+    assert saved.report == expected
+    assert saved.parameters.k == 10 and saved.parameters.dense_weight == 0.3
+    assert saved.vocabulary_release == "phenoforge test fixture"
+    csv_button = at.get("download_button")[0]
+    assert csv_button.proto.label == "Download CSV"
+    assert report_csv(saved.report).count("\n") == 13
+
+
+def test_baseline_switch_changes_deltas(app: Callable[[str], AppTest]) -> None:
+    at = _run_page(app)
+    at.selectbox(key="bench_baseline").set_value("hybrid").run()
+    summary = frame_with(at, "hierarchical 95% CI").set_index("method")
+    assert summary.loc["hybrid", "Δ hierarchical"] == pytest.approx(0.0)
+    assert summary.loc["bm25", "Δ hierarchical"] == pytest.approx(
+        summary.loc["bm25", "hierarchical"] - summary.loc["hybrid", "hierarchical"])
+    tests = frame_with(at, "p (Holm)")
+    assert set(tests["method"]) == {"bm25", "dense"}
+
+
+def test_runs_survive_a_restart_and_compare(app: Callable[[str], AppTest]) -> None:
+    first = _run_page(app)
+    first_id = app_state.list_benchmark_runs()[0].run_id
+    del first
+    at = app("pages/1_Benchmark.py").run()  # a new session: nothing in session state
+    assert not at.exception
+    assert not any(h.value.startswith("Run ") for h in at.subheader)
+    at.selectbox(key="bench_reopen").set_value(first_id).run()
+    assert any(h.value == f"Run {first_id}" for h in at.subheader)
+    at.multiselect(key="bench_methods").set_value(["bm25"])
+    at.button[0].click().run()
+    second_id = app_state.list_benchmark_runs()[0].run_id
+    assert second_id != first_id
+    at.multiselect(key="bench_compare").set_value([first_id, second_id]).run()
+    compare = frame_with(at, "run_id")
+    assert list(compare["run_id"]) == [first_id] * 3 + [second_id]
+    expected = app_state.compare_benchmark_runs([first_id, second_id])
+    assert list(compare["mean_hierarchical"]) == pytest.approx([r.mean_hierarchical for r in expected])
+
+
+def test_no_method_chosen_says_so(app: Callable[[str], AppTest]) -> None:
+    at = app("pages/1_Benchmark.py").run()
+    at.multiselect(key="bench_methods").set_value([])
+    at.button[0].click().run()
+    assert not at.exception
+    assert any("Choose at least one method" in w.value for w in at.warning)
+    assert app_state.list_benchmark_runs() == []

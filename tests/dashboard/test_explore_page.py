@@ -1,0 +1,50 @@
+"""Explore: side-by-side search and code lookup, against the engine's own answers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+from streamlit.testing.v1 import AppTest
+
+from phenoforge.engine.bm25 import bm25_search
+from phenoforge.engine.expansion import expand_ancestors
+
+
+def test_search_side_by_side(app: Callable[[str], AppTest], dash_con: duckdb.DuckDBPyConnection) -> None:
+    at = app("pages/5_Explore.py").run()
+    assert not at.exception
+    at.text_input(key="ex_query").input("heart failure").run()
+    assert not at.exception
+    frames = [d.value for d in at.dataframe if "rank" in d.value.columns]
+    assert len(frames) == 3  # bm25, dense, hybrid
+    assert list(frames[0]["code"]) == bm25_search(dash_con, "heart failure", k=10).codes
+    assert all(len(frame) > 0 for frame in frames)
+
+
+def test_lookup_shows_ancestors_children_notes_and_cohorts(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    at = app("pages/5_Explore.py")
+    at.query_params["code"] = "i50.21"
+    at.run()
+    assert not at.exception
+    assert any(m.value.startswith("### I50.21 · Acute systolic") for m in at.markdown)
+    frames = {tuple(d.value.columns): d.value for d in at.dataframe}
+    ancestors = frames[("code", "name", "kind")]
+    assert list(ancestors["code"]) == expand_ancestors(dash_con, "I50.21")
+    cohorts = frames[("library_id", "cohort_id", "cohort_name")]
+    assert list(cohorts["cohort_id"]) == ["519"]
+    at.text_input(key="ex_code").input("E11").run()
+    frames = {tuple(d.value.columns): d.value for d in at.dataframe}
+    assert list(frames[("code", "name", "billable")]["code"]) == ["E11.2", "E11.5", "E11.6", "E11.9"]
+    notes = frames[("note_type", "text")]
+    assert set(notes["text"]) == {"diabetes NOS", "gestational diabetes (O24.4-)"}
+
+
+def test_unknown_code_says_what_to_do(app: Callable[[str], AppTest]) -> None:
+    at = app("pages/5_Explore.py").run()
+    at.text_input(key="ex_code").input("Z99.999").run()
+    assert not at.exception
+    assert any("not a code in the loaded vocabulary" in w.value for w in at.warning)

@@ -1,0 +1,90 @@
+"""Home: what is loaded, the leaderboard, and the first-run build."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from phenoforge.app_state import BenchmarkParameters
+from phenoforge.dashboard import resources
+from phenoforge.dashboard.benchmark import leaderboard, run_and_save
+from phenoforge.engine.curated import load_library
+from phenoforge.engine.db import vocabulary_info
+from tests.dashboard.fixture_data import LIBRARY_DIR, LIBRARY_ID
+from tests.fixture_vocab import build_fixture_vocab
+
+
+def _texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [e.value for kind in (at.success, at.info, at.warning, at.error) for e in kind]
+    parts += [f"{m.label}={m.value}" for m in at.metric]
+    return "\n".join(str(p) for p in parts)
+
+
+def test_home_shows_what_is_loaded(app: Callable[[str], AppTest], dash_con: duckdb.DuckDBPyConnection) -> None:
+    at = app("app.py").run()
+    assert not at.exception
+    info = vocabulary_info(dash_con)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Release"] == info.vocabulary_release == "phenoforge test fixture"
+    assert metrics["ICD-10-CM concepts"] == f"{info.n_icd10cm:,}"
+    assert metrics["Billable codes"] == f"{info.n_billable:,}"
+    libraries = at.dataframe[0].value
+    assert list(libraries["library"]) == [LIBRARY_ID]
+    assert int(libraries["cohorts"].iloc[0]) == 6
+    assert "phenoforge tests, version 1 (CC0)" in libraries["citation"].iloc[0]
+    text = _texts(at)
+    assert "Dense index: ready" in text
+    assert "Claude API key: not set" in text
+    assert "No benchmark has been run yet." in text
+
+
+def test_home_leaderboard_is_the_latest_run(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    library = load_library(dash / "libraries" / LIBRARY_DIR)
+    params = BenchmarkParameters(methods=["bm25", "expand_descendants"], k=10, dense_weight=0.5,
+                                 cohort_ids=library.cohort_ids)
+    run = run_and_save(dash_con, library, params)
+    at = app("app.py").run()
+    assert not at.exception
+    board = at.dataframe[1].value
+    expected = leaderboard(run.report)
+    assert list(board["method"]) == [row["method"] for row in expected]
+    assert list(board["hierarchical"]) == pytest.approx([row["hierarchical"] for row in expected])
+    assert any(run.run_id in c.value for c in at.caption)
+
+
+def test_first_run_builds_vocabulary_and_dense_index(
+    app: Callable[[str], AppTest], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty data directory: Home builds the vocabulary with progress, then the dense index
+    in the background (the fake embedder), while the page keeps working."""
+    empty = tmp_path / "fresh"
+    monkeypatch.setenv("PHENOFORGE_DATA_DIR", str(empty))
+    monkeypatch.setenv("PHENOFORGE_DENSE_AUTOBUILD", "1")
+    calls: list[tuple[int, int, str]] = []
+
+    def fake_build(progress=None):  # type: ignore[no-untyped-def]
+        for step in range(3):
+            progress(step, 3, f"step {step}")
+            calls.append((step, 3, f"step {step}"))
+        return build_fixture_vocab(empty / "vocab.duckdb")
+
+    monkeypatch.setattr(resources, "build_vocabulary", fake_build)
+    at = app("app.py").run()
+    assert not at.exception
+    assert len(calls) == 3
+    assert {m.label: m.value for m in at.metric}["Release"] == "phenoforge test fixture"
+    assert not (empty / "libraries").exists()  # a fixture vocabulary never gets bundled libraries
+    import dashboard_ui
+
+    state = dashboard_ui.dense_manager().wait(timeout=60)
+    assert state.state == "ready"
+    at.run()
+    assert "Dense index: ready" in _texts(at)
+    assert (empty / "dense" / "manifest.json").exists()

@@ -1,0 +1,56 @@
+"""Hybrid weight: the slider re-fuses cached rankings and the numbers follow rescore_hybrid."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from phenoforge.engine.dense import load_dense_if_ready
+from phenoforge.eval.harness import collect_rankings, rescore_hybrid, run_benchmark
+from tests.dashboard.conftest import frame_with
+from tests.dashboard.fixture_data import FIXTURE_COHORTS, LIBRARY_DIR
+from tests.engine.fake_embedder import FakeEmbedder
+
+
+def test_slider_moves_the_numbers(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    at = app("pages/3_Hybrid_weight.py").run()
+    assert not at.exception
+    at.number_input(key="hw_k").set_value(5).run()
+    dense = load_dense_if_ready(dash_con, index_dir=dash / "dense", embed_fn=FakeEmbedder())
+    library_dir = dash / "libraries" / LIBRARY_DIR
+    cohorts = list(FIXTURE_COHORTS)
+    cache = collect_rankings(dash_con, library_dir, cohorts, dense=dense, depth=100)
+    seen = []
+    for weight in (0.0, 0.35):
+        at.slider(key="hw_weight").set_value(weight).run()
+        assert not at.exception
+        expected = rescore_hybrid(dash_con, cache, weight, k=5)
+        direct = run_benchmark(dash_con, library_dir, cohorts, methods=["hybrid"], dense=dense,
+                               k=5, dense_weight=weight)
+        assert expected.mean_hierarchical_score_by_method == pytest.approx(
+            direct.mean_hierarchical_score_by_method)
+        metrics = {m.label: m.value for m in at.metric}
+        assert metrics["Mean hierarchical"] == (
+            f"{expected.mean_hierarchical_score_by_method['hybrid']:.4f}")
+        assert metrics["Mean coverage"] == f"{expected.mean_coverage_by_method['hybrid']:.4f}"
+        gains = frame_with(at, "BM25 only")
+        assert len(gains) == min(8, len(cohorts))
+        seen.append(metrics["Mean hierarchical"])
+    assert seen[0] != seen[1]
+
+
+def test_without_dense_the_page_waits(app: Callable[[str], AppTest], tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch, dash: Path) -> None:
+    import dashboard_ui
+
+    monkeypatch.setattr(dashboard_ui, "dense_retriever", lambda: None)
+    at = app("pages/3_Hybrid_weight.py").run()
+    assert not at.exception
+    assert any("needs the dense index" in i.value for i in at.info)
+    assert not at.slider
