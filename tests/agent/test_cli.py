@@ -1,0 +1,116 @@
+"""``assemble`` and ``decompose-eval`` through ``python -m phenoforge``'s entry point."""
+
+from __future__ import annotations
+
+import builtins
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from phenoforge.agent import audit
+from phenoforge.agent import cli as agent_cli
+from phenoforge.cli import main
+from phenoforge.eval import decomposition
+from phenoforge.eval.decomposition import DecompositionTestCase
+
+DESCRIPTION = "adults with asthma or a femur fracture"
+
+
+@pytest.fixture(autouse=True)
+def _fixture_vocabulary(monkeypatch: pytest.MonkeyPatch, fixture_con) -> None:
+    monkeypatch.setattr(agent_cli, "_connect", lambda: fixture_con)
+
+
+def scripted(monkeypatch: pytest.MonkeyPatch, answers: list[str]) -> list[str]:
+    prompts: list[str] = []
+
+    def fake_input(prompt: str = "") -> str:
+        prompts.append(prompt)
+        if not answers:
+            raise EOFError
+        return answers.pop(0)
+
+    monkeypatch.setattr(builtins, "input", fake_input)
+    return prompts
+
+
+def test_assemble_yes_writes_exports(tmp_path: Path, fixture_library: Path, capsys) -> None:
+    out_csv, out_circe = tmp_path / "set.csv", tmp_path / "set.json"
+    code = main(["assemble", DESCRIPTION, "--reviewer", "ann", "--yes", "--library", str(fixture_library),
+                 "--csv", str(out_csv), "--circe", str(out_circe)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "curated -> fixlib/fix-ASTHMA" in printed and "concept set:" in printed
+    rows = list(csv.DictReader(out_csv.open()))
+    assert {row["tier"] for row in rows} == {"curated", "generated"}
+    items = json.loads(out_circe.read_text())["expression"]["items"]
+    assert any(item["concept"]["CONCEPT_CODE"] == "J45" and item["includeDescendants"] for item in items)
+    session = audit.list_sessions()[0]
+    assert session.stage == "assembled" and session.n_decisions > 0
+    trail = audit.decisions(session.session_id)
+    assert all(record.decision == "accept" and record.reviewer == "ann" for record in trail)
+
+
+def test_interactive_review_handles_bad_input(monkeypatch, fixture_library: Path, capsys) -> None:
+    prompts = scripted(monkeypatch, ["what?", "e", "r", "R"])
+    assert main(["assemble", DESCRIPTION, "--reviewer", "bob", "--library", str(fixture_library)]) == 0
+    printed = capsys.readouterr().out
+    assert "'what?' is not an answer" in printed
+    assert len(prompts) == 4
+    session = audit.list_sessions()[0]
+    trail = audit.decisions(session.session_id)
+    first = audit.load_state(session.session_id).candidate(trail[0].code)
+    assert trail[0].decision == "accept" and trail[0].expand_descendants == (first.n_descendants > 0)
+    assert first.expand_descendants == (first.n_descendants > 0)
+    assert trail[1].decision == "reject"
+    assert all(record.decision == "reject" for record in trail[2:]) and len(trail) > 2
+    assert session.stage == "assembled"
+
+
+def test_end_of_input_saves_and_resume_finishes(monkeypatch, fixture_library: Path, capsys) -> None:
+    scripted(monkeypatch, ["a"])
+    assert main(["assemble", DESCRIPTION, "--reviewer", "bob", "--library", str(fixture_library)]) == 0
+    assert "end of input: progress saved" in capsys.readouterr().out
+    session = audit.list_sessions()[0]
+    assert session.stage == "confirming" and session.n_decisions == 1
+    assert main(["assemble", "--resume", session.session_id, "--reviewer", "bob", "--no-input"]) == 0
+    final = audit.load_state(session.session_id)
+    assert final.stage == "assembled" and not final.pending
+    assert main(["assemble", "--audit", session.session_id]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-len(audit.decisions(session.session_id)) - 1].startswith("decision_id,")
+
+
+def test_reviewer_required_for_scripts(fixture_library: Path, capsys) -> None:
+    code = main(["assemble", DESCRIPTION, "--no-input", "--library", str(fixture_library)])
+    assert code == 2 and "--reviewer" in capsys.readouterr().err
+
+
+def test_flags_contradict(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["assemble", "x", "--yes", "--no-input"])
+
+
+def test_decompose_eval_json_and_table(monkeypatch, fixture_library: Path, capsys) -> None:
+    cases = [DecompositionTestCase(population_description="adults with asthma", cohort_id="fix-ASTHMA",
+                                   source="test", library_id="fixlib")]
+    monkeypatch.setitem(decomposition.CASE_SETS, "default", cases)
+    assert main(["decompose-eval", "--library", str(fixture_library), "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["n_scored"] == 1 and report["results"][0]["term_resolutions"][0]["landed"] == "target"
+    assert main(["decompose-eval", "--library", str(fixture_library), "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert "asthma -> target fix-ASTHMA" in table and "mean gap" in table
+    assert main(["decompose-eval", "--library", str(fixture_library), "--quiet", "--repeat", "2"]) == 0
+    assert "2 runs" in capsys.readouterr().out
+
+
+def test_decompose_eval_claude_without_key(monkeypatch, fixture_library: Path, capsys, tmp_path) -> None:
+    from phenoforge.agent import claude
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setattr(claude, "_secrets_paths", lambda: [tmp_path / "missing.toml"])
+    assert main(["decompose-eval", "--decomposer", "claude", "--quiet"]) == 2
+    assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
