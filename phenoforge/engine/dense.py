@@ -13,10 +13,12 @@ how to build the index (a user typed a query; they get an answer, not a tracebac
 have; silently returning nothing would corrupt a benchmark).
 
 Build speed (``bench/bench_dense.py``): texts are de-duplicated, sorted by length before batching
-(little padding), and truncated at ``MAX_SEQ_LENGTH`` tokens. In ``mode="composed"`` the ~51k
-7th-character codes, whose names are always ``<parent name>, <suffix>`` with one of 60 suffixes,
-are not embedded: their vector is the normalised, length-weighted sum of the parent-name vector and
-the suffix vector (top-10 agreement with exact embedding is measured by the bench script).
+(little padding), and truncated at ``MAX_SEQ_LENGTH`` tokens. In ``mode="composed"`` (the default)
+the ~51k 7th-character codes, whose names are always ``<parent name>, <suffix>`` with one of 60
+suffixes, are mostly not embedded: a code's vector is ``normalise(v(parent name) + offset[suffix])``
+where the suffix's offset is the mean ``v(code) - v(parent name)`` over a few codes with that
+suffix that are embedded exactly (``OFFSET_SAMPLES``). This halves the texts to embed; its top-10
+agreement with exact embedding is measured and printed by ``bench/bench_dense.py``.
 ``mode="exact"`` embeds every text.
 """
 
@@ -26,7 +28,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -71,6 +72,8 @@ BUILD_CHUNK = 512
 """Texts per ``embed_fn`` call during a build: the progress granularity."""
 EXTENSION_KIND = "extension"
 _COMPOSE_SEPARATOR = ", "
+OFFSET_SAMPLES = 8
+"""7th-character codes per suffix embedded exactly to learn the suffix's offset vector."""
 
 
 class DenseIndexNotReady(IndexError_):
@@ -149,22 +152,55 @@ def default_embed_fn(
     model = SentenceTransformer(str(model_path()), device="cpu", local_files_only=True)
     model.max_seq_length = max_seq_length
     model.eval()
+    dim = int(model.get_embedding_dimension() or 384)
+    tokenizer = model.tokenizer
+    transformer = model[0].auto_model
 
-    def embed(texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, model.get_sentence_embedding_dimension() or 384), np.float32)
+    def encode_st(texts: list[str]) -> np.ndarray:
+        return np.asarray(
+            model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
+                         show_progress_bar=False),
+            dtype=np.float32,
+        )
+
+    def encode_direct(texts: list[str]) -> np.ndarray:
+        """Tokenise, run BERT, mean-pool: what the model's modules do, minus ~1 ms overhead a call
+        (it matters for a 15 ms query budget). Checked against ``model.encode`` at load time;
+        used for single queries only (``model.encode`` is faster on batches)."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), dim), np.float32)
+        for start in range(0, len(texts), batch_size):
+            rows = order[start:start + batch_size]
+            features = tokenizer(
+                [texts[i] for i in rows], padding=True, truncation=True,
+                max_length=max_seq_length, return_tensors="pt",
+            )
+            hidden = transformer(**features).last_hidden_state.float()
+            mask = features["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            out[rows] = pooled.numpy()
+        return out
+
+    def run(encoder: Callable[[list[str]], np.ndarray], texts: list[str]) -> np.ndarray:
         with torch.inference_mode():
             if precision == "bf16":
                 with torch.autocast("cpu", dtype=torch.bfloat16):
-                    vectors = model.encode(
-                        texts, batch_size=batch_size, convert_to_numpy=True,
-                        show_progress_bar=False,
-                    )
-            else:
-                vectors = model.encode(
-                    texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
-                )
-        return np.asarray(vectors, dtype=np.float32)
+                    return _normalise(encoder(texts))
+            return _normalise(encoder(texts))
+
+    with torch.inference_mode():
+        direct_ok = all(
+            np.abs(_normalise(encode_direct([text])) - _normalise(encode_st([text]))).max() < 1e-4
+            for text in ("heart failure", "x " * 300)
+        )
+
+    def embed(texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, dim), np.float32)
+        if len(texts) == 1:  # a query: fp32 (autocast costs more than it saves on one text)
+            with torch.inference_mode():
+                return _normalise((encode_direct if direct_ok else encode_st)(list(texts)))
+        return run(encode_st, list(texts))
 
     embed.precision = precision  # type: ignore[attr-defined]
     embed.model_name = DEFAULT_MODEL_NAME  # type: ignore[attr-defined]
@@ -252,14 +288,6 @@ def _synonyms(name: str, notes: list[str]) -> list[str]:
     return kept
 
 
-_WORD = re.compile(r"\w+")
-
-
-def _length(text: str) -> int:
-    """A cheap proxy for the token count, used to weight the composed halves."""
-    return max(1, len(_WORD.findall(text)))
-
-
 def _normalise(vectors: np.ndarray) -> np.ndarray:
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
@@ -300,22 +328,45 @@ def embed_unique(
     return _normalise(out[[position[text] for text in texts]] if texts else out), calls
 
 
+def offset_training_rows(items: ConceptTexts) -> dict[str, list[int]]:
+    """Per suffix, the few 7th-character codes embedded exactly to learn its offset.
+
+    Picked evenly through the suffix's codes (in index order), so the choice is deterministic
+    and spread over chapters.
+    """
+    by_suffix: dict[str, list[int]] = {}
+    for row, stem in enumerate(items.stem_of):
+        if stem >= 0:
+            by_suffix.setdefault(items.suffixes[row], []).append(row)
+    training: dict[str, list[int]] = {}
+    for suffix, rows in by_suffix.items():
+        step = max(1, len(rows) // OFFSET_SAMPLES)
+        training[suffix] = rows[::step][:OFFSET_SAMPLES]
+    return training
+
+
 def compute_vectors(
     items: ConceptTexts,
     embed_fn: EmbedFn,
     mode: BuildMode,
     progress: ProgressCallback = no_progress,
 ) -> tuple[np.ndarray, int]:
-    """All index vectors in ``items`` order; returns (vectors, number of distinct texts embedded)."""
+    """All index vectors in ``items`` order; returns (vectors, number of distinct texts embedded).
+
+    ``composed``: a 7th-character code's vector is ``normalise(stem + offset[suffix])``, where
+    ``stem`` is the vector of its parent's name and ``offset[suffix]`` the mean of
+    ``exact - stem`` over ``OFFSET_SAMPLES`` codes with that suffix that are embedded exactly.
+    """
     n = len(items.codes)
-    composed_rows = [i for i in range(n) if mode == "composed" and items.stem_of[i] >= 0]
+    training = offset_training_rows(items) if mode == "composed" else {}
+    trained = {row for rows in training.values() for row in rows}
+    composed_rows = [
+        i for i in range(n) if mode == "composed" and items.stem_of[i] >= 0 and i not in trained
+    ]
     composed = set(composed_rows)
     exact_rows = [i for i in range(n) if i not in composed]
-    to_embed = [items.texts[i] for i in exact_rows]
-    stem_rows = sorted({items.stem_of[i] for i in composed_rows})
-    stem_names = [items.names[i] for i in stem_rows]
-    suffix_texts = sorted({items.suffixes[i] for i in composed_rows})
-    all_texts = to_embed + stem_names + suffix_texts
+    stem_rows = sorted({items.stem_of[i] for i in composed_rows} | {items.stem_of[i] for i in trained})
+    all_texts = [items.texts[i] for i in exact_rows] + [items.names[i] for i in stem_rows]
     vectors, _calls = embed_unique(all_texts, embed_fn, progress)
     n_unique = len(set(all_texts))
     dim = vectors.shape[1] if vectors.size else 0
@@ -323,14 +374,13 @@ def compute_vectors(
     if exact_rows:
         out[exact_rows] = vectors[: len(exact_rows)]
     if composed_rows:
-        stem_vec = {row: vectors[len(to_embed) + j] for j, row in enumerate(stem_rows)}
-        base = len(to_embed) + len(stem_rows)
-        suffix_vec = {text: vectors[base + j] for j, text in enumerate(suffix_texts)}
+        stem_vec = {row: vectors[len(exact_rows) + j] for j, row in enumerate(stem_rows)}
+        offsets = {
+            suffix: np.mean([out[row] - stem_vec[items.stem_of[row]] for row in rows], axis=0)
+            for suffix, rows in training.items()
+        }
         for i in composed_rows:
-            stem_row = items.stem_of[i]
-            a = _length(items.names[stem_row])
-            b = _length(items.suffixes[i])
-            out[i] = a * stem_vec[stem_row] + b * suffix_vec[items.suffixes[i]]
+            out[i] = stem_vec[items.stem_of[i]] + offsets[items.suffixes[i]]
         out[composed_rows] = _normalise(out[composed_rows])
     return out, n_unique
 
@@ -342,7 +392,24 @@ def compute_vectors(
 MANIFEST_NAME = "manifest.json"
 
 
+_SHA_CACHE: dict[tuple[str, int, int, int], str] = {}
+
+
 def _sha256(path: Path) -> str:
+    """File checksum, remembered per (path, inode, size, mtime) so repeated status checks in one
+    process (the dashboard asks often) do not re-read 150 MB. Only files untouched for a few
+    seconds are remembered: a rewrite within one coarse mtime tick could otherwise go unseen."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key in _SHA_CACHE:
+        return _SHA_CACHE[key]
+    digest = _sha256_uncached(path)
+    if time.time_ns() - stat.st_mtime_ns > 5_000_000_000:
+        _SHA_CACHE[key] = digest
+    return digest
+
+
+def _sha256_uncached(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):

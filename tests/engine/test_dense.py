@@ -125,21 +125,70 @@ def test_duplicate_texts_are_embedded_once() -> None:
     assert np.allclose(vectors[0], vectors[2]) and np.allclose(vectors[1], vectors[3])
 
 
-def test_composed_mode_skips_seventh_character_texts(
-    fixture_con: duckdb.DuckDBPyConnection, index_dir: Path
+SITES = ["right femur", "left femur", "right tibia", "left tibia", "right humerus",
+         "left humerus", "right radius", "left radius", "right ulna", "left ulna", "sacrum",
+         "coccyx"]
+SUFFIXES = ["initial encounter", "subsequent encounter", "sequela"]
+
+
+def _seventh_character_vocab(path: Path) -> Path:
+    """12 stems x 3 suffixes: enough 7th-character codes per suffix to compose some."""
+    from phenoforge.engine.codes import code_key
+    from phenoforge.engine.schema import ICD10CM
+    from phenoforge.engine.vocab_build import VocabularyRows, write_vocabulary
+
+    rows = VocabularyRows(metadata={"source": "fixture", "vocabulary_release": "7th-char test"})
+    rows.concepts.append((1, ICD10CM, "S", "S", "Injuries", "chapter", False, None, None, None))
+    next_id = 2
+    for index, site in enumerate(SITES):
+        stem_code = f"S{index:02d}.00"
+        stem_id = next_id
+        rows.concepts.append((stem_id, ICD10CM, stem_code, code_key(stem_code),
+                              f"Fracture of {site}", "subcategory", False, None, None, None))
+        rows.parents.append((stem_id, 1))
+        next_id += 1
+        for letter, suffix in zip("ADS", SUFFIXES, strict=True):
+            code = f"{stem_code}X{letter}"
+            rows.concepts.append((next_id, ICD10CM, code, code_key(code),
+                                  f"Fracture of {site}, {suffix}", "extension", True,
+                                  None, None, None))
+            rows.parents.append((next_id, stem_id))
+            next_id += 1
+    return write_vocabulary(path, rows)
+
+
+def test_composed_mode_learns_suffix_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = FakeEmbedder()
-    retriever = DenseRetriever(fixture_con, fake, index_dir)
-    retriever.build(mode="composed")
-    extension = "Fracture of unspecified part of neck of right femur, initial encounter for closed fracture"
-    assert extension not in fake.texts_seen
-    assert "initial encounter for closed fracture" in fake.texts_seen
-    assert _manifest(index_dir)["mode"] == "composed"
-    # a bag of words is additive, so the composed vector is close to the exact one
-    row = retriever._codes.index("S72.001A")
-    exact = fake.embed_one(extension)
-    assert float(retriever._vectors[row] @ exact) > 0.9
-    assert retriever.search("initial encounter closed fracture femur", k=1).codes == ["S72.001A"]
+    monkeypatch.setattr(dense, "OFFSET_SAMPLES", 4)
+    con = duckdb.connect(str(_seventh_character_vocab(tmp_path / "v.duckdb")), read_only=True)
+    try:
+        fake = FakeEmbedder()
+        retriever = DenseRetriever(con, fake, tmp_path / "dense")
+        retriever.build(mode="composed")
+        assert retriever.manifest is not None and retriever.manifest.mode == "composed"
+        seen = set(fake.texts_seen)
+        extension_texts = [f"Fracture of {site}, {suffix}" for site in SITES for suffix in SUFFIXES]
+        embedded = [text for text in extension_texts if text in seen]
+        assert len(embedded) == 4 * len(SUFFIXES)  # the offset training codes only
+        assert retriever.manifest.n_texts_embedded == len(SITES) + len(embedded)
+        # a bag of words is additive, so stem + learned offset lands close to the exact vector
+        for site in ("coccyx", "left ulna"):
+            for letter, suffix in zip("ADS", SUFFIXES, strict=True):
+                code = f"S{SITES.index(site):02d}.00X{letter}"
+                row = retriever._codes.index(code)
+                exact = fake.embed_one(f"Fracture of {site}, {suffix}")
+                assert float(retriever._vectors[row] @ exact) > 0.9, code
+        top = retriever.search("fracture of coccyx sequela", k=1).codes
+        assert top == [f"S{SITES.index('coccyx'):02d}.00XS"]
+        exact_fake = FakeEmbedder()
+        exact = DenseRetriever(con, exact_fake, tmp_path / "exact")
+        exact.build(mode="exact")
+        assert set(extension_texts) <= set(exact_fake.texts_seen)
+        assert exact.manifest is not None
+        assert exact.manifest.n_texts_embedded > retriever.manifest.n_texts_embedded
+    finally:
+        con.close()
 
 
 def test_exact_mode_embeds_seventh_character_texts(
