@@ -15,6 +15,7 @@ from phenoforge.engine.curated import (
     icd_cohort_definition,
     write_library,
 )
+from tests.dashboard.conftest import app, dash, dashboard_data  # noqa: F401  (AppTest fixtures for the page)
 
 FIXTURE_COHORTS: dict[str, tuple[str, list[str], bool]] = {
     "fix-T2DM": ("Type 2 diabetes mellitus", ["E11"], True),

@@ -1,0 +1,177 @@
+"""Assemble: description -> seed terms -> curated cohorts first -> a human gate -> a concept set."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+import dashboard_ui as ui
+from phenoforge.agent import audit, views, workflow
+from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
+from phenoforge.agent.state import AssemblyState
+
+
+def _session() -> AssemblyState | None:
+    """The open session: from this browser session, else from ?session= (survives a restart)."""
+    state = st.session_state.get("as_state")
+    if state is None and st.query_params.get("session"):
+        state = workflow.resume(st.query_params["session"])
+        st.session_state["as_state"] = state
+    return state
+
+
+def _open(state: AssemblyState) -> None:
+    """Make ``state`` the open session; per-code widgets re-read their values from it."""
+    for key in [key for key in st.session_state if str(key).startswith(("as_dec_", "as_exp_"))]:
+        del st.session_state[key]
+    st.session_state["as_state"] = state
+    st.query_params["session"] = state.session_id
+
+
+def start_section(reviewer: str) -> None:
+    libraries = ui.libraries()
+    with st.form("as_new"):
+        description = st.text_area("Population description", key="as_description",
+                                   placeholder="e.g. adults hospitalized with heart failure and type 2 diabetes")
+        cols = st.columns([1, 2, 1])
+        options = ["offline", "claude"] if views.claude_available() else ["offline"]
+        decomposer = cols[0].radio("Decomposer", options, key="as_decomposer", horizontal=True,
+                                   help=None if len(options) > 1 else "Set ANTHROPIC_API_KEY to use Claude.")
+        ids = [lib.library_id for lib in libraries]
+        chosen = cols[1].multiselect("Curated libraries to check first", ids, default=ids, key="as_libraries")
+        k = int(cols[2].number_input("Hits per term (k)", 1, 50, 10, key="as_k"))
+        submitted = st.form_submit_button("Decompose and search", type="primary", key="as_start")
+    if not submitted:
+        return
+    paths = [lib.path for lib in libraries if lib.library_id in chosen]
+    with st.spinner("Decomposing and searching"), ui.cursor() as con:
+        state = workflow.start(con, description, workflow.get_decomposer(decomposer), reviewer=reviewer,
+                               decomposer_name=decomposer, library_paths=paths or None,
+                               dense=ui.dense_retriever(), k=k)
+    _open(state)
+
+
+def resume_section() -> None:
+    sessions = audit.list_sessions()
+    if not sessions:
+        return
+    with st.expander(f"Resume a saved session ({len(sessions)})"):
+        ids = [s.session_id for s in sessions]
+        labels = {s.session_id: f"{s.session_id} · {s.updated_at} · {s.stage} · {s.description[:60]}"
+                  for s in sessions}
+        picked = st.selectbox("Session", ids, format_func=labels.get, key="as_resume_pick")
+        if st.button("Resume", key="as_resume"):
+            _open(workflow.resume(picked))
+            st.rerun()
+
+
+def terms_section(state: AssemblyState) -> None:
+    st.subheader("Seed terms")
+    for note in state.notes:
+        st.info(note)
+    st.dataframe(pd.DataFrame(views.term_rows(state)), hide_index=True, use_container_width=True)
+    for index, term in enumerate(state.terms):
+        if term.status != "ambiguous":
+            continue
+        st.warning(f"'{term.term}' matches several curated cohorts; it was not guessed. Pick one, or "
+                   "review the generated candidates below.")
+        cols = st.columns([3, 1])
+        ids = [m.cohort_id for m in term.ambiguous]
+        names = {m.cohort_id: f"{m.library_id}/{m.cohort_id} {m.cohort_name}" for m in term.ambiguous}
+        pick = cols[0].selectbox("Cohort", ids, format_func=names.get, key=f"as_amb_{index}")
+        if cols[1].button("Use this cohort", key=f"as_choose_{index}"):
+            _open(workflow.choose(state, term.term, pick))
+            st.rerun()
+
+
+def gate_section(state: AssemblyState, reviewer: str) -> None:
+    st.subheader(f"Generated candidates ({len(state.pending)} of {len(state.candidates)} pending)")
+    if not state.candidates:
+        st.caption("Nothing to review: every term matched a curated cohort or found nothing.")
+        return
+    cols = st.columns(3)
+    if cols[0].button("Accept all pending", key="as_accept_all", disabled=not reviewer):
+        _open(workflow.decide(state, views.bulk(state, "accept"), reviewer))
+        st.rerun()
+    if cols[1].button("Reject all pending", key="as_reject_all", disabled=not reviewer):
+        _open(workflow.decide(state, views.bulk(state, "reject"), reviewer))
+        st.rerun()
+    choices: dict[str, tuple[str, bool]] = {}
+    for candidate in state.candidates:
+        row = st.columns([6, 3, 2])
+        row[0].markdown(views.candidate_label(state, candidate.code))
+        current = candidate.decision or views.PENDING
+        choice = row[1].radio("decision", views.CHOICES, index=views.CHOICES.index(current), horizontal=True,
+                              key=f"as_dec_{candidate.code}", label_visibility="collapsed")
+        expand = False
+        if candidate.n_descendants:
+            expand = row[2].checkbox(f"expand to {candidate.n_descendants} descendants",
+                                     value=candidate.expand_descendants, key=f"as_exp_{candidate.code}")
+        choices[candidate.code] = (choice, expand)
+    changed = views.changed_decisions(state, choices)
+    if st.button(f"Save {len(changed)} decisions", key="as_save", type="primary",
+                 disabled=not changed or not reviewer):
+        _open(workflow.decide(state, changed, reviewer))
+        st.rerun()
+    if not reviewer:
+        st.caption("Enter your name above to record decisions.")
+
+
+def result_section(state: AssemblyState) -> None:
+    if st.button("Assemble concept set", key="as_assemble", type="primary"):
+        with ui.cursor() as con:
+            state = workflow.finish(state, con)
+        _open(state)
+    if state.concept_set is None:
+        return
+    concept_set = state.concept_set
+    st.subheader(f"Concept set: {len(concept_set.entries)} codes")
+    if state.pending:
+        st.warning(f"{len(state.pending)} candidates are still pending and are not in the set.")
+    st.dataframe(pd.DataFrame(views.concept_rows(concept_set)), hide_index=True, use_container_width=True)
+    for item in concept_set.unmappable:
+        st.warning(f"Unmappable '{item.term}': {item.reason}")
+    with ui.cursor() as con:
+        circe = concept_set_circe_json(con, concept_set)
+    cols = st.columns(2)
+    cols[0].download_button("Download CSV", concept_set_csv(concept_set), f"concept_set_{state.session_id}.csv",
+                            "text/csv", key="as_dl_csv")
+    cols[1].download_button("Download Circe concept set (JSON)", circe, f"concept_set_{state.session_id}.json",
+                            "application/json", key="as_dl_circe")
+
+
+def audit_section(state: AssemblyState) -> None:
+    records = audit.decisions(state.session_id)
+    with st.expander(f"Audit trail ({len(records)} decisions)"):
+        if records:
+            st.dataframe(pd.DataFrame([r.model_dump() for r in records]), hide_index=True, use_container_width=True)
+        st.download_button("Download audit trail (CSV)", audit.audit_csv(records),
+                           f"audit_{state.session_id}.csv", "text/csv", key="as_dl_audit")
+
+
+def main() -> None:
+    ui.page_header("Assemble", "Describe a population; seed terms resolve to curated cohorts first, "
+                   "and every generated code passes your review before it joins the concept set.")
+    ui.require_vocabulary()
+    reviewer = st.text_input("Reviewer name", key="as_reviewer").strip()
+    state = _session()
+    if state is None:
+        resume_section()
+        start_section(reviewer)
+        state = st.session_state.get("as_state")
+        if state is None:
+            return
+    else:
+        cols = st.columns([4, 1])
+        cols[0].markdown(f"**Session {state.session_id}** · {state.description} · decomposer {state.decomposer}")
+        if cols[1].button("New session", key="as_new_session"):
+            st.session_state.pop("as_state", None)
+            st.query_params.clear()
+            st.rerun()
+    terms_section(state)
+    gate_section(state, reviewer)
+    result_section(st.session_state.get("as_state", state))
+    audit_section(state)
+
+
+ui.run_page(main)

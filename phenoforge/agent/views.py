@@ -1,0 +1,79 @@
+"""Plain rows for the assembly page (no streamlit here): what each table shows, and what changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phenoforge.agent.state import AssemblyState, ConceptSet, Decision
+
+PENDING = "pending"
+CHOICES = [PENDING, "accept", "reject"]
+
+
+def claude_available() -> bool:
+    from phenoforge.agent.claude import resolve_api_key
+    from phenoforge.agent.errors import MissingAPIKeyError
+
+    try:
+        resolve_api_key()
+    except MissingAPIKeyError:
+        return False
+    return True
+
+
+def term_rows(state: AssemblyState) -> list[dict[str, Any]]:
+    rows = []
+    for term in state.terms:
+        match = term.curated
+        rows.append({
+            "term": term.term,
+            "status": term.status,
+            "cohort": f"{match.library_id}/{match.cohort_id} {match.cohort_name}" if match else
+            "; ".join(f"{m.library_id}/{m.cohort_id}" for m in term.ambiguous),
+            "name overlap": match.name_overlap if match else None,
+            "retrieval overlap": match.retrieval_overlap if match else None,
+            "note": term.note or term.search_reason or "",
+        })
+    return rows
+
+
+def candidate_label(state: AssemblyState, code: str) -> str:
+    candidate = state.candidate(code)
+    if candidate is None:
+        return code
+    sources = "; ".join(f"'{s.term}' {s.retriever} #{s.rank}" for s in candidate.sources)
+    return f"**{candidate.code}** {candidate.name} · {sources} · {candidate.hierarchy_hint}"
+
+
+def candidate_rows(state: AssemblyState) -> list[dict[str, Any]]:
+    return [{
+        "code": c.code, "name": c.name, "terms": "; ".join(c.terms),
+        "retriever": "; ".join(sorted({s.retriever for s in c.sources})),
+        "rank": c.best_rank, "hierarchy": c.hierarchy_hint, "decision": c.decision or PENDING,
+        "descendants": c.expand_descendants, "reviewer": c.reviewer or "",
+    } for c in state.candidates]
+
+
+def changed_decisions(
+    state: AssemblyState, choices: dict[str, tuple[str, bool]]
+) -> list[tuple[str, Decision, bool]]:
+    """Decisions in ``choices`` (code -> (choice, expand)) that differ from what the state holds."""
+    changed: list[tuple[str, Decision, bool]] = []
+    for code, (choice, expand) in choices.items():
+        candidate = state.candidate(code)
+        if candidate is None or choice == PENDING:
+            continue
+        if candidate.decision != choice or (choice == "accept" and candidate.expand_descendants != expand):
+            changed.append((code, choice, expand))  # type: ignore[arg-type]
+    return changed
+
+
+def bulk(state: AssemblyState, decision: Decision, only_pending: bool = True) -> list[tuple[str, Decision, bool]]:
+    return [(c.code, decision, False) for c in state.candidates if c.decision is None or not only_pending]
+
+
+def concept_rows(concept_set: ConceptSet) -> list[dict[str, Any]]:
+    return [{
+        "code": e.code, "name": e.name, "tier": e.tier, "source": e.source, "evidence": e.evidence,
+        "terms": "; ".join(e.terms), "via descendants of": e.via_descendants_of or "",
+    } for e in concept_set.entries]

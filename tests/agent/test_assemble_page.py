@@ -1,0 +1,101 @@
+"""The Assemble page through streamlit's AppTest, on the dashboard fixture data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from phenoforge.agent import audit
+from tests.dashboard.conftest import frame_with
+
+PAGE = "pages/6_Assemble.py"
+
+
+def start(at: AppTest, description: str = "adults with asthma or a femur fracture") -> AppTest:
+    at.text_input(key="as_reviewer").input("ann")
+    at.text_area(key="as_description").input(description)
+    at.button(key="as_start").click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_curated_first_then_gate_then_export(app: Callable[[str], AppTest], dash: Path) -> None:
+    at = app(PAGE).run()
+    assert not at.exception
+    assert at.radio(key="as_decomposer").options == ["offline"]
+    start(at)
+    terms = frame_with(at, "status")
+    status = dict(zip(terms["term"], terms["status"], strict=True))
+    assert status == {"asthma": "curated", "femur fracture": "generated"}
+    assert "521" in terms.loc[terms["term"] == "asthma", "cohort"].iloc[0]
+    # per-code review: accept S72 with its subtree, reject the next candidate
+    codes = [key.removeprefix("as_dec_") for key in (r.key for r in at.radio) if key and key.startswith("as_dec_")]
+    assert "S72" in codes
+    at.radio(key="as_dec_S72").set_value("accept")
+    at.checkbox(key="as_exp_S72").check()
+    other = next(code for code in codes if code != "S72")
+    at.radio(key=f"as_dec_{other}").set_value("reject")
+    at.run()
+    save = at.button(key="as_save")
+    assert save.label == "Save 2 decisions" and not save.disabled
+    save.click().run()
+    assert not at.exception
+    session_id = at.session_state["as_state"].session_id
+    trail = audit.decisions(session_id)
+    assert {(r.code, r.decision, r.reviewer) for r in trail} == {("S72", "accept", "ann"), (other, "reject", "ann")}
+    assert next(r for r in trail if r.code == "S72").expand_descendants is True
+    # bulk, then assemble
+    at.button(key="as_reject_all").click().run()
+    assert not at.session_state["as_state"].pending
+    at.button(key="as_assemble").click().run()
+    assert not at.exception
+    final = frame_with(at, "tier")
+    assert set(final["tier"]) == {"curated", "generated"}
+    assert {"S72", "S72.001A", "J45.20"} <= set(final["code"])
+    assert final.loc[final["code"] == "S72.001A", "via descendants of"].iloc[0] == "S72"
+    assert len(final["code"]) == len(set(final["code"]))
+    assert {button.key for button in at.download_button} >= {"as_dl_csv", "as_dl_circe", "as_dl_audit"}
+
+
+def test_session_resumes_after_restart(app: Callable[[str], AppTest], dash: Path) -> None:
+    at = start(app(PAGE).run())
+    at.button(key="as_accept_all").click().run()
+    session_id = at.session_state["as_state"].session_id
+    n = len(audit.decisions(session_id))
+    assert n > 0
+    # a new script run with nothing in memory: the ?session= link brings the session back
+    again = app(PAGE)
+    again.query_params["session"] = session_id
+    again.run()
+    assert not again.exception
+    state = again.session_state["as_state"]
+    assert state.session_id == session_id and not state.pending
+    assert all(radio.value == "accept" for radio in again.radio if radio.key and radio.key.startswith("as_dec_"))
+    assert any(f"Audit trail ({n} decisions)" in expander.label for expander in again.expander)
+    # and from the saved-session list
+    fresh = app(PAGE).run()
+    assert fresh.selectbox(key="as_resume_pick").value == session_id
+    fresh.button(key="as_resume").click().run()
+    assert fresh.session_state["as_state"].session_id == session_id
+
+
+def test_ambiguous_term_is_shown_and_can_be_settled(app: Callable[[str], AppTest], dash: Path) -> None:
+    at = start(app(PAGE).run(), "adults with diabetes mellitus")
+    state = at.session_state["as_state"]
+    ambiguous = [term for term in state.terms if term.status == "ambiguous"]
+    assert ambiguous, [t.status for t in state.terms]
+    assert any("not guessed" in warning.value for warning in at.warning)
+    options = at.selectbox(key="as_amb_0").options
+    assert len(options) >= 2
+    at.button(key="as_choose_0").click().run()
+    assert at.session_state["as_state"].terms[0].status == "curated"
+
+
+def test_decisions_need_a_reviewer(app: Callable[[str], AppTest], dash: Path) -> None:
+    at = app(PAGE).run()
+    at.text_area(key="as_description").input("adults with a femur fracture")
+    at.button(key="as_start").click().run()
+    assert at.button(key="as_accept_all").disabled
+    assert any("Enter your name" in caption.value for caption in at.caption)
