@@ -1,0 +1,224 @@
+"""The command line on the fixture vocabulary (placed where ``connect()`` looks, so it is never rebuilt)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from phenoforge.cli import main
+from phenoforge.config import libraries_dir, vocab_db_path
+from phenoforge.engine import vocab_build
+from phenoforge.engine.curated import (
+    Citation,
+    CohortEntry,
+    LibraryManifest,
+    LibraryStats,
+    cohort_file_name,
+    icd_cohort_definition,
+    write_library,
+)
+
+COHORTS = {
+    "dm2": ("Type 2 diabetes mellitus", ["E11"], True),
+    "hf": ("Heart failure", ["I50.9", "I50.21"], False),
+    "asthma": ("Asthma", ["J45", "J45.909"], False),
+}
+
+
+def write_fixture_library(dest: Path, library_id: str = "cli-lib") -> Path:
+    manifest = LibraryManifest(
+        library_id=library_id,
+        name="CLI fixture library",
+        description="three cohorts over the fixture vocabulary",
+        citation=Citation(source="tests", version="1", licence="CC0"),
+        created_at="2026-12-02T00:00:00+00:00",
+        stats=LibraryStats(n_cohorts=len(COHORTS), n_listed_codes=5),
+        cohorts=[CohortEntry(cohort_id=cid, cohort_name=name, file=cohort_file_name(cid))
+                 for cid, (name, _c, _d) in COHORTS.items()],
+    )
+    definitions = {cid: icd_cohort_definition(name, codes, desc) for cid, (name, codes, desc) in COHORTS.items()}
+    return write_library(dest, manifest, definitions)
+
+
+@pytest.fixture(autouse=True)
+def fixture_vocabulary(monkeypatch: pytest.MonkeyPatch, fixture_db_path: Path) -> Path:
+    """A copy of the fixture vocabulary at the default path; the real tree reader must never run."""
+
+    def no_build(progress=None):  # noqa: ANN001, ANN202
+        raise AssertionError("the CLI tried to rebuild a fixture-source vocabulary")
+
+    monkeypatch.setattr(vocab_build, "icd10cm_rows", no_build)
+    return Path(shutil.copyfile(fixture_db_path, vocab_db_path()))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --- lookup ------------------------------------------------------------------------------------------
+
+
+def test_lookup_known_code(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _err = run(capsys, "lookup", "e1121")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("E11.21  Type 2 diabetes mellitus with diabetic nephropathy")
+    assert "billable" in lines[0]
+    assert "ancestors: 4 > E08-E13 > E11 > E11.2" in out
+    assert "descendants: 0" in out
+
+
+def test_lookup_category_lists_descendants(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _err = run(capsys, "lookup", "S72.00")
+    assert code == 0
+    assert "descendants: 3 (S72.001, S72.001A, S72.001D)" in out
+
+
+def test_lookup_unknown_code(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "lookup", "Q99.999")
+    assert code == 1
+    assert out == ""
+    assert "'Q99.999' is not an ICD-10-CM code" in err
+    assert "Traceback" not in err
+
+
+# --- search ------------------------------------------------------------------------------------------
+
+
+def test_search_bm25(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _err = run(capsys, "search", "Kimmelstiel-Wilson", "--method", "bm25")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "== bm25"
+    assert lines[1].split()[:2] == ["1", "E11.21"]
+
+
+def test_search_bm25_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _err = run(capsys, "search", "heart failure", "--method", "bm25", "-k", "3", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert list(data) == ["bm25"]
+    assert len(data["bm25"]["hits"]) == 3
+    assert data["bm25"]["hits"][0]["code"].startswith("I50")
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [("   ", "empty"), ("'; DROP TABLE concept; --", "SQL"), ("糖尿病", "English"), ("x" * 10_000, "500")],
+)
+def test_search_bad_query_prints_the_reason(capsys: pytest.CaptureFixture[str], query: str, reason: str) -> None:
+    code, out, err = run(capsys, "search", query, "--method", "bm25")
+    assert code == 0
+    assert "no results:" in out and reason in out
+    assert "Traceback" not in err
+
+
+def test_search_hybrid_without_dense_says_it_is_bm25_only(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "search", "asthma", "--method", "hybrid")
+    assert code == 0
+    assert "(BM25 only: no dense index)" in out
+    assert "J45" in out
+    assert "dense index is not built" in err
+
+
+def test_search_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["search", "asthma", "-k", "0"], ["search", "asthma", "--dense-weight", "1.5"],
+                 ["search", "asthma", "--method", "tfidf"]):
+        with pytest.raises(SystemExit) as error:
+            main(argv)
+        assert error.value.code == 2
+    assert "usage" in capsys.readouterr().err
+
+
+# --- benchmark ---------------------------------------------------------------------------------------
+
+
+def test_benchmark_json_on_a_library_given_by_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    library = write_fixture_library(tmp_path / "elsewhere" / "my-lib")
+    code, out, _err = run(capsys, "benchmark", "--library", str(library), "--no-dense", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert list(data) == ["cli-lib"]
+    report = data["cli-lib"]
+    expected_methods = {"bm25", "hybrid", "expand_descendants"}
+    assert set(report["mean_hierarchical_score_by_method"]) == expected_methods
+    assert set(report["mean_coverage_by_method"]) == expected_methods
+    assert {(r["cohort_id"], r["method"]) for r in report["results"]} == {
+        (cid, m) for cid in COHORTS for m in expected_methods
+    }
+    assert sorted(report["skipped"]) == sorted(f"{cid}/dense: no dense retriever" for cid in COHORTS)
+    dm2 = next(r for r in report["results"] if r["cohort_id"] == "dm2" and r["method"] == "expand_descendants")
+    assert dm2["coverage"] == 1.0 and dm2["over_inclusion_penalty"] == 0.0
+
+
+def test_benchmark_json_uses_the_installed_library_by_id(capsys: pytest.CaptureFixture[str]) -> None:
+    write_fixture_library(libraries_dir() / "cli-lib")
+    code, out, _err = run(capsys, "benchmark", "--library", "cli-lib", "--methods", "bm25",
+                          "--cohorts", "hf", "-k", "2", "--json")
+    assert code == 0
+    report = json.loads(out)["cli-lib"]
+    (result,) = report["results"]
+    assert result["cohort_id"] == "hf" and result["method"] == "bm25"
+    assert len(result["predicted_codes"]) == 2
+
+
+def test_benchmark_table(capsys: pytest.CaptureFixture[str]) -> None:
+    write_fixture_library(libraries_dir() / "cli-lib")
+    code, out, _err = run(capsys, "benchmark", "--no-dense", "--quiet")
+    assert code == 0
+    assert "CLI fixture library (cli-lib): 3 cohorts, k=25" in out
+    header = next(line for line in out.splitlines() if line.startswith("method"))
+    assert header.split() == ["method", "cohorts", "coverage", "over-incl", "hier.", "exact", "F1"]
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()
+            and line.split()[0] in ("bm25", "hybrid", "expand_descendants", "dense")}
+    assert set(rows) == {"bm25", "hybrid", "expand_descendants"}
+    assert all(row[1] == "3" for row in rows.values())
+    assert all(0.0 <= float(value) <= 1.0 for row in rows.values() for value in row[2:])
+    assert "skipped: 3" in out
+
+
+@pytest.mark.parametrize("argv", [["benchmark", "--library", "nope"],
+                                  ["benchmark", "--library", "nope", "--json", "--no-dense"]])
+def test_benchmark_unknown_library_is_a_one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    write_fixture_library(libraries_dir() / "cli-lib")
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("note:")]
+    assert lines == ["error: no library 'nope' (installed: cli-lib)"]
+
+
+def test_benchmark_with_no_library_installed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run(capsys, "benchmark", "--no-dense")
+    assert code == 2
+    assert "no cohort library is installed" in err and "Traceback" not in err
+
+
+def test_benchmark_unknown_cohort_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    write_fixture_library(libraries_dir() / "cli-lib")
+    code, _out, err = run(capsys, "benchmark", "--no-dense", "--cohorts", "zzz", "--quiet")
+    assert code == 2
+    assert "'zzz'" in err and "Traceback" not in err
+
+
+# --- build -------------------------------------------------------------------------------------------
+
+
+def test_build_keeps_a_fixture_vocabulary(capsys: pytest.CaptureFixture[str]) -> None:
+    before = vocab_db_path().read_bytes()
+    code, out, _err = run(capsys, "build", "--skip-libraries", "--no-dense", "--quiet")
+    assert code == 0
+    assert "vocabulary: phenoforge test fixture" in out
+    assert vocab_db_path().read_bytes() == before
+
+
+def test_sweep_without_dense_says_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    write_fixture_library(libraries_dir() / "cli-lib")
+    code, _out, err = run(capsys, "sweep", "--quiet")
+    assert code == 1
+    assert "needs the dense index" in err
