@@ -69,7 +69,7 @@ def terms_section(state: AssemblyState) -> None:
     st.subheader("Seed terms")
     for note in state.notes:
         st.info(note)
-    st.dataframe(pd.DataFrame(views.term_rows(state)), hide_index=True, use_container_width=True)
+    st.dataframe(pd.DataFrame(views.term_rows(state)), hide_index=True, width="stretch")
     for index, term in enumerate(state.terms):
         if term.status != "ambiguous":
             continue
@@ -128,7 +128,7 @@ def result_section(state: AssemblyState) -> None:
     st.subheader(f"Concept set: {len(concept_set.entries)} codes")
     if state.pending:
         st.warning(f"{len(state.pending)} candidates are still pending and are not in the set.")
-    st.dataframe(pd.DataFrame(views.concept_rows(concept_set)), hide_index=True, use_container_width=True)
+    st.dataframe(pd.DataFrame(views.concept_rows(concept_set)), hide_index=True, width="stretch")
     for item in concept_set.unmappable:
         st.warning(f"Unmappable '{item.term}': {item.reason}")
     with ui.cursor() as con:
@@ -144,7 +144,7 @@ def audit_section(state: AssemblyState) -> None:
     records = audit.decisions(state.session_id)
     with st.expander(f"Audit trail ({len(records)} decisions)"):
         if records:
-            st.dataframe(pd.DataFrame([r.model_dump() for r in records]), hide_index=True, use_container_width=True)
+            st.dataframe(pd.DataFrame([r.model_dump() for r in records]), hide_index=True, width="stretch")
         st.download_button("Download audit trail (CSV)", audit.audit_csv(records),
                            f"audit_{state.session_id}.csv", "text/csv", key="as_dl_audit")
 

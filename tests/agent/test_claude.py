@@ -231,3 +231,24 @@ def test_key_from_streamlit_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 def test_empty_description_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(DecomposerError, match="empty"):
         make(Server([]), tmp_path)("   ")
+
+
+def test_key_never_reaches_the_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    server = Server([status(401, "authentication_error", "invalid x-api-key")])
+    with pytest.raises(ClaudeAuthError):
+        make(server, tmp_path, max_retries=0)("asthma")
+    server = Server([ok(tool_reply(["asthma"]))])
+    make(server, tmp_path)("adults with asthma")
+    assert caplog.records, "the SDK logs at debug level; the check must see them"
+    assert KEY not in caplog.text
+
+
+def test_built_client_has_timeout_and_bounded_retries(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    decompose = default_decomposer(timeout=12.5, max_retries=1, cache_dir=tmp_path)
+    assert decompose.client.timeout == 12.5
+    assert decompose.client.max_retries == 1
+    assert KEY not in repr(decompose)
