@@ -69,6 +69,26 @@ def test_connect_builds_the_default_on_first_use(monkeypatch: pytest.MonkeyPatch
     assert database_state(vocab_db_path()) == "current"
 
 
+def test_corrupt_default_database_is_rebuilt_on_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def rows(progress=None) -> VocabularyRows:  # noqa: ANN001
+        calls.append(1)
+        built = fixture_rows()
+        built.metadata = {"source": ICD_PACKAGE, "source_version": ICD_PACKAGE_VERSION,
+                          "vocabulary_release": ICD_RELEASE}
+        return built
+
+    monkeypatch.setattr(vocab_build, "icd10cm_rows", rows)
+    vocab_db_path().write_bytes(b"\x00garbage" * 1000)
+    con = connect()
+    try:
+        assert con.execute("SELECT count(*) FROM concept").fetchall()[0][0] == len(FIXTURE_NODES)
+    finally:
+        con.close()
+    assert calls == [1]
+
+
 def test_missing_database_elsewhere_is_a_clear_error(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "vocab.duckdb"
     with pytest.raises(VocabularyError, match="python -m phenoforge build"):

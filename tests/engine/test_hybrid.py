@@ -198,3 +198,24 @@ def test_dense_without_retriever_is_empty_with_a_reason(fixture_con: duckdb.Duck
 def test_unknown_method_is_a_value_error(fixture_con: duckdb.DuckDBPyConnection) -> None:
     with pytest.raises(ValueError, match="unknown method"):
         search_concepts(fixture_con, "asthma", method="tfidf")
+
+
+def test_zero_k_returns_no_hits_with_a_reason(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    assert bm25_search_result(fixture_con, 0).hits == []
+    result = hybrid_search(fixture_con, "diabetes", k=0)
+    assert result.hits == [] and result.reason
+
+
+def bm25_search_result(con: duckdb.DuckDBPyConnection, k: int) -> SearchResult:
+    return get_bm25_index(con).search("diabetes", k=k)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: hybrid_search slices fused[:k], so a negative k returns hits")
+@pytest.mark.parametrize("k", [-1, -5])
+def test_negative_k_returns_no_hits_or_refuses(fixture_con: duckdb.DuckDBPyConnection, k: int) -> None:
+    assert bm25_search_result(fixture_con, k).hits == []
+    try:
+        result = hybrid_search(fixture_con, "diabetes", k=k)
+    except ValueError:
+        return
+    assert result.hits == [] and result.reason
