@@ -96,6 +96,8 @@ DEFAULT_TEST_CASES: list[DecompositionTestCase] = [
           "antipsychotic trial inclusion pattern", "or"),
     _case(E, "elix-AIDS", "adults living with HIV infection",
           "person-first phrasing used by HIV treatment trials", "lay"),
+    _case(E, "elix-HTN_CX", "patients with hypertension and chronic kidney disease",
+          "hypertensive-CKD trial population joining two diagnoses with 'and'", "and"),
     _case(E, "elix-CANCER_METS", "patients with metastatic breast cancer",
           "oncology trial title pattern 'in patients with metastatic <site> cancer'", "single"),
     # --- CMS-HCC V28 --------------------------------------------------------------------------
@@ -129,6 +131,8 @@ DEFAULT_TEST_CASES: list[DecompositionTestCase] = [
           "IBD biologic trial title pattern", "qualifiers"),
     _case(V28, "v28-HCC64", "patients with compensated liver cirrhosis",
           "hepatology trial inclusion pattern", "qualifiers"),
+    _case(V28, "v28-HCC37", "adults with type 2 diabetes and diabetic peripheral neuropathy",
+          "painful diabetic neuropathy trial population ('type 2 diabetes and DPN')", "and"),
     # --- CMS-HCC V24 --------------------------------------------------------------------------
     _case(V24, "v24-HCC85", "adults hospitalized for acute decompensated heart failure",
           "acute heart-failure trial inclusion pattern", "qualifiers"),
@@ -148,6 +152,8 @@ DEFAULT_TEST_CASES: list[DecompositionTestCase] = [
           "antiseizure trial phrasing with lay 'seizures'", "lay"),
     _case(V24, "v24-HCC40", "patients with rheumatoid arthritis or systemic lupus erythematosus",
           "inflammatory connective-tissue disease registry inclusion", "or"),
+    _case(V24, "v24-HCC18", "patients with type 1 diabetes and diabetic retinopathy",
+          "diabetic eye disease study population joining diabetes type and complication", "and"),
     _case(V24, "v24-HCC28", "adults with alcohol-related liver cirrhosis and a history of heavy drinking",
           "alcohol-associated liver disease study phrasing", "and"),
 ]
