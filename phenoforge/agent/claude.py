@@ -232,6 +232,9 @@ class ClaudeDecomposer:
                 )
             except anthropic.AnthropicError as error:
                 raise _translate(error, self.model) from None
+            except ValueError:  # a 200 whose body is not JSON (truncated by a proxy, say): ask again
+                problem = "the API response body was not valid JSON"
+                continue
             tool_id: str | None = None
             try:
                 tool_id, raw = _extract(message)

@@ -118,6 +118,19 @@ def test_malformed_json_text_then_valid(tmp_path: Path) -> None:
     assert len(retry) == 3 and "invalid" in retry[2]["content"]
 
 
+def test_malformed_json_body_then_valid(tmp_path: Path) -> None:
+    truncated = b'{"id": "msg_01", "type": "message", "content": [{"type": "tool_use"'
+
+    def broken(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content=truncated, headers={"content-type": "application/json"})
+
+    server = Server([broken, ok(tool_reply(["asthma"]))])
+    assert make(server, tmp_path)("adults with asthma") == ["asthma"]
+    server = Server([broken, broken, broken])
+    with pytest.raises(ClaudeOutputError, match="not valid JSON"):
+        make(server, tmp_path, output_retries=2)("children with asthma")
+
+
 def test_schema_violation_is_fed_back_as_tool_error(tmp_path: Path) -> None:
     server = Server([ok(tool_reply("heart failure")), ok(tool_reply(["heart failure"], tool_id="toolu_02"))])
     assert make(server, tmp_path)("patients with heart failure") == ["heart failure"]
