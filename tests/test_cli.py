@@ -222,3 +222,26 @@ def test_sweep_without_dense_says_what_to_do(capsys: pytest.CaptureFixture[str])
     code, _out, err = run(capsys, "sweep", "--quiet")
     assert code == 1
     assert "needs the dense index" in err
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: resolve_library_dirs lists (and so validates) every installed library "
+                                       "first, so one broken library blocks a good one named by path")
+def test_a_broken_installed_library_does_not_block_one_given_by_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = libraries_dir() / "broken"
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("{not json")
+    library = write_fixture_library(tmp_path / "elsewhere" / "good-lib")
+    code, out, err = run(capsys, "benchmark", "--library", str(library), "--no-dense", "--json")
+    assert code == 0, err
+    assert list(json.loads(out)) == ["cli-lib"]
+
+
+def test_a_broken_installed_library_is_named_in_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+    broken = libraries_dir() / "broken"
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("{not json")
+    code, _out, err = run(capsys, "benchmark", "--no-dense", "--quiet")
+    assert code == 2
+    assert str(broken / "manifest.json") in err and "Traceback" not in err

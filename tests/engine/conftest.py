@@ -13,8 +13,11 @@ from phenoforge.engine.db import connect, ensure_vocabulary
 
 @pytest.fixture(scope="session")
 def real_db_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded default built from simple-icd-10-cm into a temporary folder (about 5 s)."""
-    return ensure_vocabulary(tmp_path_factory.mktemp("real") / "vocab.duckdb")
+    """The embedded default built from simple-icd-10-cm into a temporary folder (about 5 s).
+
+    One fixed path per session, so a module elsewhere that imports this fixture finds it built.
+    """
+    return ensure_vocabulary(tmp_path_factory.getbasetemp() / "real-vocab" / "vocab.duckdb")
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import random
 from pathlib import Path
 
 import duckdb
@@ -35,6 +36,7 @@ from phenoforge.eval.harness import (
     run_benchmark,
     score_cohort,
 )
+from tests.engine import conftest as engine_fixtures
 from tests.fixture_vocab import FIXTURE_NODES
 
 ALL_CODES = [code for code, *_ in FIXTURE_NODES]
@@ -50,6 +52,9 @@ COHORTS: dict[str, tuple[str, list[str], bool]] = {
     "empty": ("Unknown condition", ["Q98.111"], False),  # nothing resolvable at all
 }
 SCORED = ["dm2", "hf", "asthma", "obesity"]
+
+real_db_path = engine_fixtures.real_db_path  # the session's real vocabulary, built once (same path)
+real_con = engine_fixtures.real_con
 
 
 class FakeDense:
@@ -376,3 +381,21 @@ def test_rescore_refuses_bad_arguments(fixture_con: duckdb.DuckDBPyConnection, l
         rescore_hybrid(fixture_con, cache, 1.5)
     with pytest.raises(ValueError, match="deep"):
         rescore_hybrid(fixture_con, cache, 0.5, k=25)
+
+
+# --- the real tree ------------------------------------------------------------------------------------
+
+
+def test_match_scores_equal_brute_force_on_the_real_tree(real_con: duckdb.DuckDBPyConnection) -> None:
+    """ICD-10-CM is a tree, so the ancestor-table shortcut must equal the pairwise minimum exactly."""
+    rng = random.Random(20261202)
+    codes = [code for (code,) in real_con.execute(
+        "SELECT code FROM concept WHERE code LIKE 'E1%' OR code LIKE 'I5%' OR code LIKE 'S72%' ORDER BY concept_id"
+    ).fetchall()]
+    for _ in range(25):
+        truth = rng.sample(codes, 6)
+        predicted = rng.sample(codes, 12) + [truth[0]]
+        assert match_scores(real_con, truth, predicted) == pytest.approx(brute_force_scores(real_con, truth, predicted))
+        assert match_scores(real_con, predicted, truth) == pytest.approx(brute_force_scores(real_con, predicted, truth))
+    near = match_scores(real_con, ["E11.21"], ["E11.9"])
+    assert near == [pytest.approx(0.5)]  # E11.21 - E11.2 - E11 - E11.9: three edges
