@@ -16,6 +16,7 @@ import duckdb
 import pytest
 import simple_icd_10_cm as icd
 
+from phenoforge.config import REPO_ROOT
 from phenoforge.engine import vocab_build
 from phenoforge.engine.db import build_id, database_state, ensure_vocabulary, read_metadata, vocabulary_info
 from phenoforge.engine.vocab_build import (
@@ -244,6 +245,46 @@ def test_database_in_use_by_a_writer_is_not_replaced(tmp_path: Path, fake_reader
     finally:
         con.close()
     assert fake_reader == []
+
+
+_BUILDER = """
+import sys, time
+from pathlib import Path
+from phenoforge.engine import vocab_build
+from phenoforge.engine.db import connect, build_id
+from tests.fixture_vocab import fixture_rows
+
+def rows(progress=None):
+    time.sleep(0.5)  # widen the window in which a second builder could start
+    built = fixture_rows()
+    built.metadata = {"source": vocab_build.ICD_PACKAGE, "source_version": vocab_build.ICD_PACKAGE_VERSION,
+                      "vocabulary_release": vocab_build.ICD_RELEASE}
+    print("built", flush=True)
+    return built
+
+vocab_build.icd10cm_rows = rows
+from phenoforge.engine.db import ensure_vocabulary
+ensure_vocabulary(Path(sys.argv[1]))
+con = connect(Path(sys.argv[1]))
+print("id", build_id(con), flush=True)
+"""
+
+
+def test_two_processes_building_at_once_build_once(tmp_path: Path) -> None:
+    target = tmp_path / "vocab.duckdb"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _BUILDER, str(target)], cwd=REPO_ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+    for proc, (_out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+    lines = [line for out, _err in outputs for line in out.splitlines()]
+    assert lines.count("built") == 1
+    ids = {line.split()[1] for line in lines if line.startswith("id ")}
+    assert ids == {_build_id_at(target)}
+    assert _leftovers(tmp_path) == []
 
 
 def test_progress_is_reported(tmp_path: Path, fake_reader: list[int]) -> None:
