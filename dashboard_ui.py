@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from phenoforge.dashboard.explore import CohortMembership
 from phenoforge.dashboard.resources import CursorPool, DenseManager, open_vocabulary, vocabulary_present
@@ -55,8 +56,16 @@ def require_vocabulary() -> None:
     if not vocabulary_present():
         st.warning("The vocabulary database is not built yet. Open the Home page: it builds it "
                    "with a progress bar (about 3 seconds).")
-        st.page_link("app.py", label="Go to Home", icon="🏠")
+        home_link()
         st.stop()
+
+
+def home_link() -> None:
+    """A link to Home; a plain one where the page runs as its own app (no page registry)."""
+    try:
+        st.page_link("app.py", label="Go to Home", icon="🏠")
+    except StreamlitAPIException:
+        st.markdown("[🏠 Go to Home](/)")
 
 
 @contextmanager
@@ -74,7 +83,7 @@ def require_libraries() -> list[Library]:
     if not found:
         st.warning("No cohort library is installed yet. Open the Home page to build the bundled "
                    "libraries, or import one with `python -m phenoforge library import FILE.csv`.")
-        st.page_link("app.py", label="Go to Home", icon="🏠")
+        home_link()
         st.stop()
     return found
 
