@@ -133,9 +133,10 @@ def run_once(folder: Path, db: Path, limit: str, threads: int | None) -> dict:
     db.unlink(missing_ok=True)
     code = CHILD.format(root=str(ROOT), folder=str(folder), db=str(db), limit=limit,
                         threads=threads)
-    output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                            text=True).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"load failed (memory_limit={limit}):\n{done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def baseline_rss_kb() -> int:

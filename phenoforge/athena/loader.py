@@ -15,6 +15,7 @@ import re
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from pydantic import BaseModel, Field
@@ -81,6 +82,7 @@ REQUIRED_TABLES: tuple[str, ...] = ("CONCEPT", "CONCEPT_RELATIONSHIP", "CONCEPT_
 OPTIONAL_TABLES: tuple[str, ...] = ("VOCABULARY",)
 
 DEFAULT_MEMORY_LIMIT = "1GB"
+MEMORY_LIMIT_ENV = "PHENOFORGE_ATHENA_MEMORY_LIMIT"
 _HEADER_LIMIT = 65536
 _ROMAN = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100}
 
@@ -224,6 +226,14 @@ def _malformed(path: Path, error: duckdb.Error) -> VocabularyError:
     )
 
 
+def _out_of_memory(path: Path, memory_limit: str, error: duckdb.Error) -> VocabularyError:
+    first = str(error).splitlines()[0][:200]
+    return VocabularyError(
+        f"{path}: ran out of memory loading it with memory_limit={memory_limit} ({first}); "
+        f"allow more (e.g. {MEMORY_LIMIT_ENV}=2GB) or free memory and retry"
+    )
+
+
 def _roman_to_int(text: str) -> int | None:
     if not text or any(ch not in _ROMAN for ch in text):
         return None
@@ -248,7 +258,9 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None
     return int(con.execute(sql, params or []).fetchall()[0][0] or 0)
 
 
-def _stage_concepts(con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]) -> None:
+def _stage_concepts(
+    con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]
+) -> dict[str, Any]:
     con.execute(
         "CREATE TEMP TABLE athena_concept AS SELECT concept_id, concept_name, domain_id, "
         "vocabulary_id, concept_class_id, standard_concept, concept_code, valid_start_date, "
@@ -269,6 +281,13 @@ def _stage_concepts(con: duckdb.DuckDBPyConnection, path: Path, types: dict[str,
         "QUALIFY row_number() OVER (PARTITION BY concept_id) = 1",
         [ICD10CM, ICD10CM, ICD10CM],
     )
+    considered, invalid, latest = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE coalesce(invalid_reason, '') <> ''), "
+        "max(valid_start_date) FILTER (WHERE coalesce(invalid_reason, '') = '') "
+        "FROM athena_concept"
+    ).fetchall()[0]
+    con.execute("DROP TABLE athena_concept")  # free its memory before the big files stream
+    return {"considered": int(considered), "invalid": int(invalid), "latest": latest}
 
 
 def _renumber_chapters(con: duckdb.DuckDBPyConnection) -> None:
@@ -288,7 +307,7 @@ def _renumber_chapters(con: duckdb.DuckDBPyConnection) -> None:
 
 def _load_relationships(
     con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]
-) -> None:
+) -> dict[str, Any]:
     # One streamed pass keeps only valid 'Is a' / 'Maps to' edges out of loaded ICD-10-CM codes
     # (a few hundred thousand of the tens of millions of rows).
     con.execute(
@@ -319,9 +338,17 @@ def _load_relationships(
         "  JOIN concept c ON c.concept_id = p.child_id WHERE c.kind = 'block')",
         [ICD10CM],
     )
+    maps_total = _scalar(
+        con, "SELECT count(DISTINCT (concept_id_1, concept_id_2)) FROM athena_rel "
+        "WHERE relationship_id = 'Maps to'"
+    )
+    con.execute("DROP TABLE athena_rel")
+    return {"maps_total": maps_total}
 
 
-def _load_ancestors(con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]) -> None:
+def _load_ancestors(
+    con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]
+) -> dict[str, Any]:
     con.execute(
         "INSERT INTO concept_ancestor SELECT a.ancestor_concept_id, a.descendant_concept_id, "
         "coalesce(a.min_levels_of_separation, 0), coalesce(a.max_levels_of_separation, 0) "
@@ -330,10 +357,12 @@ def _load_ancestors(con: duckdb.DuckDBPyConnection, path: Path, types: dict[str,
         "AND a.descendant_concept_id IN (SELECT concept_id FROM concept WHERE vocabulary_id = ?)",
         [str(path), types, SNOMED, SNOMED],
     )
+    return {}
 
 
 def _vocabulary_release(
-    con: duckdb.DuckDBPyConnection, vocabulary_file: Path | None, types: dict[str, str] | None
+    con: duckdb.DuckDBPyConnection, vocabulary_file: Path | None, types: dict[str, str] | None,
+    latest: str | None,
 ) -> tuple[str, dict[str, str]]:
     """A release label from VOCABULARY (Athena's 'None' row carries the download's version)."""
     versions: dict[str, str] = {}
@@ -361,9 +390,6 @@ def _vocabulary_release(
         return (f"{label} ({'; '.join(parts)})" if parts else label), extra
     if parts:
         return f"Athena ({'; '.join(parts)})", extra
-    latest = con.execute(
-        "SELECT max(valid_start_date) FROM athena_concept WHERE coalesce(invalid_reason, '') = ''"
-    ).fetchall()[0][0]
     date = _iso_date(latest)
     return (f"Athena download (concepts valid from {date} at the latest)" if date
             else "Athena download (release unknown)"), extra
@@ -397,15 +423,17 @@ def load_athena(
     athena_dir: Path,
     db_path: Path,
     progress: ProgressCallback | None = None,
-    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    memory_limit: str | None = None,
     threads: int | None = None,
 ) -> AthenaLoadReport:
     """Load an Athena download into a new vocabulary database at ``db_path`` (atomically).
 
-    ``memory_limit`` caps DuckDB's working memory (it spills to a temporary directory beside the
-    database beyond it); the bench script reports peak RSS for a few million relationship rows.
+    ``memory_limit`` caps DuckDB's working memory (default ``$PHENOFORGE_ATHENA_MEMORY_LIMIT`` or
+    1GB; it spills to a temporary directory beside the database beyond it). Peak RSS stays near
+    the limit plus a few hundred MB whatever the file sizes: bench/bench_athena_load.py.
     """
     progress = progress or no_progress
+    memory_limit = memory_limit or os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT
     started = time.perf_counter()
     athena_dir = Path(athena_dir).expanduser()
     db_path = Path(db_path).expanduser()
@@ -418,7 +446,13 @@ def load_athena(
     try:
         con = duckdb.connect(str(tmp))
         try:
-            con.execute("SET memory_limit = ?", [memory_limit])
+            try:
+                con.execute("SET memory_limit = ?", [memory_limit])
+            except duckdb.Error:
+                raise VocabularyError(
+                    f"memory limit {memory_limit!r} is not a size like 512MB or 2GB "
+                    f"(check {MEMORY_LIMIT_ENV})"
+                ) from None
             con.execute("SET temp_directory = ?", [str(spill)])
             con.execute("SET preserve_insertion_order = false")
             if threads:
@@ -429,11 +463,14 @@ def load_athena(
                 ("CONCEPT_RELATIONSHIP", "reading CONCEPT_RELATIONSHIP", _load_relationships),
                 ("CONCEPT_ANCESTOR", "reading CONCEPT_ANCESTOR", _load_ancestors),
             )
+            stats: dict[str, Any] = {}
             for step, (table, message, load) in enumerate(steps):
                 progress(step, total_steps, message)
                 path, types = files[table]
                 try:
-                    load(con, path, types)
+                    stats |= load(con, path, types)
+                except duckdb.OutOfMemoryException as error:
+                    raise _out_of_memory(path, memory_limit, error) from None
                 except duckdb.Error as error:
                     raise _malformed(path, error) from None
                 if table == "CONCEPT":
@@ -442,7 +479,8 @@ def load_athena(
             progress(3, total_steps, "indexing")
             vocabulary = files.get("VOCABULARY")
             release, extra = _vocabulary_release(
-                con, vocabulary[0] if vocabulary else None, vocabulary[1] if vocabulary else None
+                con, vocabulary[0] if vocabulary else None, vocabulary[1] if vocabulary else None,
+                stats.get("latest"),
             )
             write_metadata(con, {
                 "source": "athena",
@@ -453,9 +491,7 @@ def load_athena(
             })
             for statement in INDEXES:
                 con.execute(statement)
-            report = _report(con, athena_dir, db_path, release, started)
-            con.execute("DROP TABLE athena_concept")
-            con.execute("DROP TABLE athena_rel")
+            report = _report(con, athena_dir, db_path, release, started, stats)
             con.execute("CHECKPOINT")
         finally:
             con.close()
@@ -479,20 +515,13 @@ def _check_concepts(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 def _report(
-    con: duckdb.DuckDBPyConnection, athena_dir: Path, db_path: Path, release: str, started: float
+    con: duckdb.DuckDBPyConnection, athena_dir: Path, db_path: Path, release: str,
+    started: float, stats: dict[str, Any],
 ) -> AthenaLoadReport:
     counts = dict(con.execute(
         "SELECT kind, count(*) FROM concept WHERE vocabulary_id = ? GROUP BY kind", [ICD10CM]
     ).fetchall())
     n_snomed = _scalar(con, "SELECT count(*) FROM concept WHERE vocabulary_id = ?", [SNOMED])
-    considered, invalid = con.execute(
-        "SELECT count(*), count(*) FILTER (WHERE coalesce(invalid_reason, '') <> '') "
-        "FROM athena_concept"
-    ).fetchall()[0]
-    maps_total = _scalar(
-        con, "SELECT count(DISTINCT (concept_id_1, concept_id_2)) FROM athena_rel "
-        "WHERE relationship_id = 'Maps to'"
-    )
     n_maps = _scalar(con, "SELECT count(*) FROM concept_map")
     warnings = []
     if n_snomed == 0:
@@ -508,8 +537,8 @@ def _report(
         vocabulary_release=release,
         build_id=str(con.execute(
             "SELECT value FROM metadata WHERE key = 'build_id'").fetchall()[0][0]),
-        n_concept_rows_considered=int(considered),
-        n_invalid_skipped=int(invalid),
+        n_concept_rows_considered=stats["considered"],
+        n_invalid_skipped=stats["invalid"],
         n_icd10cm_concepts=int(sum(counts.values())),
         n_snomed_concepts=n_snomed,
         n_billable=_scalar(
@@ -522,7 +551,7 @@ def _report(
             "AND concept_id NOT IN (SELECT child_id FROM concept_parent)", [ICD10CM]
         ),
         n_maps_to=n_maps,
-        n_maps_to_dropped=maps_total - n_maps,
+        n_maps_to_dropped=stats["maps_total"] - n_maps,
         n_mapped_icd10cm=_scalar(con, "SELECT count(DISTINCT source_id) FROM concept_map"),
         n_ancestor_rows=_scalar(con, "SELECT count(*) FROM concept_ancestor"),
         seconds=round(time.perf_counter() - started, 3),

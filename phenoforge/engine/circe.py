@@ -1,9 +1,12 @@
 """Reading OHDSI Circe cohort definitions: concept-set items and the role each set plays.
 
 Native ICD-10-CM libraries and OHDSI Phenotype Library cohorts share this shape, so both go
-through one reader. Roles: sets referenced by ``PrimaryCriteria`` are the entry (inclusion) sets;
-sets used only inside inclusion rules that require zero occurrences are exclusions; every other set
-is reported as ``other`` and never merged in.
+through one reader. Roles: sets a ``PrimaryCriteria`` criterion selects on are the entry
+(inclusion) sets; a set the inclusion rules only ever forbid (zero occurrences, after every
+``AT_MOST 0`` group and negation above it is applied; ``AdditionalCriteria`` and an entry event's
+own qualifiers count like rules) is an exclusion; every other set (required by a rule, used in a
+disjunction or a count, censoring, end strategy, unused) is reported as ``other`` and never merged
+in.
 """
 
 from __future__ import annotations

@@ -273,6 +273,23 @@ def test_malformed_row_fails_and_keeps_the_old_database(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "vocab.duckdb"]
 
 
+def test_out_of_memory_is_not_called_malformed(tmp_path: Path, athena_dir: Path) -> None:
+    with pytest.raises(VocabularyError, match=r"CONCEPT\.csv: ran out of memory loading it "
+                                              r"with memory_limit=1MB.*PHENOFORGE_ATHENA"):
+        load_athena(athena_dir, tmp_path / "vocab.duckdb", memory_limit="1MB")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_memory_limit_from_the_environment(tmp_path: Path, athena_dir: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHENOFORGE_ATHENA_MEMORY_LIMIT", "lots")
+    with pytest.raises(VocabularyError, match="memory limit 'lots' is not a size"):
+        load_athena(athena_dir, tmp_path / "vocab.duckdb")
+    monkeypatch.setenv("PHENOFORGE_ATHENA_MEMORY_LIMIT", "1MB")
+    with pytest.raises(VocabularyError, match="ran out of memory"):
+        load_athena(athena_dir, tmp_path / "vocab.duckdb")
+
+
 def test_no_icd10cm_concepts(tmp_path: Path, athena_dir: Path) -> None:
     folder = _broken_copy(tmp_path, athena_dir)
     path = folder / "CONCEPT.csv"
