@@ -115,6 +115,10 @@ def dense_autobuild_enabled() -> bool:
     return os.environ.get(DENSE_AUTOBUILD_ENV, "1").strip() not in {"0", "false", "no"}
 
 
+RECHECK_SECONDS = 5.0
+"""How often a missing index is looked for again (another process may have built it)."""
+
+
 class DenseState(BaseModel):
     """What a page needs to say about the dense index right now."""
 
@@ -145,7 +149,7 @@ class DenseManager:
         self._thread: threading.Thread | None = None
         self._state = DenseState(state="missing")
         self._started = 0.0
-        self._checked = False
+        self._checked_at: float | None = None
 
     def _dense_module(self) -> Any:
         try:
@@ -160,9 +164,10 @@ class DenseManager:
                 return self._retriever
             if self._thread is not None and self._thread.is_alive():
                 return None
-            if self._checked:
+            now = time.monotonic()
+            if self._checked_at is not None and now - self._checked_at < RECHECK_SECONDS:
                 return None
-            self._checked = True
+            self._checked_at = now
         module = self._dense_module()
         if module is None:
             with self._lock:
@@ -201,7 +206,10 @@ class DenseManager:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return False
-            self._state = DenseState(state="building", message="starting the dense index build")
+            self._state = DenseState(
+                state="building",
+                message="loading the model (or waiting for another build of the index to finish)",
+            )
             self._started = time.monotonic()
             self._thread = threading.Thread(target=self._build, name="phenoforge-dense-build",
                                             daemon=True)

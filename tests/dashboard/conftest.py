@@ -24,6 +24,7 @@ def dash(dashboard_data: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     """Point the app at the fixture data, with no saved runs and no cached resources."""
     for key, value in dashboard_env(dashboard_data).items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setattr("phenoforge.agent.claude._secrets_paths", lambda: [])  # no real key
     for leftover in dashboard_data.glob("app_state.sqlite*"):
         leftover.unlink()
     st.cache_resource.clear()
