@@ -71,13 +71,15 @@ def slider_view(scorer: WeightScorer) -> None:
     frame = pd.DataFrame([s.model_dump() for s in shifts]).rename(columns=columns)
     number = {c: st.column_config.NumberColumn(format="%.3f") for c in columns.values()
               if c not in ("cohort", "name")}
-    left.markdown("**Cohorts gaining most**")
-    left.dataframe(frame.head(8) if not frame.empty else frame, hide_index=True, width="stretch",
-                   key="hw_gain", column_config=number)
-    right.markdown("**Cohorts losing most**")
-    right.dataframe(frame.iloc[::-1].head(8) if not frame.empty else frame, hide_index=True,
-                    width="stretch", key="hw_lose", column_config=number)
-
+    gaining = frame[frame["Δ"] > 1e-12].head(8) if not frame.empty else frame
+    losing = frame[frame["Δ"] < -1e-12].iloc[::-1].head(8) if not frame.empty else frame
+    for column, title, part in ((left, "Cohorts gaining most", gaining),
+                                (right, "Cohorts losing most", losing)):
+        column.markdown(f"**{title}** (vs BM25 only)")
+        if part.empty:
+            column.caption("none at this weight")
+        else:
+            column.dataframe(part, hide_index=True, width="stretch", column_config=number)
 
 def main() -> None:
     ui.page_header("Hybrid weight", "Per-retriever rankings are queried once; the slider re-fuses "

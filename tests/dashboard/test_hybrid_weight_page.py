@@ -9,6 +9,7 @@ import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from phenoforge.dashboard.weights import cohort_shifts
 from phenoforge.engine.dense import load_dense_if_ready
 from phenoforge.eval.harness import collect_rankings, rescore_hybrid, run_benchmark
 from tests.dashboard.conftest import frame_with
@@ -39,8 +40,14 @@ def test_slider_moves_the_numbers(
         assert metrics["Mean hierarchical"] == (
             f"{expected.mean_hierarchical_score_by_method['hybrid']:.4f}")
         assert metrics["Mean coverage"] == f"{expected.mean_coverage_by_method['hybrid']:.4f}"
-        gains = frame_with(at, "BM25 only")
-        assert len(gains) == min(8, len(cohorts))
+        shifts = cohort_shifts(rescore_hybrid(dash_con, cache, 0.0, k=5), expected)
+        losing = [s for s in shifts if s.delta < -1e-12][::-1][:8]
+        if losing:
+            table = frame_with(at, "BM25 only")
+            assert list(table["cohort"]) == [s.cohort_id for s in losing]
+            assert list(table["Δ"]) == pytest.approx([s.delta for s in losing])
+        else:
+            assert any(c.value == "none at this weight" for c in at.caption)
         seen.append(metrics["Mean hierarchical"])
     assert seen[0] != seen[1]
 
