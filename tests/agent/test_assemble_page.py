@@ -99,3 +99,11 @@ def test_decisions_need_a_reviewer(app: Callable[[str], AppTest], dash: Path) ->
     at.button(key="as_start").click().run()
     assert at.button(key="as_accept_all").disabled
     assert any("Enter your name" in caption.value for caption in at.caption)
+
+
+def test_missing_vocabulary_points_to_home(app: Callable[[str], AppTest], tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path / "empty"))
+    at = app(PAGE).run()
+    assert not at.exception
+    assert any("Open the Home page" in warning.value for warning in at.warning)
+    assert not [button for button in at.button if button.key == "as_start"]
