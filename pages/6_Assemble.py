@@ -9,13 +9,20 @@ import dashboard_ui as ui
 from phenoforge.agent import audit, views, workflow
 from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
 from phenoforge.agent.state import AssemblyState
+from phenoforge.errors import PhenoforgeError
 
 
 def _session() -> AssemblyState | None:
     """The open session: from this browser session, else from ?session= (survives a restart)."""
     state = st.session_state.get("as_state")
     if state is None and st.query_params.get("session"):
-        state = workflow.resume(st.query_params["session"])
+        wanted = st.query_params["session"]
+        try:
+            state = workflow.resume(wanted)
+        except PhenoforgeError as error:
+            st.warning(f"{error}. Start a new session below.")
+            st.query_params.clear()
+            return None
         st.session_state["as_state"] = state
     return state
 

@@ -107,3 +107,12 @@ def test_missing_vocabulary_points_to_home(app: Callable[[str], AppTest], tmp_pa
     assert not at.exception
     assert any("Open the Home page" in warning.value for warning in at.warning)
     assert not [button for button in at.button if button.key == "as_start"]
+
+
+def test_unknown_session_link_starts_fresh(app: Callable[[str], AppTest], dash: Path) -> None:
+    at = app(PAGE)
+    at.query_params["session"] = "no-such-session"
+    at.run()
+    assert not at.exception
+    assert any("no assembly session" in warning.value for warning in at.warning)
+    assert at.button(key="as_start") is not None and "as_state" not in at.session_state
