@@ -15,6 +15,7 @@ few dozen queries, medians over ``--query-runs`` runs, split into embedding and 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import statistics
@@ -88,25 +89,27 @@ def main() -> int:
     }
     import torch
 
-    print(f"torch threads: {torch.get_num_threads()}")
+    print(f"torch threads: {torch.get_num_threads()}; load average before: "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench-dense-"))
     retrievers: dict[str, DenseRetriever] = {}
     print("\n== full index build ==")
-    print(f"{'config':<16}{'seconds':>9}{'codes/s':>9}{'texts':>8}{'texts/s':>9}")
+    print(f"{'config':<16}{'seconds':>9}{'codes/s':>9}{'texts':>8}{'texts/s':>9}{'cpu s':>9}")
     for mode in CONFIGS[args.mode]:
         for precision, embed_fn in embedders.items():
             name = f"{mode}-{precision}"
-            times = []
+            times, cpu = [], []
             for _run in range(args.build_runs):
                 retriever = DenseRetriever(con, embed_fn, root / name, mode=mode)  # type: ignore[arg-type]
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 retriever.build(mode=mode)  # type: ignore[arg-type]
                 times.append(time.perf_counter() - started)
+                cpu.append(time.process_time() - cpu_started)
             seconds = statistics.median(times)
             assert retriever.manifest is not None
             texts = retriever.manifest.n_texts_embedded
             print(f"{name:<16}{seconds:>9.1f}{n_codes / seconds:>9.0f}{texts:>8}"
-                  f"{texts / seconds:>9.0f}", flush=True)
+                  f"{texts / seconds:>9.0f}{statistics.median(cpu):>9.1f}", flush=True)
             retrievers[name] = retriever
 
     if "exact-fp32" in retrievers and len(retrievers) > 1:
@@ -165,6 +168,9 @@ def main() -> int:
     p95 = statistics.median(p for _, p in totals) * 1000
     print(f"{len(QUERIES)} queries x {args.query_runs} runs over {n_codes} codes "
           f"({retriever.manifest.mode if retriever.manifest else '?'} index)")
+    print(f"load average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+          "(other processes share these CPUs: wall figures are upper bounds; 'cpu s' is the "
+          "build's own CPU time, both threads summed)")
     print(f"search p50 {p50:.2f}  p95 {p95:.2f}   (embed p50 {statistics.median(embeds)*1000:.2f}, "
           f"score+top-k p50 {statistics.median(scores)*1000:.2f})")
     if args.keep:

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ValidationError
 from phenoforge.config import ProgressCallback, dense_index_dir, no_progress
 from phenoforge.engine.db import read_metadata
 from phenoforge.engine.models import Hit, Provenance, SearchResult
-from phenoforge.engine.schema import RETRIEVABLE_KINDS
+from phenoforge.engine.schema import ICD10CM, RETRIEVABLE_KINDS
 from phenoforge.errors import IndexError_
 
 EmbedFn = Callable[[list[str]], np.ndarray]
@@ -230,25 +230,26 @@ def concept_texts(con: duckdb.DuckDBPyConnection) -> ConceptTexts:
     kinds = list(RETRIEVABLE_KINDS)
     placeholders = ", ".join("?" for _ in kinds)
     rows = cur.execute(
-        f"SELECT concept_id, code, name, kind FROM concept WHERE kind IN ({placeholders}) "
-        "ORDER BY concept_id",
-        kinds,
+        "SELECT concept_id, code, name, kind FROM concept "
+        f"WHERE vocabulary_id = ? AND kind IN ({placeholders}) ORDER BY concept_id",
+        [ICD10CM, *kinds],
     ).fetchall()
     note_types = list(SYNONYM_NOTE_TYPES)
     note_placeholders = ", ".join("?" for _ in note_types)
     notes: dict[int, list[str]] = {}
     for concept_id, text in cur.execute(
         f"SELECT n.concept_id, n.text FROM concept_note n JOIN concept c USING (concept_id) "
-        f"WHERE n.note_type IN ({note_placeholders}) AND c.kind IN ({placeholders}) "
-        "ORDER BY n.concept_id, n.note_type DESC, n.text",
-        note_types + kinds,
+        f"WHERE n.note_type IN ({note_placeholders}) AND c.vocabulary_id = ? "
+        f"AND c.kind IN ({placeholders}) ORDER BY n.concept_id, n.note_type DESC, n.text",
+        [*note_types, ICD10CM, *kinds],
     ).fetchall():
         notes.setdefault(int(concept_id), []).append(str(text))
     parents = dict(
         cur.execute(
             "SELECT p.child_id, min(p.parent_id) FROM concept_parent p JOIN concept c "
-            "ON c.concept_id = p.child_id WHERE c.kind = ? GROUP BY p.child_id",
-            [EXTENSION_KIND],
+            "ON c.concept_id = p.child_id WHERE c.vocabulary_id = ? AND c.kind = ? "
+            "GROUP BY p.child_id",
+            [ICD10CM, EXTENSION_KIND],
         ).fetchall()
     )
     cur.close()
@@ -620,9 +621,9 @@ class DenseRetriever:
         names = dict(
             self.con.cursor()
             .execute(
-                f"SELECT code, name FROM concept WHERE kind IN "
+                "SELECT code, name FROM concept WHERE vocabulary_id = ? AND kind IN "
                 f"({', '.join('?' for _ in RETRIEVABLE_KINDS)})",
-                list(RETRIEVABLE_KINDS),
+                [ICD10CM, *RETRIEVABLE_KINDS],
             )
             .fetchall()
         )
