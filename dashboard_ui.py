@@ -91,7 +91,9 @@ def require_libraries() -> list[Library]:
 def library_picker(found: list[Library], key: str, default_id: str | None = None,
                    container: Any = st) -> Library:
     ids = [lib.library_id for lib in found]
-    index = ids.index(default_id) if default_id in ids else 0
+    if default_id not in ids:  # Elixhauser first: the broadest bundled library
+        default_id = next((i for i in ids if i.startswith("elixhauser")), ids[0])
+    index = ids.index(default_id)
     chosen = container.selectbox(
         "Cohort library", ids, index=index, key=key,
         format_func=lambda i: f"{found[ids.index(i)].manifest.name} ({i}, "
