@@ -72,8 +72,13 @@ def resolve_library_dirs(names: list[str] | None) -> list[Path]:
     """Library folders by id, folder name or path; every installed library when none is named."""
     from phenoforge.engine.curated import list_libraries
 
-    installed = list_libraries()
+    if names and all((Path(name) / "manifest.json").is_file() for name in names):
+        return [Path(name) for name in names]
+    broken: list[str] = []
+    installed = list_libraries(errors=broken)
     if not names:
+        if broken:
+            raise PhenoforgeError(broken[0])
         if not installed:
             raise PhenoforgeError("no cohort library is installed: run `python -m phenoforge build`")
         return [library.path for library in installed]
@@ -86,7 +91,8 @@ def resolve_library_dirs(names: list[str] | None) -> list[Path]:
             found.append(Path(name))
         else:
             known = ", ".join(lib.path.name for lib in installed) or "none"
-            raise PhenoforgeError(f"no library {name!r} (installed: {known})")
+            hint = f"; broken: {broken[0]}" if broken else ""
+            raise PhenoforgeError(f"no library {name!r} (installed: {known}){hint}")
     return found
 
 

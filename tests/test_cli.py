@@ -224,8 +224,6 @@ def test_sweep_without_dense_says_what_to_do(capsys: pytest.CaptureFixture[str])
     assert "needs the dense index" in err
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: resolve_library_dirs lists (and so validates) every installed library "
-                                       "first, so one broken library blocks a good one named by path")
 def test_a_broken_installed_library_does_not_block_one_given_by_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

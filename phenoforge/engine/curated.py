@@ -8,6 +8,7 @@ missing sibling is why the metrics give partial credit rather than calling it a 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -118,20 +119,33 @@ def load_library(path: Path | str) -> Library:
     return Library(path, manifest)
 
 
-def list_libraries(root: Path | None = None) -> list[Library]:
-    """Every library below ``root`` (default: the data directory's libraries folder)."""
+def list_libraries(root: Path | None = None, errors: list[str] | None = None) -> list[Library]:
+    """Every library below ``root`` (default: the data directory's libraries folder).
+
+    A broken library raises LibraryError, unless ``errors`` is given: then its message is appended
+    there and the others are still listed.
+    """
     root = Path(root) if root is not None else libraries_dir()
     if not root.is_dir():
         return []
-    return [
-        load_library(child)
-        for child in sorted(root.iterdir())
-        if child.is_dir() and not child.name.startswith(".") and (child / MANIFEST).is_file()
-    ]
+    libraries = []
+    for child in sorted(root.iterdir()):
+        if not child.is_dir() or child.name.startswith(".") or not (child / MANIFEST).is_file():
+            continue
+        try:
+            libraries.append(load_library(child))
+        except LibraryError as error:
+            if errors is None:
+                raise
+            errors.append(str(error))
+    return libraries
 
 
 def cohort_file_name(cohort_id: str) -> str:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in cohort_id)
+    """A file name for a cohort id; ids that had to be changed get a hash so two never collide."""
+    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_") else "_" for ch in cohort_id)
+    if safe != cohort_id or not safe:
+        safe = f"{safe}-{hashlib.sha1(cohort_id.encode('utf-8')).hexdigest()[:10]}"
     return f"cohorts/{safe}.json"
 
 
@@ -146,6 +160,9 @@ def write_library(
             f"{dest}: manifest cohorts and definitions differ "
             f"({sorted(listed ^ set(definitions))[:5]})"
         )
+    files = [entry.file for entry in manifest.cohorts]
+    if len(set(files)) != len(files):
+        raise LibraryError(f"{dest}: two cohorts share one file name; give them distinct ids")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     old = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.old")
@@ -159,7 +176,12 @@ def write_library(
         (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=1), encoding="utf-8")
         if dest.exists():
             os.replace(dest, old)
-        os.replace(tmp, dest)
+        try:
+            os.replace(tmp, dest)
+        except BaseException:
+            if old.exists() and not dest.exists():
+                os.replace(old, dest)
+            raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
@@ -206,7 +228,9 @@ class CuratedConceptSet(BaseModel):
     codes: list[str]
     unresolvable: list[str] = Field(default_factory=list)
     skipped: list[SkippedItem] = Field(default_factory=list)
-    excluded_codes: list[str] = Field(default_factory=list)
+    excluded_codes: list[str] = Field(
+        default_factory=list, description="removed by isExcluded items or by exclusion concept sets"
+    )
     other_concept_sets: list[str] = Field(
         default_factory=list, description="non-entry, non-exclusion sets: reported, not merged"
     )
@@ -310,6 +334,7 @@ def load_curated_concept_set(
         include.codes += part.codes
         include.unresolvable += part.unresolvable
         include.skipped += part.skipped
+        include.excluded_codes += part.excluded_codes
     exclude_codes: set[str] = set()
     for set_id in cohort.roles.exclusion:
         part = resolve_curated_concepts(con, cohort.concept_sets[set_id].items, fanout_threshold)
@@ -322,6 +347,6 @@ def load_curated_concept_set(
         codes=codes,
         unresolvable=list(dict.fromkeys(include.unresolvable)),
         skipped=include.skipped,
-        excluded_codes=sorted(exclude_codes & set(include.codes)),
+        excluded_codes=sorted(set(include.excluded_codes) | (exclude_codes & set(include.codes))),
         other_concept_sets=[cohort.concept_sets[set_id].name for set_id in cohort.roles.other],
     )

@@ -39,17 +39,29 @@ def build_id(con: duckdb.DuckDBPyConnection) -> str:
     return str(rows[0][0])
 
 
+def _is_lock_error(error: Exception) -> bool:
+    return "lock" in str(error).lower()
+
+
+def _in_use(path: Path) -> VocabularyError:
+    return VocabularyError(
+        f"{path} is open for writing in another process (a build or load in progress?); "
+        "wait for it to finish, or stop it, then try again"
+    )
+
+
 def database_state(path: Path) -> str:
-    """``missing`` | ``corrupt`` | ``current`` | ``outdated`` (the default, from an older build)
-    | ``foreign-outdated`` (an Athena load or other user database of an older schema)."""
+    """``missing`` | ``corrupt`` | ``locked`` (another process holds it open for writing) |
+    ``current`` | ``outdated`` (the default, from an older build) | ``foreign-outdated`` (an Athena
+    load or other user database of an older schema)."""
     from phenoforge.engine.vocab_build import ICD_PACKAGE, ICD_PACKAGE_VERSION
 
     if not path.exists():
         return "missing"
     try:
         con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error:
-        return "corrupt"
+    except duckdb.Error as error:
+        return "locked" if _is_lock_error(error) else "corrupt"
     try:
         metadata = read_metadata(con)
     except duckdb.Error:
@@ -91,6 +103,8 @@ def ensure_vocabulary(
     state = database_state(path)
     if state == "current" and not force:
         return path
+    if state == "locked":
+        raise _in_use(path)
     if state == "foreign-outdated" and not force:
         raise VocabularyError(
             f"{path} was loaded from another source with an older schema; reload it "
@@ -98,7 +112,10 @@ def ensure_vocabulary(
             "(`python -m phenoforge build --force`)"
         )
     with _build_lock(path):
-        if force or database_state(path) != "current":
+        state = database_state(path)
+        if state == "locked":
+            raise _in_use(path)
+        if force or state != "current":
             build_icd10cm(path, progress)
     return path
 
@@ -116,6 +133,8 @@ def connect(path: Path | None = None, build: bool = True) -> duckdb.DuckDBPyConn
         con = duckdb.connect(str(path), read_only=True)
         read_metadata(con)
     except duckdb.Error as error:
+        if _is_lock_error(error):
+            raise _in_use(path) from error
         raise VocabularyError(
             f"{path} is not a readable phenoforge vocabulary ({error}); "
             "rebuild it with `python -m phenoforge build --force`"

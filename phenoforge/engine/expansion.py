@@ -32,6 +32,7 @@ class Hierarchy:
     parents: dict[int, tuple[int, ...]]
     children: dict[int, tuple[int, ...]]
     _chains: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _levels: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     def resolve(self, raw: str) -> int | None:
         """Concept id of a code as typed (``E1122``, ``e11.22``, `` E11.22 ``), or None."""
@@ -44,17 +45,27 @@ class Hierarchy:
         if cached is not None:
             return cached
         order: list[int] = [concept_id]
+        levels: list[int] = [0]
         seen = {concept_id}
-        queue = deque([concept_id])
+        queue = deque([(concept_id, 0)])
         while queue:
-            for parent in self.parents.get(queue.popleft(), ()):
+            node, level = queue.popleft()
+            for parent in self.parents.get(node, ()):
                 if parent not in seen:
                     seen.add(parent)
                     order.append(parent)
-                    queue.append(parent)
+                    levels.append(level + 1)
+                    queue.append((parent, level + 1))
         result = tuple(order)
         self._chains[concept_id] = result
+        self._levels[concept_id] = tuple(levels)
         return result
+
+    def chain_levels(self, concept_id: int) -> tuple[int, ...]:
+        """Edges from ``concept_id`` up to each node of its chain (equal to the position on a tree)."""
+        if concept_id not in self._levels:
+            self.chain(concept_id)
+        return self._levels[concept_id]
 
     def descendants(self, concept_id: int) -> list[int]:
         """Every node below ``concept_id`` (not itself), in vocabulary order."""

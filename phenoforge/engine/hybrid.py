@@ -72,6 +72,8 @@ def hybrid_search(
         return SearchResult(query=str(query)[:200], method="hybrid", reason=problem, degraded=dense is None)
     if not 0.0 <= dense_weight <= 1.0:
         raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+    if k <= 0:
+        return SearchResult(query=query, method="hybrid", reason=f"k must be positive, got {k}", degraded=dense is None)
     bm25 = get_bm25_index(con)
     depth = fusion_depth(k)
     bm25_ranked = bm25.ranking(query, depth)

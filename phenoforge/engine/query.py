@@ -9,8 +9,10 @@ MAX_QUERY_CHARS = 500
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _SQL = re.compile(
-    r"(;\s*--)|(\b(select|insert|update|delete|drop|alter|union|create)\b[\s\S]*"
-    r"\b(from|into|table|set|select|where|database)\b)|('\s*or\s*'?\d)",
+    r"\bselect\s+(\*|distinct\b|count\s*\(|\w+\s*,\s*\w+)[\s\S]*\bfrom\b"
+    r"|\bselect\b[\s\S]*\bfrom\b[\s\S]*\bwhere\b|\binsert\s+into\b|\bdelete\s+from\b|\bdrop\s+(table|database|view)\b"
+    r"|\bunion\s+(all\s+)?select\b|\bupdate\s+\w+\s+set\b|\b(alter|create|truncate)\s+table\b"
+    r"|;\s*--|'\s*or\s+'?\w+'?\s*=\s*'?\w",
     re.IGNORECASE,
 )
 STOPWORDS = frozenset(

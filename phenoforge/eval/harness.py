@@ -43,7 +43,7 @@ NEEDS_DENSE = {"dense"}
 def _best_up(hierarchy: Hierarchy, concept_ids: Sequence[int]) -> dict[int, int]:
     best: dict[int, int] = {}
     for concept_id in concept_ids:
-        for steps, ancestor in enumerate(hierarchy.chain(concept_id)):
+        for ancestor, steps in zip(hierarchy.chain(concept_id), hierarchy.chain_levels(concept_id), strict=True):
             if steps < best.get(ancestor, 1 << 30):
                 best[ancestor] = steps
     return best
@@ -51,7 +51,7 @@ def _best_up(hierarchy: Hierarchy, concept_ids: Sequence[int]) -> dict[int, int]
 
 def _best_distance(hierarchy: Hierarchy, concept_id: int, best_up: dict[int, int]) -> int | None:
     best: int | None = None
-    for steps, ancestor in enumerate(hierarchy.chain(concept_id)):
+    for ancestor, steps in zip(hierarchy.chain(concept_id), hierarchy.chain_levels(concept_id), strict=True):
         if best is not None and steps >= best:
             break
         up = best_up.get(ancestor)
@@ -118,7 +118,8 @@ def _score(
         _scores_against(hierarchy, predicted_ids, truth_best_up, DEFAULT_MAX_DISTANCE), len(predicted)
     )
     precision, recall, f1 = exact_match_scores(
-        [hierarchy.code[cid] for cid in predicted_ids if cid is not None] or predicted, truth
+        [hierarchy.code[cid] if cid is not None else code for code, cid in zip(predicted, predicted_ids, strict=True)],
+        truth,
     )
     return CohortEvalResult(
         cohort_id=cohort_id,

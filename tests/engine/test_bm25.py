@@ -173,7 +173,6 @@ def test_index_is_cached_per_build(fixture_con: duckdb.DuckDBPyConnection) -> No
         "delayed union of fracture from a fall",
     ],
 )
-@pytest.mark.xfail(strict=True, reason="BUG: query_problem's SQL regex flags clinical phrases ('drop' ... 'from')")
 def test_clinical_phrases_are_not_mistaken_for_sql(query: str) -> None:
     assert query_problem(query) is None
 

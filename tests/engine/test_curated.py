@@ -154,7 +154,6 @@ def test_failed_write_leaves_the_old_library(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lib"]  # no temporary folder left
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: write_library deletes the old library when the final rename fails")
 def test_failed_final_rename_leaves_the_old_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dest = write(tmp_path / "lib", {"a": ("A", icd_cohort_definition("A", ["E11.9"]))})
     real_replace = os.replace
@@ -396,8 +395,6 @@ def test_cohort_unresolvable_and_skipped_are_reported(fixture_con: duckdb.DuckDB
     assert [s.vocabulary_id for s in result.skipped] == ["SNOMED"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: cohort_file_name maps 'HF 1' and 'HF_1' to one file; write_library "
-                                       "silently overwrites one cohort with the other")
 def test_cohort_ids_that_sanitise_alike_keep_their_own_definitions(tmp_path: Path) -> None:
     definitions = {
         "HF 1": ("Heart failure", icd_cohort_definition("Heart failure", ["I50.9"])),

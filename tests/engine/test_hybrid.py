@@ -210,7 +210,6 @@ def bm25_search_result(con: duckdb.DuckDBPyConnection, k: int) -> SearchResult:
     return get_bm25_index(con).search("diabetes", k=k)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: hybrid_search slices fused[:k], so a negative k returns hits")
 @pytest.mark.parametrize("k", [-1, -5])
 def test_negative_k_returns_no_hits_or_refuses(fixture_con: duckdb.DuckDBPyConnection, k: int) -> None:
     assert bm25_search_result(fixture_con, k).hits == []

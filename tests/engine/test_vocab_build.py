@@ -224,8 +224,6 @@ time.sleep(60)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: database_state calls a DB another process holds open read-write "
-                                       "'corrupt', so ensure_vocabulary replaces a user's Athena database")
 def test_database_in_use_by_a_writer_is_not_replaced(tmp_path: Path, fake_reader: list[int]) -> None:
     target = tmp_path / "vocab.duckdb"
     rows = fixture_rows()
