@@ -72,11 +72,11 @@ def generate(folder: Path, n_relationships: int, n_ancestors: int) -> dict[str, 
     icd_lo, icd_hi = n_snomed + 1, n_snomed + n_icd
     con.execute(f"""
         COPY (
-            SELECT CASE kind WHEN 0 THEN {icd_lo} + (i % {n_icd})
-                             WHEN 1 THEN {icd_lo} + (i % {n_icd})
+            SELECT CASE kind WHEN 0 THEN {icd_lo} + ((i // 40) % {n_icd})
+                             WHEN 1 THEN {icd_lo} + ((i // 40) % {n_icd})
                              WHEN 2 THEN 1 + (i % {n_snomed})
                              ELSE {icd_hi} + 1 + (i % 500000) END AS concept_id_1,
-                   CASE kind WHEN 0 THEN {icd_lo} + ((i % {n_icd}) // 7)
+                   CASE kind WHEN 0 THEN {icd_lo} + (((i // 40) % {n_icd}) // 7)
                              WHEN 1 THEN 1 + (i * 7919 % {n_snomed})
                              WHEN 2 THEN 1 + ((i % {n_snomed}) // 3)
                              ELSE {icd_hi} + 1 + (i * 31 % 500000) END AS concept_id_2,

@@ -226,10 +226,18 @@ def _malformed(path: Path, error: duckdb.Error) -> VocabularyError:
     )
 
 
-def _out_of_memory(path: Path, memory_limit: str, error: duckdb.Error) -> VocabularyError:
+def _cannot_write(path: Path, error: duckdb.Error) -> VocabularyError:
+    first = str(error).splitlines()[0][:200]
+    return VocabularyError(f"{path}: could not write the new database ({first}); check free disk "
+                           "space and permissions there")
+
+
+def _out_of_memory(
+    path: Path, memory_limit: str, error: duckdb.Error, doing: str = "loading it"
+) -> VocabularyError:
     first = str(error).splitlines()[0][:200]
     return VocabularyError(
-        f"{path}: ran out of memory loading it with memory_limit={memory_limit} ({first}); "
+        f"{path}: ran out of memory {doing} with memory_limit={memory_limit} ({first}); "
         f"allow more (e.g. {MEMORY_LIMIT_ENV}=2GB) or free memory and retry"
     )
 
@@ -471,6 +479,8 @@ def load_athena(
                     stats |= load(con, path, types)
                 except duckdb.OutOfMemoryException as error:
                     raise _out_of_memory(path, memory_limit, error) from None
+                except duckdb.IOException as error:
+                    raise _cannot_write(tmp, error) from None
                 except duckdb.Error as error:
                     raise _malformed(path, error) from None
                 if table == "CONCEPT":
@@ -489,10 +499,15 @@ def load_athena(
                 "athena_dir": str(athena_dir.resolve()),
                 **extra,
             })
-            for statement in INDEXES:
-                con.execute(statement)
-            report = _report(con, athena_dir, db_path, release, started, stats)
-            con.execute("CHECKPOINT")
+            try:
+                for statement in INDEXES:
+                    con.execute(statement)
+                report = _report(con, athena_dir, db_path, release, started, stats)
+                con.execute("CHECKPOINT")
+            except duckdb.OutOfMemoryException as error:
+                raise _out_of_memory(athena_dir, memory_limit, error, "indexing") from None
+            except duckdb.IOException as error:
+                raise _cannot_write(tmp, error) from None
         finally:
             con.close()
         os.replace(tmp, db_path)
