@@ -328,3 +328,45 @@ def test_cli_build_athena(athena_dir: Path, capsys: pytest.CaptureFixture[str]) 
         assert read_metadata(con)["source"] == "athena"
     finally:
         con.close()
+
+
+def test_table_files_are_never_read_whole_into_python(
+    tmp_path: Path, athena_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the header line goes through Python; the rows go through DuckDB's reader."""
+    folder = athena_dir.resolve()
+    real_open = Path.open
+    reads: list[str] = []
+
+    def guarded_open(self: Path, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        handle = real_open(self, *args, **kwargs)
+        if self.resolve().parent != folder:
+            return handle
+        original_readline = handle.readline
+
+        def readline(limit: int = -1) -> str:
+            assert 0 < limit <= 65536, "an unbounded readline could read a whole file"
+            reads.append(self.name)
+            return original_readline(limit)
+
+        def refuse(*_args, **_kwargs):  # noqa: ANN002, ANN003, ANN202
+            raise AssertionError(f"{self.name} read whole into Python")
+
+        handle.readline = readline  # type: ignore[method-assign]
+        handle.read = refuse  # type: ignore[method-assign]
+        handle.readlines = refuse  # type: ignore[method-assign]
+        return handle
+
+    def refuse_whole(self: Path, *_args, **_kwargs):  # noqa: ANN002, ANN003, ANN202
+        if self.resolve().parent == folder:
+            raise AssertionError(f"{self.name} read whole into Python")
+        return original_read_text(self, *_args, **_kwargs)
+
+    original_read_text = Path.read_text
+    monkeypatch.setattr(Path, "open", guarded_open)
+    monkeypatch.setattr(Path, "read_text", refuse_whole)
+    monkeypatch.setattr(Path, "read_bytes", refuse_whole)
+    report = load_athena(athena_dir, tmp_path / "vocab.duckdb")
+    assert report.n_icd10cm_concepts == 148
+    assert sorted(reads) == ["CONCEPT.csv", "CONCEPT_ANCESTOR.csv", "CONCEPT_RELATIONSHIP.csv",
+                             "VOCABULARY.csv"]
