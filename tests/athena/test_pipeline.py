@@ -52,3 +52,37 @@ def test_load_fetch_resolve_benchmark(athena_dir: Path, tmp_path: Path) -> None:
     assert heart.coverage > 0.5 and "I50.9" in heart.predicted_codes
     assert set(report.mean_hierarchical_score_by_method) == {"bm25", "hybrid",
                                                              "expand_descendants"}
+
+
+def test_decomposition_runs_on_the_ohdsi_library(athena_dir: Path, tmp_path: Path) -> None:
+    """The reference's OHDSI decomposition cases run unchanged once the library is there."""
+    import json
+
+    from phenoforge.eval.decomposition import OHDSI_TEST_CASES, score_decomposition
+    from tests.athena.athena_fixture import asthma_cohort, cohorts_csv_text, heart_failure_cohort
+
+    db_path = tmp_path / "vocab.duckdb"
+    load_athena(athena_dir, db_path)
+    copy = tmp_path / "PhenotypeLibrary"
+    (copy / "cohorts").mkdir(parents=True)
+    rows = [{"cohortId": "519", "cohortName": "[P][R] Heart failure"},
+            {"cohortId": "521", "cohortName": "[P][R] Asthma"}]
+    (copy / "Cohorts.csv").write_text(cohorts_csv_text(extra_rows=[
+        {**row, "cohortNameLong": "", "status": "", "logicDescription": "", "hashTag": "",
+         "recommendedReferentConceptIds": ""} for row in rows]))
+    (copy / "cohorts" / "519.json").write_text(json.dumps(heart_failure_cohort()))
+    (copy / "cohorts" / "521.json").write_text(json.dumps(asthma_cohort()))
+    library_dir = tmp_path / "ohdsi"
+    fetch_ohdsi_library(library_dir, ids=["519", "521"], from_dir=copy)
+    cases = [case for case in OHDSI_TEST_CASES if case.cohort_id in ("519", "521")]
+    assert len(cases) == 2
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        report = score_decomposition(con, library_dir, lambda text: ["heart failure", "asthma"],
+                                     test_cases=cases)
+    finally:
+        con.close()
+    assert sorted(result.cohort_id for result in report.results) == ["519", "521"]
+    heart = next(result for result in report.results if result.cohort_id == "519")
+    assert heart.error is None and heart.seed_terms == ["heart failure", "asthma"]
+    assert "I50.9" in heart.predicted_codes
