@@ -105,7 +105,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             from phenoforge.athena.loader import load_athena
 
             report = load_athena(Path(args.athena), vocab_db_path(), progress=progress)
-            print(report.model_dump_json(indent=1) if hasattr(report, "model_dump_json") else report)
+            print(report.summary())
         else:
             ensure_vocabulary(progress=progress, force=args.force)
         con = connect()
