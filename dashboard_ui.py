@@ -63,7 +63,7 @@ def require_vocabulary() -> None:
 def home_link() -> None:
     """A link to Home; a plain one where the page runs as its own app (no page registry)."""
     try:
-        st.page_link("home_page.py", label="Go to Home", icon=":material/home:")
+        st.page_link("app.py", label="Go to Home", icon=":material/home:")
     except StreamlitAPIException:
         st.markdown("[🏠 Go to Home](/)")
 
