@@ -78,6 +78,34 @@ def print_terms(state: AssemblyState, out: TextIO) -> None:
                   file=out)
 
 
+def settle_ambiguous(
+    state: AssemblyState,
+    read: Callable[[str], str],
+    out: TextIO,
+    app_state_path: Path | None = None,
+) -> AssemblyState:
+    """Offer the cohorts of each ambiguous term; Enter leaves it to the generated candidates."""
+    for term in [t for t in state.terms if t.status == "ambiguous"]:
+        print(f"\n'{term.term}' matches several curated cohorts:", file=out)
+        for number, match in enumerate(term.ambiguous, start=1):
+            print(f"  {number}. {match.library_id}/{match.cohort_id} {match.cohort_name} "
+                  f"(names {match.name_overlap:.0%}, retrieval {match.retrieval_overlap:.0%})", file=out)
+        while True:
+            try:
+                raw = read(f"use cohort [1-{len(term.ambiguous)}], or Enter to review generated candidates: ")
+            except EOFError:
+                return state
+            text = raw.strip()
+            if not text:
+                break
+            if text.isdigit() and 1 <= int(text) <= len(term.ambiguous):
+                state = workflow.choose(state, term.term, term.ambiguous[int(text) - 1].cohort_id, app_state_path)
+                break
+            print(f"  {text!r} is not a choice; type a number from 1 to {len(term.ambiguous)} or press Enter",
+                  file=out)
+    return state
+
+
 def review(
     state: AssemblyState,
     reviewer: str,
@@ -165,6 +193,7 @@ def cmd_assemble(args: argparse.Namespace) -> int:
             state = workflow.decide(state, [(c.code, decision, False) for c in state.pending], reviewer)
             print(f"{decision}ed {len(state.candidates)} generated candidates as {reviewer}")
         else:
+            state = settle_ambiguous(state, input, sys.stdout)
             state, finished = review(state, reviewer, input, sys.stdout)
             if not finished:
                 return 0

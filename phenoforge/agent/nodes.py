@@ -347,7 +347,14 @@ def choose_cohort(state: AssemblyState, term: str, cohort_id: str) -> AssemblySt
                 "note": f"ambiguous between {len(term_state.ambiguous)} cohorts; reviewer chose {cohort_id}",
             })
         terms.append(term_state)
-    return state.model_copy(update={"terms": terms, "updated_at": _now()})
+    # the term is settled: its undecided candidates leave the gate unless another term shares them
+    candidates = []
+    for candidate in state.candidates:
+        others = [source for source in candidate.sources if source.term != term]
+        if others or candidate.decision is not None:
+            candidates.append(candidate if candidate.decision is not None else
+                              candidate.model_copy(update={"sources": others}))
+    return state.model_copy(update={"terms": terms, "candidates": candidates, "updated_at": _now()})
 
 
 def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblyState:

@@ -114,3 +114,14 @@ def test_decompose_eval_claude_without_key(monkeypatch, fixture_library: Path, c
     monkeypatch.setattr(claude, "_secrets_paths", lambda: [tmp_path / "missing.toml"])
     assert main(["decompose-eval", "--decomposer", "claude", "--quiet"]) == 2
     assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
+
+
+def test_ambiguous_term_can_be_settled_interactively(monkeypatch, fixture_library: Path, capsys) -> None:
+    scripted(monkeypatch, ["7", "2"])
+    assert main(["assemble", "patients with atrial fibrillation", "--reviewer", "cy",
+                 "--library", str(fixture_library)]) == 0
+    printed = capsys.readouterr().out
+    assert "'7' is not a choice" in printed and "matches several curated cohorts" in printed
+    state = audit.load_state(audit.list_sessions()[0].session_id)
+    assert state.terms[0].status == "curated" and state.terms[0].curated.cohort_id == "fix-AF2"
+    assert state.stage == "assembled" and set(state.concept_set.codes) == {"I48.0", "I48.91"}

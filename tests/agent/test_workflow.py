@@ -53,6 +53,10 @@ def test_ambiguous_match_is_reported_not_guessed(fixture_con, fixture_library) -
     assert state.candidates, "an ambiguous term still gets generated candidates to review"
     chosen = nodes.choose_cohort(state, "atrial fibrillation", "fix-AF2")
     assert chosen.terms[0].status == "curated" and chosen.terms[0].curated.cohort_id == "fix-AF2"
+    assert chosen.candidates == [], "a settled term's undecided candidates leave the gate"
+    assembled = nodes.assemble(chosen, fixture_con)
+    assert set(assembled.concept_set.codes) == {"I48.0", "I48.91"}
+    assert {entry.source for entry in assembled.concept_set.entries} == {"fixlib/fix-AF2"}
     with pytest.raises(ValueError):
         nodes.choose_cohort(state, "atrial fibrillation", "fix-HF")
 
