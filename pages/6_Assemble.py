@@ -53,7 +53,7 @@ def start_section(reviewer: str) -> None:
     paths = [lib.path for lib in libraries if lib.library_id in chosen]
     with st.spinner("Decomposing and searching"), ui.cursor() as con:
         state = workflow.start(con, description, workflow.get_decomposer(decomposer), reviewer=reviewer,
-                               decomposer_name=decomposer, library_paths=paths or None,
+                               decomposer_name=decomposer, library_paths=paths,
                                dense=ui.dense_retriever(), k=k)
     _open(state)
 

@@ -51,15 +51,15 @@ def start(
     """A new session up to the confirmation gate, saved."""
     if not description.strip():
         raise ValueError("describe the population first, e.g. 'adults with heart failure'")
-    libraries: list[Library] = (
-        [load_library(path) for path in library_paths] if library_paths else list_libraries()
+    libraries: list[Library] = (  # None: every installed library; []: no curated check at all
+        list_libraries() if library_paths is None else [load_library(path) for path in library_paths]
     )
     state = nodes.new_state(
         description, audit.new_session_id(), reviewer=reviewer, decomposer=decomposer_name,
         library_paths=[library.path for library in libraries], k=k,
     )
     if not libraries:
-        state.notes.append("no cohort library is installed: every term goes to generated retrieval")
+        state.notes.append("no cohort library is checked: every term goes to generated retrieval")
     state = nodes.decompose(state, decompose_fn)
     state = nodes.check_curated(state, con, dense=dense, libraries=libraries)
     state = nodes.generate(state, con, dense=dense)

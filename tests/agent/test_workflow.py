@@ -166,3 +166,9 @@ def test_unknown_session(tmp_path: Path) -> None:
 def test_start_requires_a_description(fixture_con, fixture_library) -> None:
     with pytest.raises(ValueError, match="describe"):
         workflow.start(fixture_con, "  ", fixed(["asthma"]), library_paths=[fixture_library])
+
+
+def test_no_library_means_no_curated_check(fixture_con, fixture_library) -> None:
+    state = workflow.start(fixture_con, "adults with asthma", fixed(["asthma"]), library_paths=[])
+    assert state.terms[0].status == "generated" and state.candidates
+    assert any("no cohort library is checked" in note for note in state.notes)
