@@ -24,7 +24,7 @@ from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.bm25 import get_bm25_index
 from phenoforge.engine.curated import load_curated_concept_set, load_library
 from phenoforge.engine.expansion import Hierarchy, expand_descendants, get_hierarchy
-from phenoforge.engine.hybrid import fusion_depth, hybrid_search, rrf_fuse
+from phenoforge.engine.hybrid import fusion_depth, rrf_fuse
 from phenoforge.eval.metrics import (
     DEFAULT_MAX_DISTANCE,
     distance_weighted_score,
@@ -178,21 +178,50 @@ def expansion_seed(ground_truth_codes: Sequence[str]) -> str | None:
     return min(ground_truth_codes, key=lambda code: (len(code.replace(".", "")), code), default=None)
 
 
+class _CohortQueries:
+    """Each retriever is queried once per cohort, deep enough for fusion; methods take prefixes.
+
+    ``bm25`` and ``dense`` rankings are prefix-stable (a deeper ranking never reorders a shallower
+    one), so ``bm25``/``dense`` at k and ``hybrid`` fused from the fusion depth give exactly what
+    separate ``search_concepts`` calls would, at half the query cost.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, query: str, k: int, dense: object | None) -> None:
+        self.con, self.query, self.k, self.dense = con, query, k, dense
+        self.depth = fusion_depth(k)
+        self._bm25: list[str] | None = None
+        self._dense: list[str] | None = None
+
+    def bm25(self) -> list[str]:
+        if self._bm25 is None:
+            self._bm25 = [code for code, _ in get_bm25_index(self.con).ranking(self.query, self.depth)]
+        return self._bm25
+
+    def dense_ranking(self) -> list[str]:
+        if self._dense is None:
+            self._dense = [code for code, _ in self.dense.ranking(self.query, self.depth)]  # type: ignore[attr-defined]
+        return self._dense
+
+    def hybrid(self, dense_weight: float) -> list[str]:
+        if self.dense is None:
+            return [code for code, _ in rrf_fuse([self.bm25()], [1.0])[: self.k]]
+        fused = rrf_fuse([self.bm25(), self.dense_ranking()], [1.0 - dense_weight, dense_weight])
+        return [code for code, _ in fused[: self.k]]
+
+
 def _predict(
     con: duckdb.DuckDBPyConnection,
     method: str,
-    query: str,
+    queries: _CohortQueries,
     ground_truth: list[str],
-    k: int,
-    dense: object | None,
     dense_weight: float,
 ) -> list[str]:
     if method == "bm25":
-        return [code for code, _ in get_bm25_index(con).ranking(query, k)]
+        return queries.bm25()[: queries.k]
     if method == "dense":
-        return [code for code, _ in dense.ranking(query, k)]  # type: ignore[union-attr]
+        return queries.dense_ranking()[: queries.k]
     if method == "hybrid":
-        return hybrid_search(con, query, k=k, dense=dense, dense_weight=dense_weight).codes  # type: ignore[arg-type]
+        return queries.hybrid(dense_weight)
     if method == "expand_descendants":
         seed = expansion_seed(ground_truth)
         return expand_descendants(con, seed) if seed else []
@@ -233,11 +262,12 @@ def run_benchmark(
             skipped.append(f"{cohort_id}/*: no resolvable ground-truth codes")
             continue
         truth_best_up = _best_up(hierarchy, [cid for cid in _ids(hierarchy, truth) if cid is not None])
+        queries = _CohortQueries(con, curated.cohort_name, k, dense)
         for method in methods:
             if method in NEEDS_DENSE and dense is None:
                 skipped.append(f"{cohort_id}/{method}: no dense retriever")
                 continue
-            predicted = _predict(con, method, curated.cohort_name, truth, k, dense, dense_weight)
+            predicted = _predict(con, method, queries, truth, dense_weight)
             result = _score(
                 hierarchy, curated.cohort_id, curated.cohort_name, truth, predicted, method, truth_best_up
             )

@@ -397,3 +397,23 @@ def test_match_scores_equal_brute_force_on_the_real_tree(real_con: duckdb.DuckDB
         assert match_scores(real_con, predicted, truth) == pytest.approx(brute_force_scores(real_con, predicted, truth))
     near = match_scores(real_con, ["E11.21"], ["E11.9"])
     assert near == [pytest.approx(0.5)]  # E11.21 - E11.2 - E11 - E11.9: three edges
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 1.0])
+def test_benchmark_predictions_equal_the_search_functions(
+    fixture_con: duckdb.DuckDBPyConnection, library: Path, weight: float
+) -> None:
+    """Each retriever is queried once per cohort; the predictions still equal separate searches."""
+
+    dense = FakeDense()
+    report = run_benchmark(fixture_con, library, SCORED, methods=["bm25", "dense", "hybrid"], dense=dense, k=5,
+                           dense_weight=weight)
+    assert dense.calls == len(SCORED)  # one dense query per cohort, shared by dense and hybrid
+    for result in report.results:
+        if result.method == "hybrid":
+            expected = hybrid_search(fixture_con, result.cohort_name, k=5, dense=dense, dense_weight=weight).codes
+        elif result.method == "dense":
+            expected = [code for code, _ in dense.ranking(result.cohort_name, 5)]
+        else:
+            expected = [code for code, _ in get_bm25_index(fixture_con).ranking(result.cohort_name, 5)]
+        assert result.predicted_codes == expected, result.method
