@@ -113,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fixture", action="store_true", help="bench on the test fixture data")
     parser.add_argument("--data-dir", type=Path, default=REPO_ROOT / "data")
-    parser.add_argument("--library", default=None, help="library id (default: the first)")
+    parser.add_argument("--library", default=None, help="library id (default: Elixhauser, as the pages)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="slider steps to time")
     args = parser.parse_args()
@@ -136,7 +136,9 @@ def main() -> None:
     from phenoforge.eval.harness import collect_rankings, rescore_hybrid
 
     libraries = list_libraries(data_dir / "libraries")
-    library = next((lib for lib in libraries if lib.library_id == args.library), libraries[0])
+    wanted = args.library or next(
+        (lib.library_id for lib in libraries if lib.library_id.startswith("elixhauser")), None)
+    library = next((lib for lib in libraries if lib.library_id == wanted), libraries[0])
     con = duckdb.connect(str(data_dir / "vocab.duckdb"), read_only=True)
     embed = None
     if args.fixture:

@@ -63,7 +63,7 @@ def slider_view(scorer: WeightScorer) -> None:
                          f"{best_s:.4f} at {best_w:.2f})", xaxis={"title": "dense_weight"},
                          yaxis={"title": "mean hierarchical score"}, height=380,
                          margin={"t": 50, "b": 30})
-    st.plotly_chart(figure, width="stretch", key="hw_curve")
+    st.plotly_chart(figure, width="stretch", key="hw_curve", config={"displayModeBar": False})
     shifts = cohort_shifts(reference, report)
     left, right = st.columns(2)
     columns = {"cohort_id": "cohort", "cohort_name": "name", "reference": "BM25 only",
@@ -79,7 +79,8 @@ def slider_view(scorer: WeightScorer) -> None:
         if part.empty:
             column.caption("none at this weight")
         else:
-            column.dataframe(part, hide_index=True, width="stretch", column_config=number)
+            # A static table: re-rendered on every slider step, and cheaper than a data grid.
+            column.table(part.style.format({c: "{:.3f}" for c in number}).hide(axis="index"))
 
 def main() -> None:
     ui.page_header("Hybrid weight", "Per-retriever rankings are queried once; the slider re-fuses "

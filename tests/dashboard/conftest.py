@@ -49,8 +49,8 @@ def app(dash: Path) -> Callable[[str], AppTest]:
 
 
 def frame_with(at: AppTest, column: str):  # type: ignore[no-untyped-def]
-    """The first dataframe on the page with ``column`` (AppTest does not expose their keys)."""
-    for element in at.dataframe:
+    """The first dataframe or table with ``column`` (AppTest does not expose their keys)."""
+    for element in [*at.dataframe, *at.table]:
         if column in element.value.columns:
             return element.value
     raise AssertionError(f"no dataframe with a {column!r} column on the page")
