@@ -91,14 +91,14 @@ def loaded_section() -> None:
     with ui.cursor() as con:
         info = describe_vocabulary(con)
     st.subheader("Vocabulary")
-    cols = st.columns([2, 1, 1, 1])
-    cols[0].metric("Release", info.vocabulary_release)
-    cols[1].metric("ICD-10-CM concepts", f"{info.n_icd10cm:,}")
-    cols[2].metric("Billable codes", f"{info.n_billable:,}")
-    cols[3].metric("Source", info.source)
+    first_run_libraries(info.source)
+    st.markdown(f"**{info.vocabulary_release}** · source `{info.source}`")
+    cols = st.columns(3)
+    cols[0].metric("ICD-10-CM concepts", f"{info.n_icd10cm:,}")
+    cols[1].metric("Billable codes", f"{info.n_billable:,}")
+    cols[2].metric("Cohort libraries", len(library_summaries()[0]))
     st.caption(f"Built {info.built_at} · build {info.build_id[:12]} · "
                + ", ".join(f"{kind}: {n:,}" for kind, n in sorted(info.counts_by_kind.items())))
-    first_run_libraries(info.source)
 
     st.subheader("Cohort libraries")
     summaries, problems = library_summaries()

@@ -30,7 +30,9 @@ def test_home_shows_what_is_loaded(app: Callable[[str], AppTest], dash_con: duck
     assert not at.exception
     info = vocabulary_info(dash_con)
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Release"] == info.vocabulary_release == "phenoforge test fixture"
+    assert any(m.value == f"**{info.vocabulary_release}** · source `fixture`" for m in at.markdown)
+    assert info.vocabulary_release == "phenoforge test fixture"
+    assert metrics["Cohort libraries"] == "1"
     assert metrics["ICD-10-CM concepts"] == f"{info.n_icd10cm:,}"
     assert metrics["Billable codes"] == f"{info.n_billable:,}"
     libraries = at.dataframe[0].value
@@ -79,7 +81,7 @@ def test_first_run_builds_vocabulary_and_dense_index(
     at = app("app.py").run()
     assert not at.exception
     assert len(calls) == 3
-    assert {m.label: m.value for m in at.metric}["Release"] == "phenoforge test fixture"
+    assert any("phenoforge test fixture" in m.value for m in at.markdown)
     assert not (empty / "libraries").exists()  # a fixture vocabulary never gets bundled libraries
     import dashboard_ui
 
