@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 import dashboard_ui as ui
 from phenoforge import app_state
@@ -13,6 +14,7 @@ from phenoforge.dashboard.benchmark import (
     BenchmarkRun,
     available_methods,
     cohort_rows,
+    drilldown_link,
     method_summaries,
     report_csv,
     report_json,
@@ -164,6 +166,21 @@ def cohort_section(run: BenchmarkRun, baseline: str) -> None:
             "delta_vs_baseline": st.column_config.NumberColumn("Δ vs baseline", format="%+.3f"),
         },
     )
+    pairs = [(r.cohort_id, r.method) for r in run.report.results]
+    names = {r.cohort_id: r.cohort_name for r in run.report.results}
+    cols = st.columns([3, 1])
+    cohort, method = cols[0].selectbox(
+        "Cohort and method to open", pairs, key="bench_open_pair",
+        format_func=lambda p: f"{p[0]} · {names[p[0]]} · {p[1]}",
+    )
+    with cols[1]:
+        try:
+            st.page_link("pages/2_Cohort_drilldown.py", label="Open in the drilldown",
+                         icon=":material/zoom_in:", query_params={
+                             "library": run.library_id, "cohort": cohort, "method": method,
+                             "run": run.run_id})
+        except StreamlitAPIException:  # the page runs alone (tests): no page registry
+            st.markdown(f"[Open in the drilldown]({drilldown_link(run.library_id, cohort, method, run.run_id)})")
     if run.report.skipped:
         with st.expander(f"{len(run.report.skipped)} skipped cohort/method pairs"):
             st.write("\n".join(f"- {s}" for s in run.report.skipped))

@@ -235,6 +235,10 @@ def test_every_page_in_a_real_browser(server: str, data_dir: Path, browser) -> N
     _no_exception(driver)
     assert driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
     _shot(driver, "2-benchmark")
+    driver.find_element(By.XPATH, '//a[.//p[normalize-space()="Open in the drilldown"]]').click()
+    _wait_text(driver, "Type 2 diabetes mellitus · bm25", "From saved run")
+    assert "cohort=503" in driver.current_url and "run=" in driver.current_url
+    _no_exception(driver)
 
     driver.get(f"{server}/Cohort_drilldown?library=ohdsi-fixture&cohort=519&method=bm25")
     _wait_text(driver, "Heart failure · bm25", "Tree distance to the nearest match")
