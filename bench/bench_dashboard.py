@@ -109,6 +109,29 @@ def load(driver, url: str, marker: str) -> float:  # type: ignore[no-untyped-def
     return time.perf_counter() - start
 
 
+def apptest_slider(env: dict[str, str], steps: int) -> None:
+    """Server side only: the Hybrid weight script run per new slider weight (AppTest, no browser)."""
+    from streamlit.testing.v1 import AppTest
+
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        at = AppTest.from_file(str(REPO_ROOT / "pages" / "3_Hybrid_weight.py"), default_timeout=600)
+        at.run()
+        times = []
+        for step in range(steps):
+            start = time.perf_counter()
+            at.slider(key="hw_weight").set_value(round(0.61 + step * 0.01, 2)).run()
+            times.append(time.perf_counter() - start)
+        if at.exception:
+            raise SystemExit(f"Hybrid weight page raised: {at.exception[0].value}")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    print(f"Hybrid weight script run per new weight (server side, AppTest): median "
+          f"{statistics.median(times) * 1000:.0f} ms (n={len(times)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fixture", action="store_true", help="bench on the test fixture data")
@@ -159,6 +182,7 @@ def main() -> None:
     print(f"library {library.library_id}: {len(library.cohort_ids)} cohorts; data {data_dir}")
     print(f"rescore_hybrid per new weight (in process): median {statistics.median(rescore) * 1000:.0f} ms "
           f"over {len(rescore)} weights")
+    apptest_slider(env, args.steps)
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
