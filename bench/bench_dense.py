@@ -61,6 +61,41 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
+def query_latency(retrievers: dict[str, DenseRetriever], runs: int, n_codes: int) -> None:
+    """p50/p95 of search(q, k=10) per run, medians over runs, split into embed and scoring."""
+    print("\n== query latency: search(q, k=10), ms ==")
+    retriever = next(iter(retrievers.values()))
+    for query in QUERIES[:5]:
+        retriever.search(query)
+    totals, embeds, scores = [], [], []
+    for _run in range(runs):
+        t_total, t_embed, t_score = [], [], []
+        for query in QUERIES:
+            started = time.perf_counter()
+            retriever.search(query, k=10)
+            t_total.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            vector = retriever._query_vector(query)
+            t_embed.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            assert retriever._vectors is not None
+            values = retriever._vectors @ vector
+            np.argpartition(values, -10)[-10:]
+            t_score.append(time.perf_counter() - started)
+        totals.append((percentile(t_total, 50), percentile(t_total, 95)))
+        embeds.append(percentile(t_embed, 50))
+        scores.append(percentile(t_score, 50))
+    p50 = statistics.median(p for p, _ in totals) * 1000
+    p95 = statistics.median(p for _, p in totals) * 1000
+    print(f"{len(QUERIES)} queries x {runs} runs over {n_codes} codes "
+          f"({retriever.manifest.mode if retriever.manifest else '?'} index)")
+    print(f"load average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+          "(other processes share these CPUs: wall figures are upper bounds; 'cpu s' is the "
+          "build's own CPU time, both threads summed)")
+    print(f"search p50 {p50:.2f}  p95 {p95:.2f}   (embed p50 {statistics.median(embeds)*1000:.2f}, "
+          f"score+top-k p50 {statistics.median(scores)*1000:.2f})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=None,
@@ -74,6 +109,9 @@ def main() -> int:
     parser.add_argument("--query-runs", type=int, default=5, help="query latency runs (default 5)")
     parser.add_argument("--sample", type=int, default=300,
                         help="code descriptions sampled as extra agreement queries (default 300)")
+    parser.add_argument("--query-only", action="store_true",
+                        help="skip the timed builds: query latency on the default index "
+                             "(data/dense; built once with the default settings if missing)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="build into (and keep) this directory instead of a deleted temporary one")
@@ -91,6 +129,15 @@ def main() -> int:
 
     print(f"torch threads: {torch.get_num_threads()}; load average before: "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    if args.query_only:
+        started = time.perf_counter()
+        retriever = dense.ensure_dense_index(
+            con, embed_fn=default_embed_fn(num_threads=args.threads),
+            progress=lambda done, total, msg: print(f"\r{msg}: {done}/{total}", end="", flush=True),
+        )
+        print(f"\nindex ready in {time.perf_counter() - started:.1f} s at {retriever.index_dir}")
+        query_latency({"default": retriever}, args.query_runs, n_codes)
+        return 0
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench-dense-"))
     retrievers: dict[str, DenseRetriever] = {}
     print("\n== full index build ==")
@@ -142,37 +189,7 @@ def main() -> int:
             print(f"{'':<16}7th-char vectors vs exact: cosine mean {cos.mean():.4f}, "
                   f"p5 {np.percentile(cos, 5):.4f}, min {cos.min():.4f}")
 
-    print("\n== query latency: search(q, k=10), ms ==")
-    retriever = next(iter(retrievers.values()))
-    for query in QUERIES[:5]:
-        retriever.search(query)
-    totals, embeds, scores = [], [], []
-    for _run in range(args.query_runs):
-        t_total, t_embed, t_score = [], [], []
-        for query in QUERIES:
-            started = time.perf_counter()
-            retriever.search(query, k=10)
-            t_total.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            vector = retriever._query_vector(query)
-            t_embed.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            assert retriever._vectors is not None
-            values = retriever._vectors @ vector
-            np.argpartition(values, -10)[-10:]
-            t_score.append(time.perf_counter() - started)
-        totals.append((percentile(t_total, 50), percentile(t_total, 95)))
-        embeds.append(percentile(t_embed, 50))
-        scores.append(percentile(t_score, 50))
-    p50 = statistics.median(p for p, _ in totals) * 1000
-    p95 = statistics.median(p for _, p in totals) * 1000
-    print(f"{len(QUERIES)} queries x {args.query_runs} runs over {n_codes} codes "
-          f"({retriever.manifest.mode if retriever.manifest else '?'} index)")
-    print(f"load average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
-          "(other processes share these CPUs: wall figures are upper bounds; 'cpu s' is the "
-          "build's own CPU time, both threads summed)")
-    print(f"search p50 {p50:.2f}  p95 {p95:.2f}   (embed p50 {statistics.median(embeds)*1000:.2f}, "
-          f"score+top-k p50 {statistics.median(scores)*1000:.2f})")
+    query_latency(retrievers, args.query_runs, n_codes)
     if args.keep:
         print(f"\nindexes kept under {root}")
     else:
