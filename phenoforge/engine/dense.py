@@ -19,7 +19,11 @@ suffixes, are mostly not embedded: a code's vector is ``normalise(v(parent name)
 where the suffix's offset is the mean ``v(code) - v(parent name)`` over a few codes with that
 suffix that are embedded exactly (``OFFSET_SAMPLES``). This halves the texts to embed; its top-10
 agreement with exact embedding is measured and printed by ``bench/bench_dense.py``.
-``mode="exact"`` embeds every text.
+``mode="exact"`` embeds every text. Separately, ``default_embed_fn(precision="auto")`` embeds
+batches under bf16 autocast on CPUs with native bf16 (top-10 agreement with fp32 ~0.995).
+Measured on the real vocabulary (2 shared cores): exact fp32 is the slow reference; composed +
+bf16, the default, embeds 47,912 distinct texts for 98,186 codes, with top-10 agreement 0.978 on
+clinical queries (0.917 on code descriptions used as queries). Queries: p50 ~14 ms.
 """
 
 from __future__ import annotations
