@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import fcntl
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import duckdb
@@ -13,6 +11,7 @@ from pydantic import BaseModel
 from phenoforge.config import ProgressCallback, no_progress, vocab_db_path
 from phenoforge.engine.schema import ICD10CM, SCHEMA_VERSION
 from phenoforge.errors import VocabularyError
+from phenoforge.locks import file_lock
 
 
 class VocabularyInfo(BaseModel):
@@ -77,16 +76,9 @@ def database_state(path: Path) -> str:
     return "outdated"
 
 
-@contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
+def _build_lock(path: Path) -> AbstractContextManager[None]:
     """One builder at a time across processes; the others wait and then find it built."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.lock"), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock(path.with_name(f".{path.name}.lock"))
 
 
 def ensure_vocabulary(

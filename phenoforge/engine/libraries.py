@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import fcntl
 import hashlib
 import io
 import json
@@ -19,7 +18,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -46,6 +45,7 @@ from phenoforge.engine.curated import (
 from phenoforge.engine.db import build_id, read_metadata
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.errors import ImportRowError, LibraryError, PhenoforgeError
+from phenoforge.locks import file_lock
 
 FORMAT_VERSION = 1
 """Bump when the way sources become libraries changes: every bundled library is then rebuilt."""
@@ -517,16 +517,9 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-@contextmanager
-def _lock(root: Path) -> Iterator[None]:
+def _lock(root: Path) -> AbstractContextManager[None]:
     """One library writer at a time across processes; the others wait and then find it built."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".libraries.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock(root / ".libraries.lock")
 
 
 @dataclass
