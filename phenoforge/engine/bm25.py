@@ -17,6 +17,7 @@ from phenoforge.engine.db import build_id
 from phenoforge.engine.models import Hit, Provenance, SearchResult
 from phenoforge.engine.query import query_problem, tokenize
 from phenoforge.engine.schema import ICD10CM, RETRIEVABLE_KINDS, SEARCHABLE_NOTE_TYPES
+from phenoforge.engine.topk import top_indices
 
 K1 = 1.5
 B = 0.75
@@ -42,18 +43,8 @@ def document_texts(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]
 
 
 def top_n(scores: np.ndarray, codes: list[str], n: int) -> list[tuple[str, float]]:
-    """The ``n`` best positive scores, ties broken by vocabulary order.
-
-    Every candidate tied with the n-th score is considered before the cut, so the top ``n`` is
-    always a prefix of the top ``n + m``: a deeper ranking never reorders a shallower one.
-    """
-    n = min(n, len(scores))
-    if n <= 0:
-        return []
-    threshold = np.partition(scores, len(scores) - n)[len(scores) - n]
-    candidates = np.flatnonzero((scores >= threshold) & (scores > 0))
-    order = candidates[np.lexsort((candidates, -scores[candidates]))][:n]
-    return [(codes[index], float(scores[index])) for index in order]
+    """The ``n`` best positive scores, ties broken by vocabulary order (prefix-stable)."""
+    return [(codes[index], float(scores[index])) for index in top_indices(scores, n, positive_only=True)]
 
 
 class BM25Index:

@@ -28,15 +28,14 @@ clinical queries (0.917 on code descriptions used as queries). Queries: p50 ~14 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,8 +48,11 @@ from pydantic import BaseModel, ValidationError
 from phenoforge.config import ProgressCallback, dense_index_dir, no_progress
 from phenoforge.engine.db import read_metadata
 from phenoforge.engine.models import Hit, Provenance, SearchResult
+from phenoforge.engine.query import query_problem
 from phenoforge.engine.schema import ICD10CM, RETRIEVABLE_KINDS
+from phenoforge.engine.topk import top_indices
 from phenoforge.errors import IndexError_
+from phenoforge.locks import file_lock
 
 EmbedFn = Callable[[list[str]], np.ndarray]
 """Embeds a batch of texts; returns float32 rows, shape ``(len(texts), dim)``."""
@@ -533,16 +535,9 @@ def _inspect(
     return status, loaded
 
 
-@contextmanager
-def _build_lock(index_dir: Path) -> Iterator[None]:
+def _build_lock(index_dir: Path) -> AbstractContextManager[None]:
     """One builder at a time across processes; the others wait and then reuse its index."""
-    index_dir.mkdir(parents=True, exist_ok=True)
-    with open(index_dir / ".build.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock(index_dir / ".build.lock")
 
 
 def _write_index(
@@ -718,12 +713,7 @@ class DenseRetriever:
     def _top(self, query: str, n: int) -> tuple[np.ndarray, np.ndarray]:
         assert self._vectors is not None
         scores = self._vectors @ self._query_vector(query)
-        n = min(n, scores.shape[0])
-        if n <= 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        everything = n >= scores.shape[0]
-        top = np.arange(scores.shape[0]) if everything else np.argpartition(scores, -n)[-n:]
-        top = top[np.lexsort((top, -scores[top]))]  # best first; ties by index order
+        top = top_indices(scores, n)  # prefix-stable: identical texts give exact ties
         return top, scores[top]
 
     def ranking(self, query: str, n: int) -> list[tuple[str, float]]:
@@ -736,7 +726,7 @@ class DenseRetriever:
                 f"dense index not ready ({self.status.state}): {self.status.reason}"
             )
         cleaned, _notes = clean_query(query)
-        if cleaned is None or n <= 0:
+        if cleaned is None or n <= 0 or query_problem(cleaned) is not None:
             return []
         top, scores = self._top(cleaned, n)
         return [(self._codes[i], float(s)) for i, s in zip(top.tolist(), scores.tolist(), strict=True)]
@@ -756,6 +746,10 @@ class DenseRetriever:
         result.notes.extend(notes)
         if cleaned is None:
             result.reason = "empty query: type a description of the codes you are looking for"
+            return result
+        problem = query_problem(text)
+        if problem is not None:  # the same answer BM25 and hybrid give for the same query
+            result.reason = problem
             return result
         if not isinstance(k, int) or k <= 0:
             result.reason = f"k must be a positive number of results (got {k!r})"

@@ -1,0 +1,26 @@
+"""Prefix-stable top-n selection shared by the retrievers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def top_indices(scores: np.ndarray, n: int, positive_only: bool = False) -> np.ndarray:
+    """Indices of the ``n`` best scores, best first, ties broken by index.
+
+    Every candidate tied with the n-th score is considered before the cut, so the top ``n`` is
+    always a prefix of the top ``n + m``: a deeper ranking never reorders a shallower one, which
+    the harness relies on when it takes several methods' results from one deep query.
+
+    >>> top_indices(np.array([0.1, 0.5, 0.5, 0.9]), 2).tolist()
+    [3, 1]
+    """
+    n = min(n, len(scores))
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    threshold = np.partition(scores, len(scores) - n)[len(scores) - n]
+    mask = scores >= threshold
+    if positive_only:
+        mask &= scores > 0
+    candidates = np.flatnonzero(mask)
+    return candidates[np.lexsort((candidates, -scores[candidates]))][:n]
