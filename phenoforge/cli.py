@@ -121,7 +121,9 @@ def cmd_build(args: argparse.Namespace) -> int:
                       f"{manifest.stats.n_codes_not_in_vocabulary} not in the vocabulary")
         if not args.no_dense:
             retriever = _dense_or_none(con, True, build=True, progress=progress)
-            print(f"dense index: ready ({len(retriever.codes) if hasattr(retriever, 'codes') else '?'} codes)")
+            status = retriever.status
+            print(f"dense index: {status.state}, {status.count:,} codes ({status.model}, {status.mode}), "
+                  f"built {status.built_at}")
     print(f"done in {time.perf_counter() - started:.1f} s")
     return 0
 
