@@ -7,47 +7,17 @@ keyboard and the numbers must change; two browser sessions run at once and both 
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from phenoforge.config import REPO_ROOT
-from tests.dashboard.fixture_data import FIXTURE_COHORTS, LIBRARY_DIR, build_dashboard_data, dashboard_env
+from tests.browser import support as web
+from tests.dashboard.fixture_data import FIXTURE_COHORTS, LIBRARY_DIR, build_dashboard_data
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-SCREENSHOTS = REPO_ROOT / "screenshots"
-WAIT = 60
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-                       reason="needs Debian's chromium and chromium-driver (/usr/bin/chromium, "
-                       "/usr/bin/chromedriver): apt-get install chromium chromium-driver"),
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-            return response.read().strip() == b"ok"
-    except OSError:
-        return False
+pytestmark = [pytest.mark.browser, web.requires_browser]
 
 
 @pytest.fixture(scope="module")
@@ -57,130 +27,25 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, **dashboard_env(data_dir)}
-    log_path = tmp_path_factory.mktemp("server") / "streamlit.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--server.headless", "true",
-             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+    running = web.start_server(data_dir, tmp_path_factory.mktemp("server") / "streamlit.log")
     try:
-        deadline = time.monotonic() + WAIT
-        while not _healthy(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("streamlit did not start:\n" + log_path.read_text()[-3000:])
-            time.sleep(0.2)  # polling for start-up, not an assertion
-        yield url
+        yield running.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        running.stop()
 
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Callable[[], object]]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     drivers = []
 
     def make() -> object:
-        options = webdriver.ChromeOptions()
-        options.binary_location = str(CHROMIUM)
-        profile = tmp_path / f"profile-{len(drivers)}"
-        for argument in ("--headless", "--no-sandbox", "--disable-gpu",
-                         "--disable-background-networking", "--disable-dev-shm-usage",
-                         "--window-size=1500,2200", f"--user-data-dir={profile}"):
-            options.add_argument(argument)
-        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-        driver.set_page_load_timeout(WAIT)
+        driver = web.make_driver(tmp_path / f"profile-{len(drivers)}")
         drivers.append(driver)
         return driver
 
     yield make
     for driver in drivers:
         driver.quit()
-
-
-def _body(driver) -> str:  # type: ignore[no-untyped-def]
-    from selenium.webdriver.common.by import By
-
-    return driver.find_element(By.TAG_NAME, "body").text
-
-
-def _wait_text(driver, *texts: str, timeout: float = WAIT) -> None:  # type: ignore[no-untyped-def]
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        WebDriverWait(driver, timeout, poll_frequency=0.2).until(
-            lambda d: all(text in _body(d) for text in texts))
-    except Exception as error:
-        raise AssertionError(f"never saw {texts!r}; page says:\n{_body(driver)[:2000]}") from error
-
-
-def _wait_idle(driver, timeout: float = WAIT) -> None:  # type: ignore[no-untyped-def]
-    """Until no script run is in progress (Streamlit's running indicator is gone)."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(driver, timeout, poll_frequency=0.2).until(
-        lambda d: not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"] button')
-        and not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidgetRunningIcon"]'))
-
-
-def _no_exception(driver) -> None:  # type: ignore[no-untyped-def]
-    from selenium.webdriver.common.by import By
-
-    boxes = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
-    assert not boxes, boxes[0].text[:2000]
-
-
-def _metrics(driver) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.by import By
-
-    out = {}
-    try:
-        for metric in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]'):
-            label = metric.find_element(By.CSS_SELECTOR, '[data-testid="stMetricLabel"]').text.strip()
-            value = metric.find_element(By.CSS_SELECTOR, '[data-testid="stMetricValue"]').text.strip()
-            out[label] = value
-    except StaleElementReferenceException:  # the page re-rendered under us: read again
-        return _metrics(driver)
-    return out
-
-
-def _wait_metrics(driver, *labels: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(driver, WAIT, poll_frequency=0.2).until(
-        lambda d: all(label in _metrics(d) for label in labels))
-    return _metrics(driver)
-
-
-def _shot(driver, name: str) -> Path:  # type: ignore[no-untyped-def]
-    SCREENSHOTS.mkdir(exist_ok=True)
-    path = SCREENSHOTS / f"fixture-{name}.png"
-    driver.save_screenshot(str(path))
-    assert path.stat().st_size > 10_000
-    return path
-
-
-def _click_button(driver, label: str) -> None:  # type: ignore[no-untyped-def]
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    xpath = f'//button[.//p[normalize-space()="{label}"] or normalize-space()="{label}"]'
-    button = WebDriverWait(driver, WAIT).until(ec.element_to_be_clickable((By.XPATH, xpath)))
-    button.click()
 
 
 def _expected_drilldown(data_dir: Path, cohort: str) -> dict[str, str]:
@@ -220,40 +85,40 @@ def test_every_page_in_a_real_browser(server: str, data_dir: Path, browser) -> N
 
     driver = browser()
     driver.get(server)
-    _wait_text(driver, "phenoforge test fixture", "Cohort libraries", "Dense index: ready",
+    web.wait_text(driver, "phenoforge test fixture", "Cohort libraries", "Dense index: ready",
                "No benchmark has been run yet.")
-    _wait_idle(driver)
-    _no_exception(driver)
-    assert _wait_metrics(driver, "ICD-10-CM concepts")["ICD-10-CM concepts"] == "48"
-    _shot(driver, "1-home")
+    web.wait_idle(driver)
+    web.no_exception(driver)
+    assert web.wait_metrics(driver, "ICD-10-CM concepts")["ICD-10-CM concepts"] == "48"
+    web.shot(driver, "1-home")
 
     driver.get(f"{server}/Benchmark")
-    _wait_text(driver, "Run benchmark")
-    _click_button(driver, "Run benchmark")
-    _wait_text(driver, "finished and saved: 18 results over 6 cohorts", "Paired permutation tests")
-    _wait_idle(driver)
-    _no_exception(driver)
+    web.wait_text(driver, "Run benchmark")
+    web.click_button(driver, "Run benchmark")
+    web.wait_text(driver, "finished and saved: 18 results over 6 cohorts", "Paired permutation tests")
+    web.wait_idle(driver)
+    web.no_exception(driver)
     assert driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
-    _shot(driver, "2-benchmark")
+    web.shot(driver, "2-benchmark")
     driver.find_element(By.XPATH, '//a[.//p[normalize-space()="Open in the drilldown"]]').click()
-    _wait_text(driver, "Type 2 diabetes mellitus · bm25", "From saved run")
+    web.wait_text(driver, "Type 2 diabetes mellitus · bm25", "From saved run")
     assert "cohort=503" in driver.current_url and "run=" in driver.current_url
-    _no_exception(driver)
+    web.no_exception(driver)
 
     driver.get(f"{server}/Cohort_drilldown?library=ohdsi-fixture&cohort=519&method=bm25")
-    _wait_text(driver, "Heart failure · bm25", "Tree distance to the nearest match")
-    _wait_idle(driver)
-    _no_exception(driver)
-    metrics = _wait_metrics(driver, "Coverage", "Over-inclusion", "Hierarchical")
+    web.wait_text(driver, "Heart failure · bm25", "Tree distance to the nearest match")
+    web.wait_idle(driver)
+    web.no_exception(driver)
+    metrics = web.wait_metrics(driver, "Coverage", "Over-inclusion", "Hierarchical")
     for label, value in _expected_drilldown(data_dir, "519").items():
         assert metrics[label] == value
-    _shot(driver, "3-drilldown")
+    web.shot(driver, "3-drilldown")
 
     driver.get(f"{server}/Hybrid_weight")
-    _wait_text(driver, "Mean hierarchical", "Cohorts gaining most")
-    _wait_idle(driver)
-    _no_exception(driver)
-    before = _metrics(driver)["Mean hierarchical"]
+    web.wait_text(driver, "Mean hierarchical", "Cohorts gaining most")
+    web.wait_idle(driver)
+    web.no_exception(driver)
+    before = web.metrics(driver)["Mean hierarchical"]
     assert before == _expected_weight(data_dir, 0.5)
     from selenium.webdriver.common.action_chains import ActionChains
 
@@ -262,32 +127,32 @@ def test_every_page_in_a_real_browser(server: str, data_dir: Path, browser) -> N
     ActionChains(driver).click(thumb).send_keys(Keys.HOME).perform()
     expected = _expected_weight(data_dir, 0.0)
     assert expected != before
-    WebDriverWait(driver, WAIT, poll_frequency=0.2).until(
-        lambda d: _metrics(d).get("Mean hierarchical") == expected)
-    _wait_idle(driver)
-    _no_exception(driver)
-    _shot(driver, "4-hybrid-weight")
+    WebDriverWait(driver, web.WAIT, poll_frequency=0.2).until(
+        lambda d: web.metrics(d).get("Mean hierarchical") == expected)
+    web.wait_idle(driver)
+    web.no_exception(driver)
+    web.shot(driver, "4-hybrid-weight")
 
     driver.get(f"{server}/Decomposition")
-    _wait_text(driver, "Run 6 test cases")
-    _click_button(driver, "Run 6 test cases")
-    _wait_text(driver, "offline decomposer · ohdsi cases", "Mean gap (baseline − decomposed)")
-    _wait_idle(driver)
-    _no_exception(driver)
-    assert _metrics(driver)["Cases scored"] == "6"
-    _shot(driver, "5-decomposition")
+    web.wait_text(driver, "Run 6 test cases")
+    web.click_button(driver, "Run 6 test cases")
+    web.wait_text(driver, "offline decomposer · ohdsi cases", "Mean gap (baseline − decomposed)")
+    web.wait_idle(driver)
+    web.no_exception(driver)
+    assert web.metrics(driver)["Cases scored"] == "6"
+    web.shot(driver, "5-decomposition")
 
     driver.get(f"{server}/Explore?q=heart%20failure&code=I50.21")
-    _wait_text(driver, "I50.21 · Acute systolic (congestive) heart failure",
+    web.wait_text(driver, "I50.21 · Acute systolic (congestive) heart failure",
                "Cohorts that contain it (1)")
-    _wait_idle(driver)
-    _no_exception(driver)
-    _shot(driver, "6-explore")
+    web.wait_idle(driver)
+    web.no_exception(driver)
+    web.shot(driver, "6-explore")
 
     driver.get(server)
-    _wait_text(driver, "Latest benchmark", "k=25")
-    _wait_idle(driver)
-    _no_exception(driver)
+    web.wait_text(driver, "Latest benchmark", "k=25")
+    web.wait_idle(driver)
+    web.no_exception(driver)
 
 
 def test_two_sessions_at_once(server: str, data_dir: Path, browser) -> None:  # type: ignore[no-untyped-def]
@@ -300,10 +165,10 @@ def test_two_sessions_at_once(server: str, data_dir: Path, browser) -> None:  # 
     def session(driver, cohort: str) -> None:  # type: ignore[no-untyped-def]
         try:
             driver.get(f"{server}/Cohort_drilldown?library=ohdsi-fixture&cohort={cohort}&method=bm25")
-            _wait_text(driver, f"{FIXTURE_COHORTS[cohort][0]} · bm25")
-            _wait_idle(driver)
-            _no_exception(driver)
-            seen[cohort] = _wait_metrics(driver, "Coverage", "Over-inclusion", "Hierarchical")
+            web.wait_text(driver, f"{FIXTURE_COHORTS[cohort][0]} · bm25")
+            web.wait_idle(driver)
+            web.no_exception(driver)
+            seen[cohort] = web.wait_metrics(driver, "Coverage", "Over-inclusion", "Hierarchical")
         except BaseException as error:  # noqa: BLE001 - re-raised in the main thread
             errors.append(error)
 
@@ -311,7 +176,7 @@ def test_two_sessions_at_once(server: str, data_dir: Path, browser) -> None:  # 
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(WAIT * 2)
+        thread.join(web.WAIT * 2)
     assert not errors, errors[0]
     for cohort in cohorts:
         for label, value in expected[cohort].items():

@@ -1,0 +1,180 @@
+"""Shared pieces of the real-browser tests: a streamlit server on fixture data, headless Chromium,
+and waits on what the page renders (never fixed sleeps before an assertion).
+
+A server is a plain object with ``stop()`` so a test can restart it mid-test on the same data dir.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phenoforge.config import REPO_ROOT
+from tests.dashboard.fixture_data import dashboard_env
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+SCREENSHOTS = REPO_ROOT / "screenshots"
+WAIT = 60
+
+requires_browser = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    reason="needs Debian's chromium and chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver): "
+    "apt-get install chromium chromium-driver",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+            return response.read().strip() == b"ok"
+    except OSError:
+        return False
+
+
+@dataclass
+class Server:
+    """One ``streamlit run app.py`` process; ``stop`` is idempotent so teardown can always call it."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        return int(self.process.returncode)
+
+
+def start_server(data_dir: Path, log_path: Path) -> Server:
+    """A server on a free localhost port over ``data_dir``, returned once it answers its health check."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, **dashboard_env(data_dir)}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true",
+             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    server = Server(process, url, log_path)
+    try:
+        deadline = time.monotonic() + WAIT
+        while not healthy(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("streamlit did not start:\n" + log_path.read_text()[-3000:])
+            time.sleep(0.2)  # polling for start-up, not an assertion
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def make_driver(profile: Path) -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless", "--no-sandbox", "--disable-gpu",
+                     "--disable-background-networking", "--disable-dev-shm-usage",
+                     "--window-size=1500,2200", f"--user-data-dir={profile}"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(WAIT)
+    return driver
+
+
+def body(driver: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.TAG_NAME, "body").text)
+
+
+def wait_text(driver: Any, *texts: str, timeout: float = WAIT) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(driver, timeout, poll_frequency=0.2).until(
+            lambda d: all(text in body(d) for text in texts))
+    except Exception as error:
+        raise AssertionError(f"never saw {texts!r}; page says:\n{body(driver)[:2000]}") from error
+
+
+def wait_idle(driver: Any, timeout: float = WAIT) -> None:
+    """Until no script run is in progress (Streamlit's running indicator is gone)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, timeout, poll_frequency=0.2).until(
+        lambda d: not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"] button')
+        and not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidgetRunningIcon"]'))
+
+
+def no_exception(driver: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    boxes = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+    assert not boxes, boxes[0].text[:2000]
+
+
+def metrics(driver: Any) -> dict[str, str]:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    out = {}
+    try:
+        for metric in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]'):
+            label = metric.find_element(By.CSS_SELECTOR, '[data-testid="stMetricLabel"]').text.strip()
+            value = metric.find_element(By.CSS_SELECTOR, '[data-testid="stMetricValue"]').text.strip()
+            out[label] = value
+    except StaleElementReferenceException:  # the page re-rendered under us: read again
+        return metrics(driver)
+    return out
+
+
+def wait_metrics(driver: Any, *labels: str) -> dict[str, str]:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, WAIT, poll_frequency=0.2).until(
+        lambda d: all(label in metrics(d) for label in labels))
+    return metrics(driver)
+
+
+def shot(driver: Any, name: str) -> Path:
+    SCREENSHOTS.mkdir(exist_ok=True)
+    path = SCREENSHOTS / f"fixture-{name}.png"
+    driver.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def click_button(driver: Any, label: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    xpath = f'//button[.//p[normalize-space()="{label}"] or normalize-space()="{label}"]'
+    button = WebDriverWait(driver, WAIT).until(ec.element_to_be_clickable((By.XPATH, xpath)))
+    button.click()
