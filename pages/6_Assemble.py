@@ -160,8 +160,10 @@ def main() -> None:
     ui.page_header("Assemble", "Describe a population; seed terms resolve to curated cohorts first, "
                    "and every generated code passes your review before it joins the concept set.")
     ui.require_vocabulary()
-    reviewer = st.text_input("Reviewer name", key="as_reviewer").strip()
     state = _session()
+    if state is not None and state.reviewer and not st.session_state.get("as_reviewer"):
+        st.session_state["as_reviewer"] = state.reviewer  # a resumed session keeps its reviewer
+    reviewer = st.text_input("Reviewer name", key="as_reviewer").strip()
     if state is None:
         resume_section()
         start_section(reviewer)

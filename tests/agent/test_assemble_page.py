@@ -74,6 +74,7 @@ def test_session_resumes_after_restart(app: Callable[[str], AppTest], dash: Path
     assert state.session_id == session_id and not state.pending
     assert all(radio.value == "accept" for radio in again.radio if radio.key and radio.key.startswith("as_dec_"))
     assert any(f"Audit trail ({n} decisions)" in expander.label for expander in again.expander)
+    assert again.text_input(key="as_reviewer").value == "ann"  # the resumed session keeps its reviewer
     # and from the saved-session list
     fresh = app(PAGE).run()
     assert fresh.selectbox(key="as_resume_pick").value == session_id
