@@ -11,15 +11,7 @@ import pytest
 from phenoforge.cli import main
 from phenoforge.config import libraries_dir, vocab_db_path
 from phenoforge.engine import vocab_build
-from phenoforge.engine.curated import (
-    Citation,
-    CohortEntry,
-    LibraryManifest,
-    LibraryStats,
-    cohort_file_name,
-    icd_cohort_definition,
-    write_library,
-)
+from tests.fixture_library import write_icd_library
 
 COHORTS = {
     "dm2": ("Type 2 diabetes mellitus", ["E11"], True),
@@ -29,18 +21,8 @@ COHORTS = {
 
 
 def write_fixture_library(dest: Path, library_id: str = "cli-lib") -> Path:
-    manifest = LibraryManifest(
-        library_id=library_id,
-        name="CLI fixture library",
-        description="three cohorts over the fixture vocabulary",
-        citation=Citation(source="tests", version="1", licence="CC0"),
-        created_at="2026-12-02T00:00:00+00:00",
-        stats=LibraryStats(n_cohorts=len(COHORTS), n_listed_codes=5),
-        cohorts=[CohortEntry(cohort_id=cid, cohort_name=name, file=cohort_file_name(cid))
-                 for cid, (name, _c, _d) in COHORTS.items()],
-    )
-    definitions = {cid: icd_cohort_definition(name, codes, desc) for cid, (name, codes, desc) in COHORTS.items()}
-    return write_library(dest, manifest, definitions)
+    return write_icd_library(dest, COHORTS, library_id, name="CLI fixture library",
+                             description="three cohorts over the fixture vocabulary")
 
 
 @pytest.fixture(autouse=True)
@@ -243,3 +225,4 @@ def test_a_broken_installed_library_is_named_in_the_error(capsys: pytest.Capture
     code, _out, err = run(capsys, "benchmark", "--no-dense", "--quiet")
     assert code == 2
     assert str(broken / "manifest.json") in err and "Traceback" not in err
+

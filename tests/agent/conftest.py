@@ -6,16 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from phenoforge.engine.curated import (
-    Citation,
-    CohortEntry,
-    LibraryManifest,
-    LibraryStats,
-    cohort_file_name,
-    icd_cohort_definition,
-    write_library,
-)
 from tests.dashboard.conftest import app, dash, dashboard_data  # noqa: F401  (AppTest fixtures for the page)
+from tests.fixture_library import write_icd_library
 
 FIXTURE_COHORTS: dict[str, tuple[str, list[str], bool]] = {
     "fix-T2DM": ("Type 2 diabetes mellitus", ["E11"], True),
@@ -30,18 +22,7 @@ FIXTURE_COHORTS: dict[str, tuple[str, list[str], bool]] = {
 
 
 def write_fixture_library(dest: Path, library_id: str = "fixlib") -> Path:
-    entries = [CohortEntry(cohort_id=cid, cohort_name=name, file=cohort_file_name(cid))
-               for cid, (name, _codes, _desc) in FIXTURE_COHORTS.items()]
-    manifest = LibraryManifest(
-        library_id=library_id, name="Fixture library", description="tests",
-        citation=Citation(source="tests", version="1", licence="CC0"),
-        created_at="2026-01-01T00:00:00+00:00",
-        stats=LibraryStats(n_cohorts=len(entries), n_listed_codes=0),
-        cohorts=entries,
-    )
-    definitions = {cid: icd_cohort_definition(name, codes, include_descendants=desc)
-                   for cid, (name, codes, desc) in FIXTURE_COHORTS.items()}
-    return write_library(dest, manifest, definitions)
+    return write_icd_library(dest, FIXTURE_COHORTS, library_id, description="tests")
 
 
 @pytest.fixture

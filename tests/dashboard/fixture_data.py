@@ -13,13 +13,8 @@ from pathlib import Path
 
 from phenoforge.engine.curated import (
     Citation,
-    CohortEntry,
-    LibraryManifest,
-    LibraryStats,
-    cohort_file_name,
-    icd_cohort_definition,
-    write_library,
 )
+from tests.fixture_library import write_icd_library
 from tests.fixture_vocab import build_fixture_vocab
 
 EMBEDDER_SPEC = "tests.engine.fake_embedder:FakeEmbedder"
@@ -37,23 +32,14 @@ FIXTURE_COHORTS: dict[str, tuple[str, list[str]]] = {
 
 
 def write_fixture_library(root: Path) -> Path:
-    cohorts = [
-        CohortEntry(cohort_id=cid, cohort_name=name, file=cohort_file_name(cid))
-        for cid, (name, _codes) in FIXTURE_COHORTS.items()
-    ]
-    manifest = LibraryManifest(
-        library_id=LIBRARY_ID, name="Fixture phenotypes",
+    return write_icd_library(
+        root / LIBRARY_DIR,
+        {cid: (name, codes, False) for cid, (name, codes) in FIXTURE_COHORTS.items()},
+        LIBRARY_ID,
+        name="Fixture phenotypes",
         description="A few cohorts over the fixture vocabulary",
-        citation=Citation(source="phenoforge tests", version="1", licence="CC0",
-                          url="https://example.org/fixture"),
-        created_at="2026-01-01T00:00:00+00:00",
-        stats=LibraryStats(n_cohorts=len(cohorts),
-                           n_listed_codes=sum(len(c) for _n, c in FIXTURE_COHORTS.values())),
-        cohorts=cohorts,
+        citation=Citation(source="phenoforge tests", version="1", licence="CC0", url="https://example.org/fixture"),
     )
-    definitions = {cid: icd_cohort_definition(name, codes)
-                   for cid, (name, codes) in FIXTURE_COHORTS.items()}
-    return write_library(root / LIBRARY_DIR, manifest, definitions)
 
 
 @contextmanager

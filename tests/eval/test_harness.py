@@ -12,15 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phenoforge.engine.bm25 import get_bm25_index
-from phenoforge.engine.curated import (
-    Citation,
-    CohortEntry,
-    LibraryManifest,
-    LibraryStats,
-    cohort_file_name,
-    icd_cohort_definition,
-    write_library,
-)
 from phenoforge.engine.expansion import ancestor_chain_ids, expand_descendants
 from phenoforge.engine.hybrid import hybrid_search
 from phenoforge.engine.models import Hit, Provenance, SearchResult
@@ -37,6 +28,7 @@ from phenoforge.eval.harness import (
     score_cohort,
 )
 from tests.engine import conftest as engine_fixtures
+from tests.fixture_library import write_icd_library
 from tests.fixture_vocab import FIXTURE_NODES
 
 ALL_CODES = [code for code, *_ in FIXTURE_NODES]
@@ -92,18 +84,7 @@ def _name(code: str) -> str:
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    manifest = LibraryManifest(
-        library_id="fixture-lib",
-        name="Fixture library",
-        description="cohorts over the fixture vocabulary",
-        citation=Citation(source="tests", version="1", licence="CC0"),
-        created_at="2026-12-02T00:00:00+00:00",
-        stats=LibraryStats(n_cohorts=len(COHORTS), n_listed_codes=sum(len(c[1]) for c in COHORTS.values())),
-        cohorts=[CohortEntry(cohort_id=cid, cohort_name=name, file=cohort_file_name(cid))
-                 for cid, (name, _codes, _desc) in COHORTS.items()],
-    )
-    definitions = {cid: icd_cohort_definition(name, codes, desc) for cid, (name, codes, desc) in COHORTS.items()}
-    return write_library(tmp_path_factory.mktemp("libs") / "fixture-lib", manifest, definitions)
+    return write_icd_library(tmp_path_factory.mktemp("libs") / "fixture-lib", COHORTS, "fixture-lib")
 
 
 def brute_force_scores(con: duckdb.DuckDBPyConnection, from_codes: list[str], to_codes: list[str]) -> list[float]:
