@@ -32,7 +32,8 @@ def progress_bar(enabled: bool = True) -> Iterator[ProgressCallback]:
         if not enabled:
             return
         current = bar.get("bar")
-        if current is None or current.desc != message and done == 0 or current.total != total:
+        # a new bar per stage: a stage starts at done == 0 or changes its total
+        if current is None or done == 0 or current.total != total:
             if current is not None:
                 current.close()
             current = bar["bar"] = tqdm(total=total, desc=message, file=sys.stderr, leave=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -170,14 +170,3 @@ def build_icd10cm(path: Path, progress: ProgressCallback = no_progress) -> tuple
     write_vocabulary(path, rows)
     progress(1, 1, "writing vocab.duckdb")
     return path, time.perf_counter() - started
-
-
-def iter_chunks(items: Iterable, size: int) -> Iterable[list]:
-    chunk: list = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.bm25 import get_bm25_index
-from phenoforge.engine.curated import load_curated_concept_set, load_library
+from phenoforge.engine.curated import load_curated_concept_set
 from phenoforge.engine.expansion import Hierarchy, expand_descendants, get_hierarchy
 from phenoforge.engine.hybrid import fusion_depth, rrf_fuse
 from phenoforge.eval.metrics import (
@@ -373,8 +373,3 @@ def rescore_hybrid(
         result.unresolvable_ground_truth = list(cohort.unresolvable_ground_truth)
         results.append(result)
     return aggregate(results)
-
-
-def library_cohort_ids(library_dir: Path) -> list[str]:
-    """Every cohort id of a library, in manifest order."""
-    return load_library(library_dir).cohort_ids
