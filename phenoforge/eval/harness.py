@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.bm25 import get_bm25_index
@@ -47,6 +47,11 @@ def _best_up(hierarchy: Hierarchy, concept_ids: Sequence[int]) -> dict[int, int]
             if steps < best.get(ancestor, 1 << 30):
                 best[ancestor] = steps
     return best
+
+
+def _best_up_of_codes(hierarchy: Hierarchy, codes: Sequence[str]) -> dict[int, int]:
+    """``_best_up`` of the codes the vocabulary knows (unknown ones reach no ancestor)."""
+    return _best_up(hierarchy, [cid for cid in _ids(hierarchy, codes) if cid is not None])
 
 
 def _best_distance(hierarchy: Hierarchy, concept_id: int, best_up: dict[int, int]) -> int | None:
@@ -89,8 +94,7 @@ def match_scores(
     vocabulary does not know.
     """
     hierarchy = get_hierarchy(con)
-    to_ids = [concept_id for concept_id in _ids(hierarchy, to_codes) if concept_id is not None]
-    return _scores_against(hierarchy, _ids(hierarchy, from_codes), _best_up(hierarchy, to_ids), max_distance)
+    return _scores_against(hierarchy, _ids(hierarchy, from_codes), _best_up_of_codes(hierarchy, to_codes), max_distance)
 
 
 def _score(
@@ -261,7 +265,7 @@ def run_benchmark(
         if not truth:
             skipped.append(f"{cohort_id}/*: no resolvable ground-truth codes")
             continue
-        truth_best_up = _best_up(hierarchy, [cid for cid in _ids(hierarchy, truth) if cid is not None])
+        truth_best_up = _best_up_of_codes(hierarchy, truth)
         queries = _CohortQueries(con, curated.cohort_name, k, dense)
         for method in methods:
             if method in NEEDS_DENSE and dense is None:
@@ -292,6 +296,15 @@ class RankingCache(BaseModel):
     library_dir: str
     depth: int
     cohorts: list[CohortRankings]
+    # ground-truth ancestor tables per (vocabulary build, cohort): fixed for the cache's lifetime,
+    # so every slider move after the first only scores the re-fused predictions
+    _truth_best_up: dict[tuple[str, str], dict[int, int]] = PrivateAttr(default_factory=dict)
+
+    def truth_best_up(self, hierarchy: Hierarchy, cohort: CohortRankings) -> dict[int, int]:
+        key = (hierarchy.build_id, cohort.cohort_id)
+        if key not in self._truth_best_up:
+            self._truth_best_up[key] = _best_up_of_codes(hierarchy, cohort.ground_truth_codes)
+        return self._truth_best_up[key]
 
     @property
     def has_dense(self) -> bool:
@@ -330,9 +343,6 @@ def collect_rankings(
     return RankingCache(library_dir=str(library_dir), depth=depth, cohorts=cohorts)
 
 
-_TRUTH_CACHE: dict[tuple[str, str, tuple[str, ...]], dict[int, int]] = {}
-
-
 def rescore_hybrid(
     con: duckdb.DuckDBPyConnection, cache: RankingCache, dense_weight: float, k: int = 25
 ) -> BenchmarkReport:
@@ -356,11 +366,6 @@ def rescore_hybrid(
         else:
             rankings, weights = [cohort.bm25[:depth], cohort.dense[:depth]], [1.0 - dense_weight, dense_weight]
         predicted = [code for code, _ in rrf_fuse(rankings, weights)[:k]]
-        key = (hierarchy.build_id, cohort.cohort_id, tuple(cohort.ground_truth_codes))
-        truth_best_up = _TRUTH_CACHE.get(key)
-        if truth_best_up is None:
-            ids = [cid for cid in _ids(hierarchy, cohort.ground_truth_codes) if cid is not None]
-            truth_best_up = _TRUTH_CACHE[key] = _best_up(hierarchy, ids)
         result = _score(
             hierarchy,
             cohort.cohort_id,
@@ -368,7 +373,7 @@ def rescore_hybrid(
             cohort.ground_truth_codes,
             predicted,
             "hybrid",
-            truth_best_up,
+            cache.truth_best_up(hierarchy, cohort),
         )
         result.unresolvable_ground_truth = list(cohort.unresolvable_ground_truth)
         results.append(result)
