@@ -53,7 +53,9 @@ class MethodRecord(BaseModel):
 
     name: str
     label: str = ""
-    source: str = Field(default="built-in", description="'built-in', 'module:function', 'entry point: X', or a run file")
+    source: str = Field(
+        default="built-in", description="'built-in', 'module:function', 'entry point: X', or a run file"
+    )
     needs: list[str] = Field(default_factory=list)
     degraded: str | None = Field(default=None, description="why the results are not what the method would give")
     trained_on: list[str] = Field(default_factory=list, description="libraries a fitted model or parameter came from")
