@@ -131,3 +131,23 @@ def test_methods_never_see_the_curated_set(
     seen = spy_methods.SEEN
     assert [set(task.model_dump()) for task in seen] == [{"cohort_id", "query", "seed_code"}]
     sys.modules.pop("spy_methods", None)
+
+
+def test_entry_point_methods_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from phenoforge.methods import registry
+
+    point = importlib.metadata.EntryPoint(
+        name="top_category", value="tests.methods.plugin_methods:top_category", group=registry.ENTRY_POINT_GROUP
+    )
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group=None: [point] if group == registry.ENTRY_POINT_GROUP else []
+    )
+    found = get_method("top_category")
+    assert found.source == "entry point: tests.methods.plugin_methods:top_category"
+    assert "top_category" in available_methods()
+    broken = importlib.metadata.EntryPoint(name="broken", value="no_such_module_xyz:f", group=registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [broken])
+    with pytest.raises(MethodError, match="entry point 'broken'"):
+        available_methods()
