@@ -241,8 +241,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """Hybrid dense_weight per library: the in-sample best beside the cross-validated choice."""
     from phenoforge.engine.curated import load_library
     from phenoforge.eval.harness import collect_rankings, rescore_hybrid
+    from phenoforge.eval.selection import cross_validate_choice
 
     con = _connect()
     dense = _dense_or_none(con, True)
@@ -251,26 +253,36 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     rows = []
-    with progress_bar(not args.quiet) as progress:
-        for library_dir in resolve_library_dirs(args.library):
+    choices = {}
+    with progress_bar(not args.quiet and not args.json) as progress:
+        for library_dir in resolve_library_dirs(args.library, bundled_only=True):
             library = load_library(library_dir)
             cache = collect_rankings(con, library_dir, args.cohorts or library.cohort_ids, dense=dense,
                                      fanout_threshold=args.fanout_threshold, progress=progress)
+            per_weight: dict[float, dict[str, float]] = {}
             for weight in args.weights:
                 report = rescore_hybrid(con, cache, weight, k=args.k)
+                per_weight[weight] = {r.cohort_id: r.hierarchical_score for r in report.results}
                 rows.append((library.library_id, weight, report.mean_coverage_by_method["hybrid"],
                              report.mean_over_inclusion_by_method["hybrid"],
                              report.mean_hierarchical_score_by_method["hybrid"]))
+            if len(args.weights) > 1 and len(per_weight[args.weights[0]]) >= 2:
+                choices[library.library_id] = cross_validate_choice(per_weight, n_folds=args.folds)
     if args.json:
-        print(json.dumps([dict(zip(["library", "dense_weight", "coverage", "over_inclusion",
-                                    "hierarchical_score"], row, strict=True)) for row in rows], indent=1))
+        print(json.dumps({
+            "rows": [dict(zip(["library", "dense_weight", "coverage", "over_inclusion", "hierarchical_score"], row,
+                              strict=True)) for row in rows],
+            "cross_validated": {library_id: choice.model_dump() for library_id, choice in choices.items()},
+        }, indent=1))
         return 0
     print(f"{'library':<22}{'weight':>7}{'coverage':>10}{'over-incl':>11}{'hier.':>8}")
     for library_id, weight, coverage, penalty, score in rows:
         print(f"{library_id:<22}{weight:>7.2f}{coverage:>10.3f}{penalty:>11.3f}{score:>8.3f}")
-    for library_id in dict.fromkeys(row[0] for row in rows):
-        best = max((row for row in rows if row[0] == library_id), key=lambda row: row[4])
-        print(f"best for {library_id}: dense_weight={best[1]:.2f} (hierarchical {best[4]:.3f})")
+    for library_id, choice in choices.items():
+        print(f"{library_id}: in-sample best dense_weight={choice.in_sample_choice:.2f} "
+              f"(hierarchical {choice.in_sample_score:.3f}, chosen and scored on the same cohorts); "
+              f"cross-validated {choice.out_of_sample_score:.3f} ({choice.n_folds} folds: chosen on the other "
+              f"folds, scored on the held-out one; choices {', '.join(f'{c:.2f}' for c in choice.choices_per_fold)})")
     return 0
 
 
@@ -445,6 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--cohorts", nargs="+")
     sweep.add_argument("--weights", type=_weights, default=DEFAULT_SWEEP_WEIGHTS)
     sweep.add_argument("-k", type=_positive_int, default=25)
+    sweep.add_argument("--folds", type=_positive_int, default=5,
+                       help="cross-validation folds over cohorts for the out-of-sample figure (default: 5)")
     sweep.add_argument("--fanout-threshold", type=_positive_int, default=100)
     sweep.add_argument("--json", action="store_true")
     sweep.add_argument("--quiet", action="store_true")
