@@ -14,6 +14,7 @@ from phenoforge.dashboard.benchmark import (
     BenchmarkRun,
     available_methods,
     cohort_rows,
+    coverage_precision_chart,
     drilldown_link,
     import_run_and_save,
     method_flags,
@@ -154,19 +155,7 @@ def summary_section(run: BenchmarkRun, baseline: str) -> None:
                        yaxis={"range": [0, 1]}, height=380, margin={"t": 50, "b": 30})
     left, right = st.columns(2)
     left.plotly_chart(bars, width="stretch", key="bench_bars")
-    scatter = go.Figure()
-    for method in dict.fromkeys(r.method for r in run.report.results):
-        results = [r for r in run.report.results if r.method == method]
-        scatter.add_scatter(
-            x=[r.coverage for r in results], y=[1 - r.over_inclusion_penalty for r in results],
-            mode="markers", name=method, text=[f"{r.cohort_id} · {r.cohort_name}" for r in results],
-            hovertemplate="%{text}<br>coverage %{x:.3f}<br>precision %{y:.3f}",
-        )
-    scatter.update_layout(title="Coverage vs precision (one point per cohort and method)",
-                          xaxis={"title": "coverage", "range": [-0.02, 1.02]},
-                          yaxis={"title": "precision = 1 − over-inclusion", "range": [-0.02, 1.02]},
-                          height=380, margin={"t": 50, "b": 30})
-    right.plotly_chart(scatter, width="stretch", key="bench_scatter")
+    right.altair_chart(coverage_precision_chart(run.report), key="bench_scatter")
 
 
 def tests_section(run: BenchmarkRun, baseline: str) -> None:

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from urllib.parse import urlencode
 
+import altair as alt
 import duckdb
 from pydantic import BaseModel
 
@@ -130,6 +131,49 @@ def method_summaries(
                 summary.delta_coverage = summary.mean_coverage - base.mean_coverage
                 summary.delta_over_inclusion = summary.mean_over_inclusion - base.mean_over_inclusion
     return summaries
+
+
+def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:
+    """Per cohort and method, coverage against precision; clicking a method in the legend (or a point)
+    highlights that method's cohorts, and a brushed region filters the cohort list beside it."""
+    rows = [
+        {
+            "method": r.method,
+            "cohort": f"{r.cohort_id} · {r.cohort_name}",
+            "coverage": r.coverage,
+            "precision": 1.0 - r.over_inclusion_penalty,
+            "hierarchical": r.hierarchical_score,
+        }
+        for r in report.results
+    ]
+    data = alt.Data(values=rows)
+    pick = alt.selection_point(fields=["method"], bind="legend")
+    brush = alt.selection_interval(encodings=["x", "y"])
+    points = (
+        alt.Chart(data)
+        .mark_circle(size=70)
+        .encode(
+            x=alt.X("coverage:Q", scale=alt.Scale(domain=[0, 1]), title="coverage"),
+            y=alt.Y("precision:Q", scale=alt.Scale(domain=[0, 1]), title="precision = 1 − over-inclusion"),
+            color=alt.Color("method:N"),
+            opacity=alt.condition(pick, alt.value(0.9), alt.value(0.08)),
+            tooltip=["cohort:N", "method:N", alt.Tooltip("hierarchical:Q", format=".3f")],
+        )
+        .add_params(pick, brush)
+        .properties(title="Coverage vs precision (click a method in the legend; drag to select cohorts)", height=340)
+    )
+    listing = (
+        alt.Chart(data)
+        .mark_text(align="left")
+        .encode(y=alt.Y("row_number:O", axis=None), text="label:N", color="method:N")
+        .transform_filter(brush)
+        .transform_filter(pick)
+        .transform_calculate(label="datum.cohort + ' (' + datum.method + ')'")
+        .transform_window(row_number="row_number()")
+        .transform_filter("datum.row_number <= 20")
+        .properties(title="Selected cohorts (first 20)", width=260, height=340)
+    )
+    return alt.hconcat(points, listing)  # type: ignore[return-value]  # an HConcatChart renders like a Chart
 
 
 def scores_by_method(report: BenchmarkReport, metric: str = "hierarchical") -> dict[str, dict[str, float]]:
