@@ -4,7 +4,9 @@ A method's score against a curated list is only meaningful beside what two exper
 same condition score against each other under the same metric: that is the ceiling a method can be
 expected to reach, not 1.0. The crosswalk (``crosswalk.csv`` next to this module) declares which
 cohorts of one library describe the same condition as a cohort of another, with a note per row; it
-was written from the cohorts' names and definitions, before any pair was scored.
+was written from the cohorts' names and definitions, before any pair was scored. Two lists from one
+paper (Quan's Charlson and Elixhauser share several lists verbatim) are not independent experts and
+are not listed.
 
 Each pair is scored with the benchmark's own ``score_cohort`` in both directions (each list once as
 the reference). The hierarchical score is symmetric on a tree (swapping the lists swaps coverage and
