@@ -406,6 +406,7 @@ def _positive_int(text: str) -> int:
 OPTIONAL_GROUPS: list[tuple[str, str]] = [
     # (module, role): each module's register_cli(subparsers) adds its own commands
     ("phenoforge.agent.cli", "top"),
+    ("phenoforge.eval.agreement", "top"),
     ("phenoforge.engine.libraries", "library"),
     ("phenoforge.athena", "library"),
 ]

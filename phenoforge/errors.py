@@ -21,3 +21,7 @@ class IndexError_(PhenoforgeError):
 
 class ImportRowError(PhenoforgeError):
     """A row of an imported file is bad; the message names the line and the problem."""
+
+
+class CrosswalkError(PhenoforgeError):
+    """The cohort crosswalk is malformed or names a cohort a library does not have (the message names the line)."""

@@ -57,9 +57,23 @@ class LibraryManifest(BaseModel):
     citation: Citation
     created_at: str
     vocabulary: str = ICD10CM
+    group: str | None = Field(
+        default=None,
+        description="libraries that are versions or recodings of one source share a group; "
+        "leave-one-group-out evaluation holds a whole group out (default: the library id)",
+    )
     stats: LibraryStats
     cohorts: list[CohortEntry]
     report: dict[str, Any] = Field(default_factory=dict)
+
+
+def library_group(manifest: LibraryManifest) -> str:
+    """The group a library is held out with: near-duplicates (CMS-HCC V24/V28) must leave together.
+
+    Training on one member of a group and scoring another would leak the shared codes, so a
+    library without a declared group is its own group.
+    """
+    return manifest.group or manifest.library_id
 
 
 class Library:

@@ -47,7 +47,7 @@ from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.errors import ImportRowError, LibraryError, PhenoforgeError
 from phenoforge.locks import file_lock
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Bump when the way sources become libraries changes: every bundled library is then rebuilt."""
 
 ELIXHAUSER_PACKAGE = "elixhauser-ahrq"
@@ -60,8 +60,11 @@ HCC_DX_FILE = "ra_dx_to_cc_2026.csv"
 HCC_LABELS_FILE = "ra_labels_2026.csv"
 HCC_PAYMENT_YEAR = 2026
 HCC_VERSIONS = ("V28", "V24")
+ELIXHAUSER_GROUP = "elixhauser"
+HCC_GROUP = "cms-hcc"
+QUAN_DIRS = ("charlson-quan", "elixhauser-quan")
 
-RESERVED_DIRS = (ELIXHAUSER_DIR, "cms-hcc-v28", "cms-hcc-v24", "ohdsi")
+RESERVED_DIRS = (ELIXHAUSER_DIR, "cms-hcc-v28", "cms-hcc-v24", *QUAN_DIRS, "ohdsi")
 """Library folders the set-up writes: an import there would be overwritten by the next build."""
 
 PUBLIC_DOMAIN = "US government work, public domain (17 U.S.C. 105)"
@@ -92,6 +95,7 @@ class SourceLibrary(BaseModel):
     cohorts: list[SourceCohort]
     provenance: dict[str, Any] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    group: str | None = None
 
 
 class RowProblem(BaseModel):
@@ -296,6 +300,7 @@ def read_elixhauser(xlsx_path: Path | None = None) -> SourceLibrary:
     return SourceLibrary(
         dir_name=ELIXHAUSER_DIR,
         library_id=f"elixhauser-{version}",
+        group=ELIXHAUSER_GROUP,
         name=f"AHRQ Elixhauser Comorbidity Software Refined v{version}",
         description=(
             f"The {len(cohorts)} comorbidity measures of the AHRQ HCUP Elixhauser Comorbidity "
@@ -393,6 +398,7 @@ def read_cms_hcc(
     return SourceLibrary(
         dir_name=f"cms-hcc-{version.lower()}",
         library_id=f"cms-hcc-{version.lower()}-py{HCC_PAYMENT_YEAR}",
+        group=HCC_GROUP,
         name=f"CMS-HCC {version} risk adjustment model, payment year {HCC_PAYMENT_YEAR}",
         description=(
             f"The {len(cohorts)} hierarchical condition categories of the CMS-HCC {version} "
@@ -490,6 +496,7 @@ def _assemble(
         description=source.description,
         citation=source.citation,
         created_at=created_at,
+        group=source.group,
         stats=LibraryStats(
             n_cohorts=len(entries),
             n_listed_codes=len(listed),
@@ -532,7 +539,11 @@ class _BundledSpec:
 
 
 def _bundled_specs(
-    elixhauser_xlsx: Path | None, hcc_dx_csv: Path | None, hcc_labels_csv: Path | None
+    con: duckdb.DuckDBPyConnection,
+    elixhauser_xlsx: Path | None,
+    hcc_dx_csv: Path | None,
+    hcc_labels_csv: Path | None,
+    quan_csvs: dict[str, Path] | None = None,
 ) -> list[_BundledSpec]:
     xlsx = Path(elixhauser_xlsx) if elixhauser_xlsx is not None else elixhauser_xlsx_path()
     if hcc_dx_csv is None or hcc_labels_csv is None:
@@ -556,6 +567,27 @@ def _bundled_specs(
                 package=HCC_PACKAGE,
                 package_version=_package_version(HCC_PACKAGE, HCC_PINNED),
                 read=lambda version=version: read_cms_hcc(version, dx, labels),
+            )
+        )
+    # imported here: the Quan reader builds on this module's SourceLibrary
+    from phenoforge.libraries_quan import (
+        PYCOMORB_PACKAGE,
+        PYCOMORB_PINNED,
+        QUAN_VARIANTS,
+        build_quan_source,
+        quan_csv_path,
+    )
+
+    for variant in QUAN_VARIANTS:
+        given = (quan_csvs or {}).get(variant.dir_name)
+        path = Path(given) if given is not None else quan_csv_path(variant)
+        specs.append(
+            _BundledSpec(
+                dir_name=variant.dir_name,
+                files=[path],
+                package=PYCOMORB_PACKAGE,
+                package_version=_package_version(PYCOMORB_PACKAGE, PYCOMORB_PINNED),
+                read=lambda variant=variant, path=path: build_quan_source(con, variant, path),
             )
         )
     return specs
@@ -593,16 +625,17 @@ def build_bundled_libraries(
     elixhauser_xlsx: Path | None = None,
     hcc_dx_csv: Path | None = None,
     hcc_labels_csv: Path | None = None,
+    quan_csvs: dict[str, Path] | None = None,
 ) -> list[LibraryManifest]:
-    """Build (or keep) the Elixhauser, CMS-HCC V28 and V24 libraries under ``root``.
+    """Build (or keep) the Elixhauser, CMS-HCC V28/V24 and Quan Charlson/Elixhauser libraries.
 
     A library already built from the same source files, package version and vocabulary build is
     kept; each one that is (re)built is written atomically. Source paths default to the files
-    the installed packages ship; tests pass small synthetic ones.
+    the installed packages ship; tests pass small synthetic ones (``quan_csvs`` by folder name).
     """
     root = Path(root) if root is not None else libraries_dir()
     report = progress or no_progress
-    specs = _bundled_specs(elixhauser_xlsx, hcc_dx_csv, hcc_labels_csv)
+    specs = _bundled_specs(con, elixhauser_xlsx, hcc_dx_csv, hcc_labels_csv, quan_csvs)
     vocabulary_build = build_id(con)
     hashes = {path: _sha256(path) for spec in specs for path in spec.files}
     manifests: list[LibraryManifest] = []

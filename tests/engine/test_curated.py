@@ -20,6 +20,7 @@ from phenoforge.engine.curated import (
     LibraryStats,
     cohort_file_name,
     icd_cohort_definition,
+    library_group,
     list_libraries,
     load_curated_concept_set,
     load_library,
@@ -431,3 +432,17 @@ def test_correlated_criteria_inside_primary_criteria_are_not_entry_sets(
     assert "E11.21" not in result.codes  # the forbidden set is subtracted, not merged
     assert "E11.9" in result.codes
     assert result.other_concept_sets == ["heart failure"]
+
+
+def test_library_group_defaults_to_the_library_id(tmp_path: Path) -> None:
+    manifest = manifest_for({"hf": "Heart failure"}, library_id="mine")
+    assert manifest.group is None and library_group(manifest) == "mine"
+    grouped = manifest.model_copy(update={"group": "cms-hcc"})
+    assert library_group(grouped) == "cms-hcc"
+    # the group survives a write and a read, and an old manifest without one still loads
+    write_library(tmp_path / "lib", grouped, {"hf": icd_cohort_definition("Heart failure", ["I50.9"])})
+    assert library_group(load_library(tmp_path / "lib").manifest) == "cms-hcc"
+    raw = json.loads((tmp_path / "lib" / "manifest.json").read_text(encoding="utf-8"))
+    del raw["group"]
+    (tmp_path / "lib" / "manifest.json").write_text(json.dumps(raw), encoding="utf-8")
+    assert library_group(load_library(tmp_path / "lib").manifest) == "mine"

@@ -227,9 +227,14 @@ def test_build_bundled_libraries(
         fixture_con, root=root, progress=lambda *a: calls.append(a), **sources
     )
     assert [m.library_id for m in manifests] == [
-        "elixhauser-2026.1", "cms-hcc-v28-py2026", "cms-hcc-v24-py2026"
+        "elixhauser-2026.1", "cms-hcc-v28-py2026", "cms-hcc-v24-py2026",
+        "charlson-quan2005", "elixhauser-quan2005",
     ]
-    assert calls[-1][:2] == (3, 3)
+    # near-duplicates share a group, so leave-one-group-out holds them out together
+    assert [m.group for m in manifests] == [
+        "elixhauser", "cms-hcc", "cms-hcc", "charlson", "elixhauser"
+    ]
+    assert calls[-1][:2] == (5, 5)
     elix = load_library(root / "elixhauser").manifest
     assert elix.stats.n_cohorts == 3
     assert elix.stats.n_listed_codes == len(MAPPING_ROWS)
@@ -273,9 +278,9 @@ def test_build_skips_up_to_date_and_rebuilds_changed(
     monkeypatch.setattr(libraries, "write_library", spy)
     again = build_bundled_libraries(fixture_con, root=root, **sources)
     assert written == []
-    assert [m.stats.n_cohorts for m in again] == [3, 4, 3]
+    assert [m.stats.n_cohorts for m in again] == [3, 4, 3, 17, 31]
     build_bundled_libraries(fixture_con, root=root, force=True, **sources)
-    assert written == ["elixhauser", "cms-hcc-v28", "cms-hcc-v24"]
+    assert written == ["elixhauser", "cms-hcc-v28", "cms-hcc-v24", "charlson-quan", "elixhauser-quan"]
     written.clear()
     write_elixhauser_xlsx(sources["elixhauser_xlsx"], rows=MAPPING_ROWS[:3])
     rebuilt = build_bundled_libraries(fixture_con, root=root, **sources)
@@ -299,7 +304,7 @@ def test_failed_rebuild_leaves_library_untouched(
         build_bundled_libraries(fixture_con, root=root, **sources)
     assert (root / "elixhauser" / "manifest.json").read_bytes() == before
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".libraries")) == [
-        "cms-hcc-v24", "cms-hcc-v28", "elixhauser"
+        "charlson-quan", "cms-hcc-v24", "cms-hcc-v28", "elixhauser", "elixhauser-quan"
     ]
 
 
@@ -326,7 +331,7 @@ def test_two_processes_build_at_once(
         _out, err = run.communicate(timeout=120)
         assert run.returncode == 0, err.decode()
     assert sorted(p.name for p in root.iterdir()) == [
-        ".libraries.lock", "cms-hcc-v24", "cms-hcc-v28", "elixhauser"
+        ".libraries.lock", "charlson-quan", "cms-hcc-v24", "cms-hcc-v28", "elixhauser", "elixhauser-quan"
     ]
     assert load_library(root / "elixhauser").manifest.stats.n_cohorts == 3
 
@@ -343,9 +348,9 @@ def test_ensure_bundled_libraries_defaults_to_data_dir(
     from phenoforge.config import libraries_dir
 
     assert {p.name for p in libraries_dir().iterdir() if p.is_dir()} == {
-        "elixhauser", "cms-hcc-v28", "cms-hcc-v24"
+        "elixhauser", "cms-hcc-v28", "cms-hcc-v24", "charlson-quan", "elixhauser-quan"
     }
-    assert len(manifests) == 3
+    assert len(manifests) == 5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -633,7 +638,8 @@ def test_real_packaged_libraries(tmp_path: Path) -> None:
         manifests = build_bundled_libraries(con, root=tmp_path / "libs")
         by_id = {m.library_id: m for m in manifests}
         assert {k: m.stats.n_cohorts for k, m in by_id.items()} == {
-            "elixhauser-2026.1": 38, "cms-hcc-v28-py2026": 115, "cms-hcc-v24-py2026": 86
+            "elixhauser-2026.1": 38, "cms-hcc-v28-py2026": 115, "cms-hcc-v24-py2026": 86,
+            "charlson-quan2005": 17, "elixhauser-quan2005": 31,
         }
         assert by_id["elixhauser-2026.1"].stats.n_listed_codes == 4567
         assert by_id["cms-hcc-v28-py2026"].stats.n_listed_codes == 8037
