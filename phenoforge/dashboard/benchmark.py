@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import threading
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -22,6 +23,7 @@ from phenoforge.app_state import BenchmarkParameters
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.curated import Library
 from phenoforge.engine.db import vocabulary_info
+from phenoforge.eval.agreement import LibraryAgreement, agreement_lines
 from phenoforge.eval.harness import run_benchmark, run_methods
 from phenoforge.eval.measures import DEFAULT_MEASURES, measure
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
@@ -131,6 +133,27 @@ def method_summaries(
                 summary.delta_coverage = summary.mean_coverage - base.mean_coverage
                 summary.delta_over_inclusion = summary.mean_over_inclusion - base.mean_over_inclusion
     return summaries
+
+
+_AGREEMENT: dict[tuple[object, ...], dict[str, LibraryAgreement]] = {}
+_AGREEMENT_LOCK = threading.Lock()
+
+
+def expert_agreement_lines(con: duckdb.DuckDBPyConnection, libraries: list[Library]) -> dict[str, LibraryAgreement]:
+    """Per library id, how well two expert lists for the same condition agree: the ceiling a method
+    can be expected to reach (computed once per vocabulary build and set of library files)."""
+    key = (
+        vocabulary_info(con).build_id,
+        tuple(sorted((str(lib.path), (Path(lib.path) / "manifest.json").stat().st_mtime_ns) for lib in libraries)),
+    )
+    with _AGREEMENT_LOCK:
+        cached = _AGREEMENT.get(key)
+    if cached is None:
+        cached = agreement_lines(con, libraries)
+        with _AGREEMENT_LOCK:
+            _AGREEMENT.clear()  # one set of libraries at a time: the page shows the installed ones
+            _AGREEMENT[key] = cached
+    return cached
 
 
 def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import duckdb
 from pydantic import BaseModel
 
+from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.db import VocabularyInfo, vocabulary_info
+from phenoforge.engine.libraries import FORMAT_VERSION, RESERVED_DIRS
 from phenoforge.errors import LibraryError
 
 
@@ -45,3 +50,24 @@ def library_summaries() -> tuple[list[LibrarySummary], list[str]]:
 
 def describe_vocabulary(con: duckdb.DuckDBPyConnection) -> VocabularyInfo:
     return vocabulary_info(con)
+
+
+BUNDLED_DIRS = (*(name for name in RESERVED_DIRS if name != "ohdsi"),)
+
+
+def bundled_libraries_current(root: Path | None = None) -> bool:
+    """Whether every bundled library is built in the current format (a cheap check of manifests only).
+
+    Home builds what is missing or older on first run, so a data directory from an earlier release
+    gains new bundled libraries without a manual ``build``.
+    """
+    root = root or libraries_dir()
+    for name in BUNDLED_DIRS:
+        try:
+            manifest = json.loads((root / name / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        build = manifest.get("report", {}).get("build", {}) if isinstance(manifest, dict) else {}
+        if not isinstance(build, dict) or build.get("format_version") != FORMAT_VERSION:
+            return False
+    return True
