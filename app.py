@@ -29,7 +29,7 @@ def first_run_vocabulary() -> None:
 
 def first_run_libraries(source: str) -> None:
     """Build the bundled libraries on the embedded default; other vocabularies keep theirs."""
-    from phenoforge.engine.libraries import ensure_bundled_libraries
+    from phenoforge.libraries import ensure_bundled_libraries
 
     names = {summary.library_id for summary in library_summaries()[0]}
     if source != BUNDLED_SOURCE or any(name.startswith(("elixhauser", "cms-hcc")) for name in names):

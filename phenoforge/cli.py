@@ -114,7 +114,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"vocabulary: {info.vocabulary_release}, {info.n_icd10cm:,} ICD-10-CM nodes "
               f"({info.n_billable:,} billable), built {info.built_at}")
         if not args.skip_libraries:
-            from phenoforge.engine.libraries import build_bundled_libraries
+            from phenoforge.libraries import build_bundled_libraries
 
             for manifest in build_bundled_libraries(con, progress=progress, force=args.force):
                 print(f"library {manifest.library_id}: {manifest.stats.n_cohorts} cohorts, "
@@ -272,7 +272,7 @@ def _positive_int(text: str) -> int:
 OPTIONAL_GROUPS: list[tuple[str, str]] = [
     # (module, role): each module's register_cli(subparsers) adds its own commands
     ("phenoforge.agent.cli", "top"),
-    ("phenoforge.engine.libraries", "library"),
+    ("phenoforge.libraries.cli", "library"),
     ("phenoforge.athena", "library"),
 ]
 
