@@ -64,9 +64,16 @@ def _dense_or_none(con, wanted: bool, build: bool = False, progress: ProgressCal
         return dense_module.ensure_dense_index(con, progress=progress)
     retriever = dense_module.load_dense_if_ready(con)
     if retriever is None:
-        print("note: the dense index is not built; dense methods are skipped "
-              "(build it with `python -m phenoforge build`)", file=sys.stderr)
+        print(f"note: {dense_unavailable_message(dense_module.dense_index_status(con))}", file=sys.stderr)
     return retriever
+
+
+def dense_unavailable_message(status, consequence: str = "dense methods are skipped") -> str:  # noqa: ANN001
+    """Why the dense index cannot be used, in its own words (not built, stale, corrupt), and how to rebuild."""
+    if status.state in ("corrupt", "stale"):
+        return (f"the dense index is {status.state} ({status.reason}); {consequence}: "
+                "rebuild it with `python -m phenoforge build`")
+    return f"the dense index is not built; {consequence} (build it with `python -m phenoforge build`)"
 
 
 def resolve_library_dirs(names: list[str] | None) -> list[Path]:
@@ -78,8 +85,8 @@ def resolve_library_dirs(names: list[str] | None) -> list[Path]:
     broken: list[str] = []
     installed = list_libraries(errors=broken)
     if not names:
-        if broken:
-            raise PhenoforgeError(broken[0])
+        for problem in broken:  # a broken library is reported and skipped; the others still run
+            print(f"warning: skipped a broken library: {problem}", file=sys.stderr)
         if not installed:
             raise PhenoforgeError("no cohort library is installed: run `python -m phenoforge build`")
         return [library.path for library in installed]
@@ -98,7 +105,7 @@ def resolve_library_dirs(names: list[str] | None) -> list[Path]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from phenoforge.engine.db import connect, ensure_vocabulary, vocabulary_info
+    from phenoforge.engine.db import connect, database_state, ensure_vocabulary, vocabulary_info
 
     started = time.perf_counter()
     with progress_bar(not args.quiet) as progress:
@@ -108,7 +115,12 @@ def cmd_build(args: argparse.Namespace) -> int:
             report = load_athena(Path(args.athena), vocab_db_path(), progress=progress)
             print(report.summary())
         else:
+            was_corrupt = database_state(vocab_db_path()) == "corrupt"
             ensure_vocabulary(progress=progress, force=args.force)
+            if was_corrupt:
+                print("note: the vocabulary database was corrupt and has been rebuilt with a new build id; "
+                      + ("run `python -m phenoforge build` without --no-dense to rebuild the dense index"
+                         if args.no_dense else "the bundled libraries and the dense index are rebuilt next"))
         con = connect()
         info = vocabulary_info(con)
         print(f"vocabulary: {info.vocabulary_release}, {info.n_icd10cm:,} ICD-10-CM nodes "
@@ -262,11 +274,19 @@ def _unit_interval(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive whole number")
-    return value
+def _positive_int(name: str) -> Callable[[str], int]:
+    """An argparse type whose error names the option: "k must be a positive integer, got 'abc'"."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
+        return value
+
+    return parse
 
 
 OPTIONAL_GROUPS: list[tuple[str, str]] = [
@@ -292,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="search the vocabulary")
     search.add_argument("query")
     search.add_argument("--method", choices=["bm25", "dense", "hybrid", "all"], default="hybrid")
-    search.add_argument("-k", type=_positive_int, default=10)
+    search.add_argument("-k", type=_positive_int("k"), default=10)
     search.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)
@@ -305,9 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--library", action="append", help="library id or folder (repeatable; default: all)")
     bench.add_argument("--cohorts", nargs="+", help="only these cohort ids")
     bench.add_argument("--methods", nargs="+", choices=["bm25", "dense", "hybrid", "expand_descendants"])
-    bench.add_argument("-k", type=_positive_int, default=25)
+    bench.add_argument("-k", type=_positive_int("k"), default=25)
     bench.add_argument("--dense-weight", type=_unit_interval, default=0.5)
-    bench.add_argument("--fanout-threshold", type=_positive_int, default=100)
+    bench.add_argument("--fanout-threshold", type=_positive_int("fanout-threshold"), default=100)
     bench.add_argument("--no-dense", action="store_true", help="run without the dense index")
     bench.add_argument("--json", action="store_true", help="the full report as JSON")
     bench.add_argument("--quiet", action="store_true")
@@ -317,8 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--library", action="append")
     sweep.add_argument("--cohorts", nargs="+")
     sweep.add_argument("--weights", type=_weights, default=DEFAULT_SWEEP_WEIGHTS)
-    sweep.add_argument("-k", type=_positive_int, default=25)
-    sweep.add_argument("--fanout-threshold", type=_positive_int, default=100)
+    sweep.add_argument("-k", type=_positive_int("k"), default=25)
+    sweep.add_argument("--fanout-threshold", type=_positive_int("fanout-threshold"), default=100)
     sweep.add_argument("--json", action="store_true")
     sweep.add_argument("--quiet", action="store_true")
     sweep.set_defaults(func=cmd_sweep)

@@ -7,7 +7,6 @@ from pydantic import BaseModel
 
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.db import VocabularyInfo, vocabulary_info
-from phenoforge.errors import LibraryError
 
 
 class LibrarySummary(BaseModel):
@@ -36,11 +35,9 @@ def library_summary(library: Library) -> LibrarySummary:
 
 def library_summaries() -> tuple[list[LibrarySummary], list[str]]:
     """Every readable library, and a message per library that could not be read."""
-    try:
-        libraries = list_libraries()
-    except LibraryError as error:
-        return [], [str(error)]
-    return [library_summary(library) for library in libraries], []
+    problems: list[str] = []
+    libraries = list_libraries(errors=problems)
+    return [library_summary(library) for library in libraries], problems
 
 
 def describe_vocabulary(con: duckdb.DuckDBPyConnection) -> VocabularyInfo:

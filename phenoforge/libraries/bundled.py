@@ -14,7 +14,8 @@ from pathlib import Path
 import duckdb
 
 from phenoforge.config import ProgressCallback, libraries_dir, no_progress
-from phenoforge.engine.curated import MANIFEST, LibraryManifest, load_library, write_library
+from phenoforge.engine.circe import parse_cohort
+from phenoforge.engine.curated import MANIFEST, Library, LibraryManifest, load_library, write_library
 from phenoforge.engine.db import build_id
 from phenoforge.errors import LibraryError
 from phenoforge.libraries import cms_hcc, elixhauser
@@ -94,10 +95,19 @@ def _up_to_date(
         and build.get("vocabulary_build_id") == vocabulary_build
         and build.get("source_package_version") == spec.package_version
         and build.get("source_files") == expected
-        and all((dest / entry.file).is_file() for entry in library.manifest.cohorts)
+        and all(_readable_cohort(library, entry.cohort_id) for entry in library.manifest.cohorts)
     ):
         return library.manifest
     return None
+
+
+def _readable_cohort(library: Library, cohort_id: str) -> bool:
+    """A kept library's cohort file must still parse: a truncated or edited file is rebuilt, not trusted."""
+    try:
+        parse_cohort(library.definition(cohort_id))
+    except (LibraryError, ValueError):
+        return False
+    return True
 
 
 def build_bundled_libraries(

@@ -60,11 +60,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 con.close()
         except PhenoforgeError as error:  # still list what is there
             print(f"warning: the bundled libraries could not be built: {error}", file=sys.stderr)
-    try:
-        libraries = list_libraries(root)
-    except PhenoforgeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    broken: list[str] = []
+    libraries = list_libraries(root, errors=broken)
+    for problem in broken:  # reported and skipped: one broken library must not hide the others
+        print(f"warning: skipped a broken library: {problem}", file=sys.stderr)
     if args.json:
         print(
             json.dumps(
@@ -108,7 +107,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     importer.add_argument("--id", help="library id (default: from the file name)")
     importer.add_argument("--name", help="display name (default: the file name)")
     importer.add_argument("--dest", type=Path, help="library directory (default: <data>/libraries/<id>)")
-    importer.add_argument("--force", action="store_true", help="replace an existing library")
+    importer.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing library at the destination: only a folder holding a phenoforge library "
+        "(manifest.json), never the data directory, the libraries folder or a bundled library",
+    )
     importer.set_defaults(func=_cmd_import)
 
     lister = subparsers.add_parser("list", help="list installed cohort libraries")

@@ -13,9 +13,9 @@ from pathlib import Path
 import duckdb
 from pydantic import BaseModel
 
-from phenoforge.config import libraries_dir
+from phenoforge.config import data_dir, libraries_dir
 from phenoforge.engine.codes import code_key
-from phenoforge.engine.curated import Citation, LibraryManifest, write_library
+from phenoforge.engine.curated import MANIFEST, Citation, LibraryManifest, list_libraries, write_library
 from phenoforge.errors import ImportRowError, LibraryError
 from phenoforge.libraries.bundled import RESERVED_DIRS
 from phenoforge.libraries.common import (
@@ -142,6 +142,30 @@ def _row_problems(
     return found
 
 
+def _unterminated_quote_line(text: str, delimiter: str) -> int | None:
+    """The line of a quote that opens a value and is never closed (the csv module reads on to the end)."""
+    line, at_field_start, in_quotes, quote_line = 1, True, False, 0
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if in_quotes:
+            if char == '"':
+                if text.startswith('"', position + 1):
+                    position += 2
+                    continue
+                in_quotes = False
+            elif char == "\n":
+                line += 1
+        else:
+            if char == '"' and at_field_start:
+                in_quotes, quote_line = True, line
+            at_field_start = char in (delimiter, "\n", "\r")
+            if char == "\n":
+                line += 1
+        position += 1
+    return quote_line if in_quotes else None
+
+
 def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[RowProblem]]:
     """Cohorts from the CSV text, warnings, and every row problem found (all of them)."""
     notes: list[str] = []
@@ -182,6 +206,7 @@ def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[Ro
         notes.append(f"ignored column(s): {', '.join(repr(n) for n in ignored)}")
     index = {name: position for position, name in enumerate(names)}
 
+    open_quote_line = _unterminated_quote_line(text, delimiter)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     problems: list[RowProblem] = []
     cohorts: dict[str, _PendingCohort] = {}
@@ -201,6 +226,16 @@ def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[Ro
             problems.append(RowProblem(line=line, message=f"unreadable CSV ({error})"))
             break
         start, line = line, reader.line_num + 1
+        if open_quote_line is not None and start <= open_quote_line < line:
+            # the reader swallowed the rest of the file into one value: name the quote, not its effects
+            problems.append(
+                RowProblem(
+                    line=open_quote_line,
+                    message='a quote (") opened on this line is never closed, so everything after it was '
+                    "read as one value; close the quote or remove it",
+                )
+            )
+            break
         if not any(value.strip() for value in row):
             continue
         n_rows += 1
@@ -252,6 +287,40 @@ def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[Ro
     return result, notes, problems
 
 
+def _check_target(target: Path, library_id: str, overwrite: bool) -> None:
+    """Refuse a destination whose replacement would lose someone's files, and an id already taken.
+
+    ``overwrite`` replaces only a phenoforge library (a folder with our manifest), never the data
+    directory, the libraries folder, a folder holding either, or a bundled library's folder.
+    """
+    root = libraries_dir()
+    resolved = target.resolve()
+    for folder, what in ((data_dir().resolve(), "the data directory"), (root.resolve(), "the libraries folder")):
+        if resolved == folder or resolved in folder.parents:
+            raise LibraryError(
+                f"{target} is {what} or holds it; an import never replaces it: give --dest a folder of its own"
+            )
+    if resolved in {(root / name).resolve() for name in RESERVED_DIRS}:
+        raise LibraryError(f"{target} is where a bundled library lives; choose another --id or --dest")
+    if target.exists() and not target.is_dir():
+        raise LibraryError(f"{target} exists and is not a directory; choose another --dest")
+    if target.exists() and any(target.iterdir()):
+        if not overwrite:
+            raise LibraryError(f"{target} already exists; choose another --dest or --id, or pass --force to replace it")
+        if not (target / MANIFEST).is_file():
+            raise LibraryError(
+                f"{target} holds files but no phenoforge library ({MANIFEST}); --force replaces only a "
+                "library, so nothing was touched: choose another --dest"
+            )
+    broken: list[str] = []
+    for library in list_libraries(root, errors=broken):
+        if library.library_id == library_id and library.path.resolve() != resolved:
+            raise LibraryError(
+                f"library id {library_id!r} is already used by {library.path}; ids are unique across "
+                "installed libraries: choose another --id"
+            )
+
+
 def import_library_csv(
     con: duckdb.DuckDBPyConnection,
     csv_path: Path | str,
@@ -279,13 +348,7 @@ def import_library_csv(
     if not SAFE_ID.match(library_id):
         raise LibraryError(f"library id {library_id!r} may hold only letters, digits, '.', '_' and '-'")
     target = Path(dest) if dest is not None else libraries_dir() / library_id
-    reserved = {(libraries_dir() / name).resolve() for name in RESERVED_DIRS}
-    if target.resolve() in reserved:
-        raise LibraryError(f"{target} is where a bundled library lives; choose another --id or --dest")
-    if target.exists() and not target.is_dir():
-        raise LibraryError(f"{target} exists and is not a directory; choose another --dest")
-    if target.exists() and any(target.iterdir()) and not overwrite:
-        raise LibraryError(f"{target} already exists; choose another --dest or --id, or pass --force to replace it")
+    _check_target(target, library_id, overwrite)
     text, problems = _decode(data)
     if problems:
         raise CsvImportError(path, problems)
@@ -323,7 +386,6 @@ def import_library_csv(
     for note in notes:
         warnings.warn(f"{path.name}: {note}", LibraryImportWarning, stacklevel=2)
     with libraries_lock(libraries_dir()):
-        if target.exists() and any(target.iterdir()) and not overwrite:
-            raise LibraryError(f"{target} appeared while importing; pass --force to replace it")
+        _check_target(target, library_id, overwrite)  # again: another import may have finished meanwhile
         write_library(target, manifest, definitions)
     return manifest
