@@ -218,7 +218,19 @@ def test_a_broken_installed_library_does_not_block_one_given_by_path(
     assert list(json.loads(out)) == ["cli-lib"]
 
 
-def test_a_broken_installed_library_is_named_in_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_broken_installed_library_is_named_and_skipped(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 12 item 7: the full benchmark reports the broken library and runs the others."""
+    broken = libraries_dir() / "broken"
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("{not json")
+    write_fixture_library(libraries_dir() / "cli-lib")
+    code, out, err = run(capsys, "benchmark", "--no-dense", "--quiet", "--json")
+    assert code == 0, err
+    assert list(json.loads(out)) == ["cli-lib"]
+    assert "skipped a broken library" in err and str(broken / "manifest.json") in err and "Traceback" not in err
+
+
+def test_only_broken_libraries_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     broken = libraries_dir() / "broken"
     broken.mkdir(parents=True)
     (broken / "manifest.json").write_text("{not json")
