@@ -183,3 +183,13 @@ def test_no_library_means_no_curated_check(fixture_con, fixture_library) -> None
     state = workflow.start(fixture_con, "adults with asthma", fixed(["asthma"]), library_paths=[])
     assert state.terms[0].status == "generated" and state.candidates
     assert any("no cohort library is checked" in note for note in state.notes)
+
+
+def test_a_corrupt_cohort_file_is_named_not_silently_skipped(fixture_con, fixture_library) -> None:
+    """Issue 12 item 7: the term fell through to generated candidates with no word about why."""
+    library = load_library(fixture_library)
+    cohort_file = fixture_library / library.cohort("fix-ASTHMA").file
+    cohort_file.write_text('{"ConceptSets": [', encoding="utf-8")
+    state = workflow.start(fixture_con, "adults with asthma", fixed(["asthma"]), library_paths=[fixture_library])
+    assert any("fixlib/fix-ASTHMA is skipped" in note and str(cohort_file) in note for note in state.notes)
+    assert state.terms[0].status != "curated"

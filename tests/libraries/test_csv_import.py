@@ -89,6 +89,8 @@ BAD_CASES = [
     ("", 1, "the file is empty"),
     ("cohort_id,cohort_name,code\n\n", 2, "no data rows"),
     ("cohort_id,cohort_id,cohort_name,code\nx,x,X,E11.9\n", 1, "more than once"),
+    # issue 12 item 12: reported as the open quote, not as the "empty cohort_name" it caused
+    ('cohort_id,cohort_name,code\nhf,"Heart failure,I50.9\nasthma,Asthma,J45.909\n', 2, "never closed"),
 ]
 
 
