@@ -6,6 +6,7 @@ is one clear line (no traceback), and nothing is mislabelled.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -150,6 +151,12 @@ def test_a_corrupt_imported_manifest_does_not_stop_list_or_assemble(data: Path) 
     assert assembled.returncode == 0, assembled.stderr
     assert "curated -> good-lib/asthma" in assembled.stdout
     assert "library skipped" in assembled.stdout and "broken" in assembled.stdout
+    benchmark = cli(data, "benchmark", "--no-dense", "--quiet", "--json", "--methods", "bm25")
+    assert benchmark.returncode == 0, benchmark.stderr
+    assert list(json.loads(benchmark.stdout)) == ["good-lib"] and "skipped a broken library" in benchmark.stderr
+    evaluated = cli(data, "decompose-eval", "--no-dense", "--quiet")
+    assert "Traceback" not in evaluated.stderr
+    assert f"skipped broken library skipped: {broken / 'manifest.json'}" in evaluated.stdout
 
 
 # --- item 9: an empty description ---------------------------------------------------------------------
