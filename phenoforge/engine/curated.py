@@ -129,25 +129,31 @@ def list_libraries(root: Path | None = None, errors: list[str] | None = None) ->
     root = Path(root) if root is not None else libraries_dir()
     if not root.is_dir():
         return []
-    libraries: list[Library] = []
-    seen: dict[str, Path] = {}
+    loaded: list[Library] = []
     for child in sorted(root.iterdir()):
         if not child.is_dir() or child.name.startswith(".") or not (child / MANIFEST).is_file():
             continue
         try:
-            library = load_library(child)
-            if library.library_id in seen:
-                raise LibraryError(
-                    f"{child}: library id {library.library_id!r} is already used by {seen[library.library_id]}; "
-                    "this copy is skipped: re-import it with another --id"
-                )
+            loaded.append(load_library(child))
         except LibraryError as error:
             if errors is None:
                 raise
             errors.append(str(error))
+    # A bundled or fetched library keeps its id over a user import that took it; otherwise the first folder.
+    owner: dict[str, Library] = {}
+    for library in sorted(loaded, key=lambda lib: "imported_from" in lib.manifest.report.get("build", {})):
+        owner.setdefault(library.library_id, library)
+    libraries: list[Library] = []
+    for library in loaded:
+        first = owner[library.library_id]
+        if first is library:
+            libraries.append(library)
             continue
-        seen[library.library_id] = child
-        libraries.append(library)
+        message = (f"{library.path}: library id {library.library_id!r} is already used by {first.path}; "
+                   "this copy is skipped: re-import it with another --id")
+        if errors is None:
+            raise LibraryError(message)
+        errors.append(message)
     return libraries
 
 

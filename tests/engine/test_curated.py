@@ -28,6 +28,7 @@ from phenoforge.engine.curated import (
 )
 from phenoforge.engine.models import ConceptItem
 from phenoforge.errors import LibraryError
+from tests.fixture_library import write_icd_library
 from tests.fixture_vocab import FIXTURE_NODES
 
 ORDER = {code: index for index, (code, *_rest) in enumerate(FIXTURE_NODES)}
@@ -431,3 +432,20 @@ def test_correlated_criteria_inside_primary_criteria_are_not_entry_sets(
     assert "E11.21" not in result.codes  # the forbidden set is subtracted, not merged
     assert "E11.9" in result.codes
     assert result.other_concept_sets == ["heart failure"]
+
+
+def test_a_duplicate_library_id_is_reported_and_the_bundled_one_kept(tmp_path: Path) -> None:
+    """Issue 12 item 2: an import that took a bundled id shadowed it; the id now resolves to one library."""
+    root = tmp_path / "libs"
+    cohorts = {"hf": ("Heart failure", ["I50.9"], False)}
+    write_icd_library(root / "elixhauser", cohorts, "elixhauser-2026.1", name="Bundled")
+    imported = write_icd_library(root / "aaa-mine", cohorts, "elixhauser-2026.1", name="Mine")
+    manifest = json.loads((imported / "manifest.json").read_text())
+    manifest["report"] = {"build": {"imported_from": "/somewhere/mine.csv"}}
+    (imported / "manifest.json").write_text(json.dumps(manifest))
+    errors: list[str] = []
+    found = list_libraries(root, errors=errors)
+    assert [(lib.path.name, lib.manifest.name) for lib in found] == [("elixhauser", "Bundled")]
+    assert len(errors) == 1 and "aaa-mine" in errors[0] and "already used by" in errors[0]
+    with pytest.raises(LibraryError, match="already used by"):
+        list_libraries(root)
