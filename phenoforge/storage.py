@@ -17,7 +17,7 @@ from pathlib import Path
 
 from phenoforge.errors import DiskFullError
 
-_TEMPORARY = re.compile(r"^\..+\.(?P<pid>\d+)\.[0-9a-f]{8}.(?:tmp|old|spill)(?:\.wal)?$")
+_TEMPORARY = re.compile(r"^\..+\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?:tmp|old|spill)(?:\.wal)?$")
 _DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 _DISK_FULL_TEXTS = ("no space left on device", "disk is full", "disk quota exceeded")
 
