@@ -34,8 +34,15 @@ def data(tmp_path: Path, fixture_db_path: Path) -> Path:
 
 def cli(data: Path | str, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PHENOFORGE_DATA_DIR": str(data), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "phenoforge", *argv], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "phenoforge", *argv],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
@@ -97,8 +104,16 @@ def test_force_replaces_a_library_and_help_says_what_it_may_replace(data: Path, 
 
 def test_an_import_may_not_take_an_installed_library_id(data: Path, tmp_path: Path) -> None:
     write_icd_library(data / "libraries" / "elixhauser", COHORTS, "elixhauser-2026.1", name="AHRQ Elixhauser")
-    result = cli(data, "library", "import", str(csv_file(tmp_path)), "--id", "elixhauser-2026.1",
-                 "--dest", str(data / "libraries" / "other"))
+    result = cli(
+        data,
+        "library",
+        "import",
+        str(csv_file(tmp_path)),
+        "--id",
+        "elixhauser-2026.1",
+        "--dest",
+        str(data / "libraries" / "other"),
+    )
     one_line_error(result, "'elixhauser-2026.1' is already used by", "choose another --id")
     assert not (data / "libraries" / "other").exists()
 
@@ -198,11 +213,13 @@ def test_assemble_csv_into_a_missing_folder_or_onto_a_folder_is_one_line(data: P
 
 
 def test_an_unterminated_quote_is_reported_with_its_line(data: Path, tmp_path: Path) -> None:
-    text = ('cohort_id,cohort_name,code\nhf,Heart failure,I50.9\nasthma,"Asthma,J45.909\n'
-            "copd,COPD,J44.9\nckd,Chronic kidney disease,N18.9\n")
+    text = (
+        'cohort_id,cohort_name,code\nhf,Heart failure,I50.9\nasthma,"Asthma,J45.909\n'
+        "copd,COPD,J44.9\nckd,Chronic kidney disease,N18.9\n"
+    )
     result = cli(data, "library", "import", str(csv_file(tmp_path, text)), "--dest", str(tmp_path / "out"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "line 3: a quote (\") opened on this line is never closed" in result.stderr
+    assert 'line 3: a quote (") opened on this line is never closed' in result.stderr
     assert "empty cohort_name" not in result.stderr
     assert not (tmp_path / "out").exists()
 

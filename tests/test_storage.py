@@ -42,7 +42,9 @@ def no_space(*_args: object, **_kwargs: object) -> None:
 
 
 def test_import_on_a_full_disk_says_disk_full_and_keeps_the_old_library(
-    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    fixture_con: duckdb.DuckDBPyConnection,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     source = tmp_path / "mine.csv"
@@ -82,11 +84,22 @@ def test_vocabulary_build_on_a_full_disk_keeps_the_old_database(monkeypatch: pyt
 
 
 def _report() -> BenchmarkReport:
-    result = CohortEvalResult(cohort_id="hf", cohort_name="Heart failure " * 4000, method="bm25",
-                              predicted_codes=["I50.9"], ground_truth_codes=["I50.9"], coverage=1.0,
-                              over_inclusion_penalty=0.0, hierarchical_score=1.0)
-    return BenchmarkReport(results=[result], mean_coverage_by_method={"bm25": 1.0},
-                           mean_over_inclusion_by_method={"bm25": 0.0}, mean_hierarchical_score_by_method={"bm25": 1.0})
+    result = CohortEvalResult(
+        cohort_id="hf",
+        cohort_name="Heart failure " * 4000,
+        method="bm25",
+        predicted_codes=["I50.9"],
+        ground_truth_codes=["I50.9"],
+        coverage=1.0,
+        over_inclusion_penalty=0.0,
+        hierarchical_score=1.0,
+    )
+    return BenchmarkReport(
+        results=[result],
+        mean_coverage_by_method={"bm25": 1.0},
+        mean_over_inclusion_by_method={"bm25": 0.0},
+        mean_hierarchical_score_by_method={"bm25": 1.0},
+    )
 
 
 def test_app_state_on_a_full_disk_does_not_blame_the_database(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,8 +124,13 @@ def test_app_state_on_a_full_disk_does_not_blame_the_database(monkeypatch: pytes
 
 @pytest.mark.parametrize(
     ("error", "full"),
-    [(OSError(errno.ENOSPC, "x"), True), (OSError(errno.EDQUOT, "x"), True), (OSError(errno.EACCES, "x"), False),
-     (sqlite3.OperationalError("database or disk is full"), True), (sqlite3.DatabaseError("malformed"), False)],
+    [
+        (OSError(errno.ENOSPC, "x"), True),
+        (OSError(errno.EDQUOT, "x"), True),
+        (OSError(errno.EACCES, "x"), False),
+        (sqlite3.OperationalError("database or disk is full"), True),
+        (sqlite3.DatabaseError("malformed"), False),
+    ],
 )
 def test_is_disk_full(error: BaseException, full: bool) -> None:
     assert is_disk_full(error) is full

@@ -85,10 +85,16 @@ def test_session_description_is_text_and_fetches_nothing(
 
 @pytest.mark.parametrize(
     ("query", "notice"),
-    [("library=ohdsi-fixture&cohort=999", "The link asks for cohort '999', which library 'ohdsi-fixture' does not "
-      "have; showing '503' instead."),
-     ("library=no-such-lib&cohort=503", "The link asks for library 'no-such-lib', which is not installed; showing "
-      "'ohdsi-fixture' instead.")],
+    [
+        (
+            "library=ohdsi-fixture&cohort=999",
+            "The link asks for cohort '999', which library 'ohdsi-fixture' does not have; showing '503' instead.",
+        ),
+        (
+            "library=no-such-lib&cohort=503",
+            "The link asks for library 'no-such-lib', which is not installed; showing 'ohdsi-fixture' instead.",
+        ),
+    ],
 )
 def test_drilldown_link_to_a_missing_library_or_cohort_says_so(
     server: str, driver: Any, query: str, notice: str
