@@ -29,7 +29,7 @@ def first_run_vocabulary() -> None:
 
 def first_run_libraries(source: str) -> None:
     """Build the bundled libraries on the embedded default; other vocabularies keep theirs."""
-    from phenoforge.engine.libraries import ensure_bundled_libraries
+    from phenoforge.libraries import ensure_bundled_libraries
 
     if source != BUNDLED_SOURCE or bundled_libraries_current():
         return
@@ -80,6 +80,8 @@ def dense_section() -> None:
         return
     if status.state == "failed":
         st.error(status.error or "the dense index build failed")
+    elif status.state in {"corrupt", "stale"}:
+        st.warning(f"Dense index: {status.message}")
     else:
         st.info("Dense index: not built. Dense and hybrid methods need it; BM25 works without.")
     if st.button("Build the dense index now", key="build_dense"):

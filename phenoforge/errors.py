@@ -25,3 +25,11 @@ class ImportRowError(PhenoforgeError):
 
 class CrosswalkError(PhenoforgeError):
     """The cohort crosswalk is malformed or names a cohort a library does not have (the message names the line)."""
+
+
+class DataDirError(PhenoforgeError):
+    """The data directory (``PHENOFORGE_DATA_DIR``) is a file or cannot be written."""
+
+
+class DiskFullError(PhenoforgeError):
+    """A write ran out of disk space; what was there before is kept."""

@@ -40,7 +40,10 @@ def _dense(con, wanted: bool):  # noqa: ANN001, ANN202
 
     retriever = load_dense_if_ready(con)
     if retriever is None:
-        print("note: no dense index; hybrid runs as BM25 alone (build it with `python -m phenoforge build`)",
+        from phenoforge.cli import dense_unavailable_message
+        from phenoforge.engine.dense import dense_index_status
+
+        print(f"note: {dense_unavailable_message(dense_index_status(con), 'hybrid runs as BM25 alone')}",
               file=sys.stderr)
     return retriever
 
@@ -144,16 +147,35 @@ def review(
     return state, not state.pending
 
 
+def check_output_path(flag: str, value: str | None) -> None:
+    """Refuse an output path that cannot be written before any work is done, in one line."""
+    if not value:
+        return
+    path = Path(value)
+    if path.is_dir():
+        raise PhenoforgeError(f"{flag} {path} is a folder; give a file name, e.g. {path / 'concept_set.csv'}")
+    if not path.parent.is_dir():
+        raise PhenoforgeError(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another")
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise PhenoforgeError(
+            f"cannot write {path} ({error.strerror or error}); the session is saved: write it again with --resume"
+        ) from None
+    print(f"wrote {path}")
+
+
 def _write_outputs(state: AssemblyState, con, args: argparse.Namespace) -> None:  # noqa: ANN001
     from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
 
     assert state.concept_set is not None
     if args.csv:
-        Path(args.csv).write_text(concept_set_csv(state.concept_set), encoding="utf-8")
-        print(f"wrote {args.csv}")
+        _write(Path(args.csv), concept_set_csv(state.concept_set))
     if args.circe:
-        Path(args.circe).write_text(concept_set_circe_json(con, state.concept_set), encoding="utf-8")
-        print(f"wrote {args.circe}")
+        _write(Path(args.circe), concept_set_circe_json(con, state.concept_set))
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
@@ -169,6 +191,12 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         return 0
     if args.yes and args.no_input:
         raise PhenoforgeError("--yes and --no-input contradict each other; pick one")
+    check_output_path("--csv", args.csv)
+    check_output_path("--circe", args.circe)
+    if not args.resume:
+        if not args.description:
+            raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
+        workflow.check_description(args.description)
     reviewer = (args.reviewer or "").strip()
     con = _connect()
     if args.resume:

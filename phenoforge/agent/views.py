@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from phenoforge.agent.state import AssemblyState, ConceptSet, Decision
+from phenoforge.dashboard.markdown import plain
 
 PENDING = "pending"
 CHOICES = [PENDING, "accept", "reject"]
@@ -42,7 +43,8 @@ def candidate_label(state: AssemblyState, code: str) -> str:
     if candidate is None:
         return code
     sources = "; ".join(f"'{s.term}' {s.retriever} #{s.rank}" for s in candidate.sources)
-    return f"**{candidate.code}** {candidate.name} · {sources} · {candidate.hierarchy_hint}"
+    # Markdown: the bold code is ours; names and terms (terms come from the user's text) are shown as typed
+    return f"**{candidate.code}** {plain(candidate.name)} · {plain(sources)} · {plain(candidate.hierarchy_hint)}"
 
 
 def candidate_rows(state: AssemblyState) -> list[dict[str, Any]]:

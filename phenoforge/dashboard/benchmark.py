@@ -6,7 +6,6 @@ these functions compute for the same inputs.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -21,6 +20,7 @@ from pydantic import BaseModel
 from phenoforge import app_state
 from phenoforge.app_state import BenchmarkParameters
 from phenoforge.config import ProgressCallback
+from phenoforge.csv_safe import SafeWriter
 from phenoforge.engine.curated import Library
 from phenoforge.engine.db import vocabulary_info
 from phenoforge.eval.agreement import LibraryAgreement, agreement_lines
@@ -260,7 +260,7 @@ CSV_COLUMNS = [
 def report_csv(report: BenchmarkReport) -> str:
     """One row per cohort and method; code lists space-separated."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeWriter(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in report.results:
         writer.writerow([

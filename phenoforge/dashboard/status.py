@@ -11,8 +11,8 @@ from pydantic import BaseModel
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.db import VocabularyInfo, vocabulary_info
-from phenoforge.engine.libraries import FORMAT_VERSION, RESERVED_DIRS
-from phenoforge.errors import LibraryError
+from phenoforge.libraries.bundled import BUNDLED_DIRS
+from phenoforge.libraries.common import FORMAT_VERSION
 
 
 class LibrarySummary(BaseModel):
@@ -41,18 +41,14 @@ def library_summary(library: Library) -> LibrarySummary:
 
 def library_summaries() -> tuple[list[LibrarySummary], list[str]]:
     """Every readable library, and a message per library that could not be read."""
-    try:
-        libraries = list_libraries()
-    except LibraryError as error:
-        return [], [str(error)]
-    return [library_summary(library) for library in libraries], []
+    problems: list[str] = []
+    libraries = list_libraries(errors=problems)
+    return [library_summary(library) for library in libraries], problems
 
 
 def describe_vocabulary(con: duckdb.DuckDBPyConnection) -> VocabularyInfo:
     return vocabulary_info(con)
 
-
-BUNDLED_DIRS = (*(name for name in RESERVED_DIRS if name != "ohdsi"),)
 
 
 def bundled_libraries_current(root: Path | None = None) -> bool:

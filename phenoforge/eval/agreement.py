@@ -267,7 +267,7 @@ def format_pairs(report: AgreementReport) -> str:
 
 def _cmd_agreement(args: argparse.Namespace) -> int:
     from phenoforge.engine.db import connect
-    from phenoforge.engine.libraries import ensure_bundled_libraries
+    from phenoforge.libraries import ensure_bundled_libraries
 
     con = connect()
     try:

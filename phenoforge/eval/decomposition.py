@@ -212,13 +212,17 @@ OHDSI_TEST_CASES: list[DecompositionTestCase] = [
 CASE_SETS: dict[str, list[DecompositionTestCase]] = {"default": DEFAULT_TEST_CASES, "ohdsi": OHDSI_TEST_CASES}
 
 
-def _libraries_for(library_dir: Path) -> tuple[dict[str, Library], Library | None]:
-    """``(libraries by directory name, the single library when library_dir is one)``."""
+def _libraries_for(
+    library_dir: Path, broken: list[str] | None = None
+) -> tuple[dict[str, Library], Library | None]:
+    """``(libraries by directory name, the single library when library_dir is one)``; a broken library
+    in a folder of libraries is skipped and its error appended to ``broken``."""
     library_dir = Path(library_dir)
     if (library_dir / "manifest.json").is_file():
         single = load_library(library_dir)
         return {library_dir.name: single}, single
-    return {library.path.name: library for library in list_libraries(library_dir)}, None
+    errors = broken if broken is not None else []
+    return {library.path.name: library for library in list_libraries(library_dir, errors=errors)}, None
 
 
 def _pick_library(case: DecompositionTestCase, by_name: dict[str, Library], single: Library | None) -> Library | None:
@@ -279,9 +283,10 @@ def score_decomposition(
     the case (``error``) and left out of the means.
     """
     cases = test_cases if test_cases is not None else DEFAULT_TEST_CASES
-    by_name, single = _libraries_for(Path(library_dir))
+    broken: list[str] = []
+    by_name, single = _libraries_for(Path(library_dir), broken)
     results: list[DecompositionCaseResult] = []
-    skipped: list[str] = []
+    skipped: list[str] = [f"broken library skipped: {problem}" for problem in broken]
     landed: Counter[str] = Counter()
     for index, case in enumerate(cases):
         if progress is not None:

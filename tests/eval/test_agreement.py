@@ -74,8 +74,8 @@ def libraries_root(tmp_path: Path) -> Path:
 
 def test_shipped_crosswalk_names_cohorts_the_bundled_sources_have() -> None:
     """Every row of the shipped crosswalk points at a cohort of a bundled library (read from the packages)."""
-    from phenoforge.engine.libraries import read_cms_hcc, read_elixhauser
-    from phenoforge.libraries_quan import read_quan_charlson, read_quan_elixhauser
+    from phenoforge.libraries import read_cms_hcc, read_elixhauser
+    from phenoforge.libraries.quan import read_quan_charlson, read_quan_elixhauser
 
     sources = [
         read_elixhauser(),

@@ -113,7 +113,7 @@ def test_repeat_reports_the_spread(fixture_con, library: Path) -> None:
 
 
 def test_default_cases_cover_the_bundled_libraries_and_patterns() -> None:
-    from phenoforge.engine.libraries import read_cms_hcc, read_elixhauser
+    from phenoforge.libraries import read_cms_hcc, read_elixhauser
 
     names = {cohort.cohort_id: cohort.cohort_name for source in (read_elixhauser(), read_cms_hcc("V28"),
                                                                  read_cms_hcc("V24")) for cohort in source.cohorts}

@@ -147,7 +147,9 @@ def test_entry_point_methods_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
     found = get_method("top_category")
     assert found.source == "entry point: tests.methods.plugin_methods:top_category"
     assert "top_category" in available_methods()
-    broken = importlib.metadata.EntryPoint(name="broken", value="no_such_module_xyz:f", group=registry.ENTRY_POINT_GROUP)
+    broken = importlib.metadata.EntryPoint(
+        name="broken", value="no_such_module_xyz:f", group=registry.ENTRY_POINT_GROUP
+    )
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [broken])
     with pytest.raises(MethodError, match="entry point 'broken'"):
         available_methods()

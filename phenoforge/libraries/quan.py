@@ -24,16 +24,10 @@ import duckdb
 from phenoforge.engine.codes import code_key, dotted
 from phenoforge.engine.curated import Citation
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
-from phenoforge.engine.libraries import (
-    ELIXHAUSER_GROUP,
-    SourceCohort,
-    SourceLibrary,
-    _csv_dicts,
-    _package_file,
-    _package_version,
-    _sha256,
-)
 from phenoforge.errors import LibraryError
+from phenoforge.libraries.cms_hcc import _csv_dicts
+from phenoforge.libraries.common import SourceCohort, SourceLibrary, package_file, package_version, sha256_file
+from phenoforge.libraries.elixhauser import ELIXHAUSER_GROUP
 
 PYCOMORB_PACKAGE = "pycomorb"
 PYCOMORB_PINNED = "1.20261001.1"
@@ -87,7 +81,7 @@ QUAN_VARIANTS = (QUAN_CHARLSON, QUAN_ELIXHAUSER)
 
 def quan_csv_path(variant: QuanVariant) -> Path:
     """The variant's code-list file inside the installed pycomorb package."""
-    return _package_file("pycomorb", PYCOMORB_PACKAGE, PYCOMORB_PINNED, "common", variant.file_name)
+    return package_file("pycomorb", PYCOMORB_PACKAGE, PYCOMORB_PINNED, "common", variant.file_name)
 
 
 def _cohort_id(variant: QuanVariant, category: str) -> str:
@@ -127,7 +121,7 @@ def read_quan(variant: QuanVariant, csv_path: Path | None = None) -> SourceLibra
     duplicated = sorted({cohort_id for cohort_id in ids if ids.count(cohort_id) > 1})
     if duplicated:
         raise LibraryError(f"{path}: two conditions map to the same cohort id {duplicated}")
-    package_version = _package_version(PYCOMORB_PACKAGE, PYCOMORB_PINNED)
+    pinned_version = package_version(PYCOMORB_PACKAGE, PYCOMORB_PINNED)
     return SourceLibrary(
         dir_name=variant.dir_name,
         library_id=variant.library_id,
@@ -141,9 +135,9 @@ def read_quan(variant: QuanVariant, csv_path: Path | None = None) -> SourceLibra
         citation=Citation(
             source=(
                 f"{QUAN_2005}. ICD-10 code prefixes from the file {path.name}, read from the PyPI "
-                f"package {PYCOMORB_PACKAGE}=={package_version}"
+                f"package {PYCOMORB_PACKAGE}=={pinned_version}"
             ),
-            version=f"Quan 2005 (ICD-10); {PYCOMORB_PACKAGE} {package_version}",
+            version=f"Quan 2005 (ICD-10); {PYCOMORB_PACKAGE} {pinned_version}",
             licence=(
                 "factual code lists from a peer-reviewed publication; the "
                 f"{PYCOMORB_PACKAGE} package that ships them is MIT-licensed"
@@ -153,8 +147,8 @@ def read_quan(variant: QuanVariant, csv_path: Path | None = None) -> SourceLibra
         cohorts=cohorts,
         provenance={
             "source_package": PYCOMORB_PACKAGE,
-            "source_package_version": package_version,
-            "source_files": {path.name: _sha256(path)},
+            "source_package_version": pinned_version,
+            "source_files": {path.name: sha256_file(path)},
             "n_source_rows": n_rows,
         },
         notes=[f"rows that are not diagnoses (not cohorts): {', '.join(skipped)}"] if skipped else [],
