@@ -16,6 +16,8 @@ that library), so near-duplicate cohorts inside one library are what make a term
 
 from __future__ import annotations
 
+import csv
+import io
 import statistics
 from collections import Counter
 from collections.abc import Callable
@@ -29,7 +31,7 @@ from phenoforge.agent import nodes
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.curated import Library, list_libraries, load_curated_concept_set, load_library
 from phenoforge.engine.hybrid import hybrid_search
-from phenoforge.errors import PhenoforgeError
+from phenoforge.errors import ImportRowError, PhenoforgeError
 from phenoforge.eval.decomposition_cases import (  # noqa: F401  (re-exported: the reference API names them here)
     CASE_SETS,
     DEFAULT_TEST_CASES,
@@ -40,6 +42,7 @@ from phenoforge.eval.decomposition_cases import (  # noqa: F401  (re-exported: t
 )
 from phenoforge.eval.harness import score_cohort
 from phenoforge.eval.models import DecompositionCaseResult, DecompositionReport, TermResolution
+from phenoforge.eval.stats import bootstrap_ci
 
 if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
@@ -55,6 +58,10 @@ def _libraries_for(library_dir: Path) -> tuple[dict[str, Library], Library | Non
 
 
 def _pick_library(case: DecompositionTestCase, by_name: dict[str, Library], single: Library | None) -> Library | None:
+    """The library a case runs against: by folder name, then id prefix; no name: the one holding its cohort."""
+    if not case.library_id:
+        holding = [lib for lib in by_name.values() if case.cohort_id in lib.cohort_ids]
+        return holding[0] if len(holding) == 1 else None
     library = by_name.get(case.library_id)
     if library is None:
         library = next((lib for lib in by_name.values() if lib.library_id.startswith(case.library_id)), None)
@@ -63,6 +70,19 @@ def _pick_library(case: DecompositionTestCase, by_name: dict[str, Library], sing
     if library is None or case.cohort_id not in library.cohort_ids:
         return None
     return library
+
+
+def _skip_reason(case: DecompositionTestCase, by_name: dict[str, Library]) -> str:
+    if not case.library_id:
+        holding = [lib.path.name for lib in by_name.values() if case.cohort_id in lib.cohort_ids]
+        if holding:
+            return f"{case.cohort_id}: cohort is in several libraries ({', '.join(holding)}); name one in 'library'"
+        return f"{case.cohort_id}: no installed library holds this cohort"
+    return f"{case.cohort_id}: library {case.library_id!r} or its cohort is not installed"
+
+
+class NoCaseRanError(PhenoforgeError):
+    """No test case's library and cohort exist where the evaluation looked."""
 
 
 def _resolutions(con: duckdb.DuckDBPyConnection, state, target: str) -> list[TermResolution]:
@@ -139,7 +159,7 @@ def score_decomposition(
             progress(index, len(cases), f"{case.cohort_id}: {case.population_description[:60]}")
         library = _pick_library(case, by_name, single)
         if library is None:
-            skipped.append(f"{case.cohort_id}: library {case.library_id!r} or its cohort is not installed")
+            skipped.append(_skip_reason(case, by_name))
             continue
         truth = load_curated_concept_set(con, library.path, case.cohort_id, fanout_threshold)
         baseline_codes = hybrid_search(con, truth.cohort_name, k=k, dense=dense).codes
@@ -168,7 +188,12 @@ def score_decomposition(
         except PhenoforgeError as error:
             results.append(
                 DecompositionCaseResult(
-                    **common, seed_terms=[], decomposed_hierarchical_score=0.0, gap=0.0, error=str(error)
+                    **common,
+                    seed_terms=[],
+                    decomposed_hierarchical_score=0.0,
+                    gap=0.0,
+                    error=str(error),
+                    error_type=type(error).__name__,
                 )
             )
             continue
@@ -190,6 +215,15 @@ def score_decomposition(
         )
     if progress is not None:
         progress(len(cases), len(cases), "done")
+    if cases and not results:
+        wanted = sorted({case.library_id or "(any)" for case in cases})
+        raise NoCaseRanError(
+            f"none of the {len(cases)} test cases can run against {library_dir}: "
+            f"{len(skipped)} skipped ({'; '.join(skipped[:3])}{'; ...' if len(skipped) > 3 else ''}). "
+            f"Cases name the libraries {', '.join(wanted)}; found here: "
+            f"{', '.join(sorted(by_name)) or 'no library'}. Pass the folder holding those libraries "
+            "(default: the data directory's libraries folder) or install them"
+        )
     ok = [result for result in results if result.error is None]
 
     def mean(values: list[float]) -> float:
@@ -230,6 +264,9 @@ class RepeatReport(BaseModel):
     stdev_mean_gap: float
     cases: list[CaseSpread]
     runs: list[DecompositionReport] = Field(default_factory=list)
+    mean_gap_ci_low: float = Field(default=0.0, description="95% bootstrap interval over cases of the per-case mean")
+    mean_gap_ci_high: float = 0.0
+    n_runs_scored: int = Field(default=0, description="runs in which at least one case ran")
 
 
 def repeat_decomposition(
@@ -287,12 +324,115 @@ def repeat_decomposition(
                 n_errors=sum(1 for r in per_run if r.error is not None),
             )
         )
-    per_run_means = [run.mean_gap for run in runs]
+    per_run_means = [run.mean_gap for run in runs if run.n_scored]  # a run where nothing ran has no mean
+    case_means = [case.mean_gap for case in cases if case.gaps]
+    interval = bootstrap_ci(case_means) if case_means else None
     return RepeatReport(
         n=n,
         mean_gap_per_run=per_run_means,
-        mean_gap=statistics.fmean(per_run_means),
-        stdev_mean_gap=statistics.pstdev(per_run_means) if n > 1 else 0.0,
+        mean_gap=statistics.fmean(case_means) if case_means else 0.0,
+        stdev_mean_gap=statistics.stdev(per_run_means) if len(per_run_means) > 1 else 0.0,
         cases=cases,
         runs=runs,
+        mean_gap_ci_low=interval.low if interval else 0.0,
+        mean_gap_ci_high=interval.high if interval else 0.0,
+        n_runs_scored=len(per_run_means),
     )
+
+
+def ran_summary(report: DecompositionReport) -> str:
+    """ "N of M cases ran" plus, when some failed, the first typed error: failure is never a 0.0 mean."""
+    attempted = len(report.results)
+    failed = [result for result in report.results if result.error is not None]
+    if not failed:
+        return f"{report.n_scored} of {attempted} cases ran"
+    kinds = Counter(result.error_type or "error" for result in failed)
+    first = failed[0]
+    which = ", ".join(f"{count} {kind}" for kind, count in kinds.most_common())
+    if report.n_scored == 0:
+        return f"0 of {attempted} cases ran: {first.error_type or 'error'}: {first.error}"
+    return (
+        f"{report.n_scored} of {attempted} cases ran ({len(failed)} failed: {which}; first: {first.error}); "
+        f"means are over the {report.n_scored} that ran"
+    )
+
+
+def landing_rate(report: DecompositionReport) -> float:
+    """Share of the cases that ran in which at least one seed term's curated check landed on the target."""
+    ran = [result for result in report.results if result.error is None]
+    if not ran:
+        return 0.0
+    return sum(1 for result in ran if any(t.landed == "target" for t in result.term_resolutions)) / len(ran)
+
+
+CSV_COLUMNS = ("population_description", "cohort_id", "library", "source")
+
+
+def load_cases_csv(path: Path | str, libraries_root: Path | None = None) -> list[DecompositionTestCase]:
+    """A user's case file (``population_description, cohort_id[, library, source]``), checked line by line.
+
+    Each case is checked against the installed libraries (``libraries_root``, default the data
+    directory's): the named library exists, holds the cohort; without a library exactly one holds
+    it. Every problem is reported with its line number, and nothing is returned unless all lines pass.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ImportRowError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ImportRowError(f"{path}: not UTF-8 text; save the CSV as UTF-8") from None
+    return parse_cases_csv(text, name=str(path), libraries_root=libraries_root)
+
+
+def parse_cases_csv(
+    text: str, name: str = "cases.csv", libraries_root: Path | None = None
+) -> list[DecompositionTestCase]:
+    """:func:`load_cases_csv` on text already read (the dashboard upload)."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = [column.strip().lower() for column in reader.fieldnames or []]
+    missing = [column for column in CSV_COLUMNS[:2] if column not in header]
+    if missing:
+        raise ImportRowError(
+            f"{name} line 1: missing column(s) {', '.join(missing)}; the header must name "
+            "population_description, cohort_id and optionally library, source"
+        )
+    reader.fieldnames = header
+    libraries = list_libraries(libraries_root)
+    by_name = {library.path.name: library for library in libraries}
+    problems: list[str] = []
+    cases: list[DecompositionTestCase] = []
+    for row in reader:
+        line = reader.line_num
+        description = (row.get("population_description") or "").strip()
+        cohort_id = (row.get("cohort_id") or "").strip()
+        library_name = (row.get("library") or "").strip()
+        if not description and not cohort_id:
+            continue  # a blank line
+        if not description:
+            problems.append(f"line {line}: population_description is empty")
+            continue
+        if not cohort_id:
+            problems.append(f"line {line}: cohort_id is empty")
+            continue
+        case = DecompositionTestCase(
+            population_description=description,
+            cohort_id=cohort_id,
+            source=(row.get("source") or "").strip() or f"{name} line {line}",
+            library_id=library_name,
+            pattern="user",
+            split="test",
+        )
+        if _pick_library(case, by_name, None) is None:
+            problems.append(
+                f"line {line}: {_skip_reason(case, by_name).split(': ', 1)[1]}"
+                + (f" (installed: {', '.join(sorted(by_name)) or 'none'})" if library_name else "")
+            )
+            continue
+        cases.append(case)
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+        raise ImportRowError(f"{name}: {len(problems)} bad line(s): {shown}")
+    if not cases:
+        raise ImportRowError(f"{name}: no cases (the file has a header but no rows)")
+    return cases
