@@ -6,9 +6,10 @@ import pandas as pd
 import streamlit as st
 
 import dashboard_ui as ui
-from phenoforge.agent import audit, views, workflow
+from phenoforge.agent import audit, workflow
 from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
 from phenoforge.agent.state import AssemblyState
+from phenoforge.dashboard import assemble as views
 from phenoforge.errors import PhenoforgeError
 
 

@@ -1,4 +1,4 @@
-"""Plain rows for the assembly page (no streamlit here): what each table shows, and what changed."""
+"""Plain rows for the Assemble page (no streamlit here): what each table shows, and what changed."""
 
 from __future__ import annotations
 
