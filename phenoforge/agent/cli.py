@@ -290,13 +290,13 @@ def _print_summary(report, out: TextIO) -> None:  # noqa: ANN001
         print(f"skipped {line}", file=out)
 
 
-def _cases(args: argparse.Namespace) -> list:
+def _cases(args: argparse.Namespace, library_dir: Path) -> list:
     from phenoforge.eval.decomposition import CASE_SETS, cases_for_split, load_cases_csv
 
     if args.cases.lower().endswith(".csv") or Path(args.cases).is_file():
         if args.split:
             raise PhenoforgeError("--split picks a half of the built-in cases; it does not apply to a CSV file")
-        return load_cases_csv(Path(args.cases))
+        return load_cases_csv(Path(args.cases), libraries_root=library_dir)
     if args.cases not in CASE_SETS:
         raise PhenoforgeError(
             f"--cases {args.cases!r} is neither a built-in set ({', '.join(CASE_SETS)}) nor a CSV file"
@@ -328,13 +328,13 @@ def cmd_decompose_eval(args: argparse.Namespace) -> int:
         raise PhenoforgeError("--repeat must be 1 or more")
     if args.timeout <= 0 or (args.budget is not None and args.budget <= 0):
         raise PhenoforgeError("--timeout and --budget are seconds and must be positive")
-    cases = _cases(args)
-    con = _connect()
-    decompose_fn = _decomposer(args, con)
     library_dir = Path(args.library) if args.library else libraries_dir()
     if args.library and not (library_dir / "manifest.json").is_file():
         paths = _library_paths([args.library])
         library_dir = paths[0] if paths else library_dir
+    cases = _cases(args, library_dir)
+    con = _connect()
+    decompose_fn = _decomposer(args, con)
     dense = _dense(con, not args.no_dense)
     from phenoforge.cli import progress_bar
 

@@ -28,7 +28,7 @@ import duckdb
 from pydantic import BaseModel, Field
 
 from phenoforge.agent import nodes
-from phenoforge.config import ProgressCallback
+from phenoforge.config import ProgressCallback, libraries_dir
 from phenoforge.engine.curated import Library, list_libraries, load_curated_concept_set, load_library
 from phenoforge.engine.hybrid import hybrid_search
 from phenoforge.errors import ImportRowError, PhenoforgeError
@@ -371,9 +371,10 @@ CSV_COLUMNS = ("population_description", "cohort_id", "library", "source")
 def load_cases_csv(path: Path | str, libraries_root: Path | None = None) -> list[DecompositionTestCase]:
     """A user's case file (``population_description, cohort_id[, library, source]``), checked line by line.
 
-    Each case is checked against the installed libraries (``libraries_root``, default the data
-    directory's): the named library exists, holds the cohort; without a library exactly one holds
-    it. Every problem is reported with its line number, and nothing is returned unless all lines pass.
+    Each case is checked against ``libraries_root`` (one library or a folder of them, as
+    :func:`score_decomposition` takes; default the data directory's libraries): the named library
+    exists and holds the cohort; without a library exactly one holds it. Every problem is reported
+    with its line number, and nothing is returned unless all lines pass.
     """
     path = Path(path)
     try:
@@ -398,8 +399,7 @@ def parse_cases_csv(
             "population_description, cohort_id and optionally library, source"
         )
     reader.fieldnames = header
-    libraries = list_libraries(libraries_root)
-    by_name = {library.path.name: library for library in libraries}
+    by_name, single = _libraries_for(Path(libraries_root) if libraries_root is not None else libraries_dir())
     problems: list[str] = []
     cases: list[DecompositionTestCase] = []
     for row in reader:
@@ -423,7 +423,7 @@ def parse_cases_csv(
             pattern="user",
             split="test",
         )
-        if _pick_library(case, by_name, None) is None:
+        if _pick_library(case, by_name, single) is None:
             problems.append(
                 f"line {line}: {_skip_reason(case, by_name).split(': ', 1)[1]}"
                 + (f" (installed: {', '.join(sorted(by_name)) or 'none'})" if library_name else "")
