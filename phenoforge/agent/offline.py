@@ -83,6 +83,7 @@ NAME_CUT = re.compile(
     r",|\s(?:of|with|without|due to|in|following|complicating|associated with|and|or|for|during|from|by|after|on|at"
     r"|as)\s"
 )
+NAME_PARTS = re.compile(f"({NAME_CUT.pattern})")
 
 
 _TOKENS = re.compile(r"[a-z0-9]+")
@@ -91,8 +92,15 @@ _LISTED = re.compile(r"^[^,]+,[^,]+ or ")  # "Cardiac, heart or myocardial failu
 _NOT_HEADS = frozenset({"unspecified", "nos", "other", "specified"})
 
 
+def _plural_only(token: str) -> str:
+    if len(token) > 4 and token.endswith("s") and not token.endswith(("ss", "is", "us")):
+        return token[:-1]
+    return token
+
+
 def _fold_plural(token: str) -> str:
     """Plural folded, then the same adjective/noun merging as the curated name rule (renal = kidney)."""
+    token = WORD_SYNONYMS.get(token, token)
     if len(token) > 4 and token.endswith("s") and not token.endswith(("ss", "is", "us")):
         token = token[:-1]
     return WORD_SYNONYMS.get(token, token)
@@ -137,21 +145,30 @@ class VocabularyGrounding:
         solo: set[str] = set()
         for phrase in _diagnosis_phrases(con):
             name = _NONESSENTIAL.sub(" ", phrase.lower() if phrase.isascii() else fold(phrase))
-            words = [
-                _fold_plural(token)
-                for token in _TOKENS.findall(NAME_CUT.split(name, maxsplit=1)[0])
-                if token not in STOPWORDS and token not in _NOT_HEADS
-            ]
-            if not words:
-                continue
-            named = [word for word in words if word not in GENERIC_WORDS and word not in SEVERITY_WORDS]
-            if len(named) == 1 and words[-1] == named[0] and not _LISTED.match(name):
-                solo.add(named[0])  # "Sepsis, unspecified organism" (not "Liver disease": liver is a site)
-            if words[-1] in GENERIC_WORDS:
-                if len(words) > 1:
-                    pairs.add((words[-2], words[-1]))
-            else:
-                heads.add(words[-1])
+            parts = NAME_PARTS.split(name)  # piece, separator, piece, separator, ...
+            # the name's own head, and the head of each complication it is "with" ("... with ketoacidosis")
+            for position in range(0, len(parts), 2):
+                piece = parts[position]
+                if position and parts[position - 1].strip() != "with":
+                    continue
+                words = [
+                    _fold_plural(token)
+                    for token in _TOKENS.findall(piece)
+                    if token not in STOPWORDS and token not in _NOT_HEADS
+                ]
+                if not words:
+                    continue
+                named = [word for word in words if word not in GENERIC_WORDS and word not in SEVERITY_WORDS]
+                if position == 0 and len(named) == 1 and words[-1] == named[0] and not _LISTED.match(name):
+                    # "Sepsis, unspecified organism" (not "Liver disease": liver is a site); the surface word,
+                    # so an adjective ("diabetic", "cardiac") never stands alone for its noun
+                    surface = [_plural_only(token) for token in _TOKENS.findall(piece) if token not in STOPWORDS]
+                    solo.add(next(word for word in reversed(surface) if word not in GENERIC_WORDS))
+                if words[-1] in GENERIC_WORDS:
+                    if len(words) > 1:
+                        pairs.add((words[-2], words[-1]))
+                else:
+                    heads.add(words[-1])
         return cls(index, postings, frozenset(heads), frozenset(pairs), frozenset(findings), frozenset(solo))
 
     def rows_with_all(self, tokens: list[str]) -> set[int]:
@@ -303,7 +320,15 @@ class GroundedDecomposer:
             return None
         tokens = _span_tokens(words)
         named = [token for token in tokens if token not in GENERIC_WORDS and token not in SEVERITY_WORDS]
-        if not named or (len(named) == 1 and named[0] not in self.grounding.solo):
+        surface = [
+            _plural_only(token)
+            for word in words
+            if word.role in ("content", "modifier")
+            for token in tokenize(word.text)
+            if token not in GENERIC_WORDS and token not in SEVERITY_WORDS
+        ]
+        bare = len(named) == 1 and tokens[-1] not in GENERIC_WORDS  # one word, not "kidney disease"
+        if not named or (bare and surface[-1] not in self.grounding.solo):
             return None  # one word must name a diagnosis on its own ("sepsis"), not qualify one ("emergency")
         rows = self.grounding.rows_with_all(tokens)
         before_connector = next((i for i, word in enumerate(words) if word.role == "connector"), len(words))
