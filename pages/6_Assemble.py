@@ -53,7 +53,7 @@ def start_section(reviewer: str) -> None:
         return
     paths = [lib.path for lib in libraries if lib.library_id in chosen]
     with st.spinner("Decomposing and searching"), ui.cursor() as con:
-        state = workflow.start(con, description, workflow.get_decomposer(decomposer), reviewer=reviewer,
+        state = workflow.start(con, description, views.decomposer_for(decomposer, con), reviewer=reviewer,
                                decomposer_name=decomposer, library_paths=paths,
                                dense=ui.dense_retriever(), k=k)
     _open(state)

@@ -203,7 +203,9 @@ def cmd_assemble(args: argparse.Namespace) -> int:
 
             decompose_fn = default_decomposer(model=args.model, timeout=args.timeout)
         else:
-            decompose_fn = workflow.get_decomposer(args.decomposer)
+            from phenoforge.agent.offline import offline_decomposer
+
+            decompose_fn = offline_decomposer(con)
         state = workflow.start(
             con,
             args.description,
