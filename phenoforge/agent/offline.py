@@ -163,7 +163,9 @@ class VocabularyGrounding:
                     # "Sepsis, unspecified organism" (not "Liver disease": liver is a site); the surface word,
                     # so an adjective ("diabetic", "cardiac") never stands alone for its noun
                     surface = [_plural_only(token) for token in _TOKENS.findall(piece) if token not in STOPWORDS]
-                    solo.add(next(word for word in reversed(surface) if word not in GENERIC_WORDS))
+                    own = [word for word in surface if word not in GENERIC_WORDS and word not in _NOT_HEADS]
+                    if own:
+                        solo.add(own[-1])
                 if words[-1] in GENERIC_WORDS:
                     if len(words) > 1:
                         pairs.add((words[-2], words[-1]))
@@ -328,7 +330,7 @@ class GroundedDecomposer:
             if token not in GENERIC_WORDS and token not in SEVERITY_WORDS
         ]
         bare = len(named) == 1 and tokens[-1] not in GENERIC_WORDS  # one word, not "kidney disease"
-        if not named or (bare and surface[-1] not in self.grounding.solo):
+        if not named or (bare and (not surface or surface[-1] not in self.grounding.solo)):
             return None  # one word must name a diagnosis on its own ("sepsis"), not qualify one ("emergency")
         rows = self.grounding.rows_with_all(tokens)
         before_connector = next((i for i, word in enumerate(words) if word.role == "connector"), len(words))

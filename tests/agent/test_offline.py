@@ -51,6 +51,7 @@ def test_decomposition(decompose: GroundedDecomposer, description: str, expected
 
 def test_no_condition_gives_no_terms(decompose: GroundedDecomposer) -> None:
     assert decompose("adults aged 40 to 75 years") == []
+    assert decompose("malignant") == []  # a severity word folded to a noun is still not a condition
     assert decompose("patients in the emergency department") == []
     assert decompose("") == []
 
