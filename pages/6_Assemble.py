@@ -6,9 +6,10 @@ import pandas as pd
 import streamlit as st
 
 import dashboard_ui as ui
-from phenoforge.agent import audit, views, workflow
+from phenoforge.agent import audit, workflow
 from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
 from phenoforge.agent.state import AssemblyState
+from phenoforge.dashboard import assemble as views
 from phenoforge.dashboard.markdown import plain
 from phenoforge.errors import PhenoforgeError
 
@@ -54,7 +55,7 @@ def start_section(reviewer: str) -> None:
         return
     paths = [lib.path for lib in libraries if lib.library_id in chosen]
     with st.spinner("Decomposing and searching"), ui.cursor() as con:
-        state = workflow.start(con, description, workflow.get_decomposer(decomposer), reviewer=reviewer,
+        state = workflow.start(con, description, views.decomposer_for(decomposer, con), reviewer=reviewer,
                                decomposer_name=decomposer, library_paths=paths,
                                dense=ui.dense_retriever(), k=k)
     _open(state)

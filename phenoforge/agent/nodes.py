@@ -283,7 +283,11 @@ def generate(
     dense: DenseRetriever | None = None,
 ) -> AssemblyState:
     """Hybrid retrieval (plus hierarchy hints) for every term the curated check did not settle."""
-    by_code: dict[str, Candidate] = {candidate.code: candidate for candidate in state.candidates}
+    # copies: appending a source below must not reach the caller's state (nodes never mutate their input)
+    by_code: dict[str, Candidate] = {
+        candidate.code: candidate.model_copy(update={"sources": list(candidate.sources)})
+        for candidate in state.candidates
+    }
     terms: list[TermState] = []
     for term_state in state.terms:
         if term_state.status not in ("pending", "ambiguous", "generated"):

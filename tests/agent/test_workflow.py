@@ -193,3 +193,16 @@ def test_a_corrupt_cohort_file_is_named_not_silently_skipped(fixture_con, fixtur
     state = workflow.start(fixture_con, "adults with asthma", fixed(["asthma"]), library_paths=[fixture_library])
     assert any("fixlib/fix-ASTHMA is skipped" in note and str(cohort_file) in note for note in state.notes)
     assert state.terms[0].status != "curated"
+
+
+def test_generate_leaves_its_input_state_alone(fixture_con, fixture_library) -> None:
+    """The module promises nodes return new states; generate used to append sources to the input's candidates."""
+    state = run(fixture_con, fixture_library, ["fracture of femur"])
+    again = state.model_copy(update={"terms": [*state.terms, state.terms[0].model_copy(
+        update={"term": "femur fracture", "status": "pending"})]})
+    before = again.model_dump()
+    after = nodes.generate(again, fixture_con)
+    assert again.model_dump() == before
+    shared = [c for c in after.candidates if len(c.sources) == 2]
+    assert shared, "the second term should add a source to candidates the first term found"
+    assert all(len(c.sources) == 1 for c in again.candidates)

@@ -1,14 +1,26 @@
-"""Plain rows for the assembly page (no streamlit here): what each table shows, and what changed."""
+"""Plain rows for the Assemble page (no streamlit here): what each table shows, and what changed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import duckdb
+
+from phenoforge.agent import workflow
+from phenoforge.agent.offline import offline_decomposer
 from phenoforge.agent.state import AssemblyState, ConceptSet, Decision
 from phenoforge.dashboard.markdown import plain
 
 PENDING = "pending"
 CHOICES = [PENDING, "accept", "reject"]
+
+
+def decomposer_for(name: str, con: duckdb.DuckDBPyConnection) -> Callable[[str], list[str]]:
+    """The offline decomposer grounded on the page's own connection, or Claude."""
+    if name == "offline":
+        return offline_decomposer(con)
+    return workflow.get_decomposer(name)
 
 
 def claude_available() -> bool:
