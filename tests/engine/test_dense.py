@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from phenoforge.engine import dense
+from phenoforge.engine.dense import store as dense_store
+from phenoforge.engine.dense import texts as dense_texts
 from phenoforge.engine.dense import (
     DenseIndexNotReady,
     DenseRetriever,
@@ -161,7 +163,7 @@ def _seventh_character_vocab(path: Path) -> Path:
 def test_composed_mode_learns_suffix_offsets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dense, "OFFSET_SAMPLES", 4)
+    monkeypatch.setattr(dense_texts, "OFFSET_SAMPLES", 4)
     con = duckdb.connect(str(_seventh_character_vocab(tmp_path / "v.duckdb")), read_only=True)
     try:
         fake = FakeEmbedder()
@@ -211,7 +213,7 @@ def test_exact_mode_embeds_seventh_character_texts(
 def test_progress_is_reported_with_increasing_done(
     fixture_con: duckdb.DuckDBPyConnection, index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dense, "BUILD_CHUNK", 7)
+    monkeypatch.setattr(dense_texts, "BUILD_CHUNK", 7)
     calls: list[tuple[int, int, str]] = []
     ensure_dense_index(
         fixture_con, FakeEmbedder(), index_dir, progress=lambda d, t, m: calls.append((d, t, m))
@@ -294,7 +296,7 @@ def test_wrong_shape_with_matching_checksum_is_corrupt(
     manifest = _manifest(index_dir)
     vectors_path = index_dir / manifest["vectors_file"]
     np.save(vectors_path, np.zeros((3, 256), np.float32))
-    manifest["vectors_sha256"] = dense._sha256(vectors_path)
+    manifest["vectors_sha256"] = dense_store._sha256(vectors_path)
     (index_dir / "manifest.json").write_text(json.dumps(manifest))
     status = dense_index_status(built.con, index_dir)
     assert status.state == "corrupt" and "shape" in (status.reason or "")
