@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 
 from phenoforge.engine import dense
-from phenoforge.engine.dense import store as dense_store
-from phenoforge.engine.dense import texts as dense_texts
 from phenoforge.engine.dense import (
     DenseIndexNotReady,
     DenseRetriever,
@@ -20,6 +18,8 @@ from phenoforge.engine.dense import (
     ensure_dense_index,
     load_dense_if_ready,
 )
+from phenoforge.engine.dense import store as dense_store
+from phenoforge.engine.dense import texts as dense_texts
 from phenoforge.engine.query import query_problem
 from phenoforge.engine.schema import RETRIEVABLE_KINDS
 from phenoforge.errors import IndexError_, PhenoforgeError

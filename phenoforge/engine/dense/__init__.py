@@ -23,11 +23,13 @@ from phenoforge.engine.dense.retriever import (
     DenseRetriever,
     clean_query,
     ensure_dense_index,
+    load_dense,
     load_dense_if_ready,
 )
 from phenoforge.engine.dense.store import (
     FORMAT_VERSION,
     MANIFEST_NAME,
+    REBUILD_COMMAND,
     DenseIndexStatus,
     DenseManifest,
     dense_index_status,
@@ -51,6 +53,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_SEQ_LENGTH",
     "MODEL_PACKAGE",
+    "REBUILD_COMMAND",
     "TEXT_RECIPE_VERSION",
     "BuildMode",
     "ConceptTexts",
@@ -68,6 +71,7 @@ __all__ = [
     "dense_index_status",
     "embed_unique",
     "ensure_dense_index",
+    "load_dense",
     "load_dense_if_ready",
     "model_path",
 ]

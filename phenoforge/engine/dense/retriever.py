@@ -31,6 +31,7 @@ from phenoforge.engine.dense.store import (
     _inspect,
     _vocabulary_identity,
     _write_index,
+    open_ann,
 )
 from phenoforge.engine.dense.texts import (
     DEFAULT_BUILD_MODE,
@@ -44,6 +45,10 @@ from phenoforge.engine.query import query_problem
 from phenoforge.engine.schema import ICD10CM, RETRIEVABLE_KINDS
 from phenoforge.engine.topk import top_indices
 
+ANN_CANDIDATES = 320
+"""Rows the graph proposes per query before exact re-scoring; rankings up to this deep use it."""
+EXACT_QUERY_CHUNK = 64
+"""Queries scored together in an exact scan: one pass over the vectors for each chunk."""
 MAX_QUERY_CHARS = 2000
 """Longer queries are cut (the model would truncate them at ``MAX_SEQ_LENGTH`` tokens anyway)."""
 
@@ -73,7 +78,9 @@ class DenseRetriever:
         self.status: DenseIndexStatus
         self._vectors: np.ndarray | None = None
         self._codes: list[str] = []
-        self._names: list[str] = []
+        self._names_cache: list[str] | None = None
+        self._ann_path: Path | None = None
+        self._ann: object | None = None
         self.embed_calls = 0
         self.reload()
 
@@ -90,24 +97,35 @@ class DenseRetriever:
         return self._embed_fn
 
     def reload(self) -> bool:
-        """(Re)load the index from disk if it is valid for this vocabulary; True when ready."""
+        """(Re)load the index from disk if it is valid for this vocabulary; True when ready.
+
+        The vectors are memory-mapped and the graph opened on first use, so this costs the
+        checksum read, not a copy of the index."""
         status, loaded = _inspect(self.con, self.index_dir, self.model_name, self.mode, load=True)
         self.status = status
+        self._names_cache, self._ann = None, None
         if loaded is None:
-            self._vectors, self.manifest, self._codes, self._names = None, None, [], []
+            self._vectors, self.manifest, self._codes, self._ann_path = None, None, [], None
             return False
-        names = dict(
-            self.con.cursor()
-            .execute(
-                "SELECT code, name FROM concept WHERE vocabulary_id = ? AND kind IN "
-                f"({', '.join('?' for _ in RETRIEVABLE_KINDS)})",
-                [ICD10CM, *RETRIEVABLE_KINDS],
-            )
-            .fetchall()
-        )
         self._vectors, self.manifest, self._codes = loaded.vectors, loaded.manifest, loaded.codes
-        self._names = [str(names.get(code, "")) for code in self._codes]
+        self._ann_path = loaded.ann_path
         return True
+
+    @property
+    def _names(self) -> list[str]:
+        """Code names in index order, read on first use (only ``search`` shows them)."""
+        if self._names_cache is None:
+            names = dict(
+                self.con.cursor()
+                .execute(
+                    "SELECT code, name FROM concept WHERE vocabulary_id = ? AND kind IN "
+                    f"({', '.join('?' for _ in RETRIEVABLE_KINDS)})",
+                    [ICD10CM, *RETRIEVABLE_KINDS],
+                )
+                .fetchall()
+            )
+            self._names_cache = [str(names.get(code, "")) for code in self._codes]
+        return self._names_cache
 
     # -- building
 
@@ -157,28 +175,87 @@ class DenseRetriever:
     # -- querying
 
     def _query_vector(self, query: str) -> np.ndarray:
-        vector = np.asarray(self.embed_fn([query]), dtype=np.float32).reshape(-1)
+        return self._query_vectors([query])[0]
+
+    def _query_vectors(self, queries: list[str]) -> np.ndarray:
+        """One ``embed_fn`` call for all queries; unit rows."""
+        vectors = np.asarray(self.embed_fn(list(queries)), dtype=np.float32).reshape(len(queries), -1)
         self.embed_calls += 1
-        return normalise(vector)
+        return normalise(vectors)
+
+    def _graph(self):  # noqa: ANN202 - a usearch Index, or None for an exact scan
+        if self._ann is None and self._ann_path is not None:
+            self._ann = open_ann(self._ann_path)
+        return self._ann
+
+    def _top_many(self, queries: np.ndarray, n: int, exact: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query row, the top ``n`` rows and their exact cosine scores, best first.
+
+        With a stored graph and ``n <= ANN_CANDIDATES``: the graph proposes ``ANN_CANDIDATES``
+        rows, which are re-scored exactly in fp32 and cut prefix-stably, so every ``n`` up to
+        ``ANN_CANDIDATES`` is a prefix of the same list. Deeper rankings (or ``exact``) scan every
+        row, in chunks of queries so the score matrix stays small.
+        """
+        assert self._vectors is not None
+        vectors = self._vectors
+        graph = None if exact or n > ANN_CANDIDATES else self._graph()
+        out: list[tuple[np.ndarray, np.ndarray]] = []
+        if graph is not None:
+            count = min(ANN_CANDIDATES, len(vectors))
+            matches = graph.search(queries, count)
+            keys = np.atleast_2d(matches.keys)
+            counts = np.atleast_1d(matches.counts)
+            for row, query in enumerate(queries):
+                candidates = np.sort(keys[row, : int(counts[row])].astype(np.int64))
+                scores = vectors[candidates] @ query
+                top = top_indices(scores, n)
+                out.append((candidates[top], scores[top]))
+            return out
+        for start in range(0, len(queries), EXACT_QUERY_CHUNK):
+            block = queries[start : start + EXACT_QUERY_CHUNK]
+            all_scores = block @ vectors.T if len(block) > 1 else (vectors @ block[0])[None, :]
+            for scores in all_scores:
+                top = top_indices(scores, n)  # prefix-stable: identical texts give exact ties
+                out.append((top, scores[top]))
+        return out
 
     def _top(self, query: str, n: int) -> tuple[np.ndarray, np.ndarray]:
-        assert self._vectors is not None
-        scores = self._vectors @ self._query_vector(query)
-        top = top_indices(scores, n)  # prefix-stable: identical texts give exact ties
-        return top, scores[top]
+        return self._top_many(self._query_vectors([query]), n)[0]
+
+    def _require_ready(self) -> None:
+        if not self.is_ready:
+            raise DenseIndexNotReady(self.status.message())
 
     def ranking(self, query: str, n: int) -> list[tuple[str, float]]:
         """The top ``n`` codes with their cosine scores; ``[]`` for an empty query.
 
         Raises ``DenseIndexNotReady`` when there is no valid index (it never builds one).
         """
-        if not self.is_ready:
-            raise DenseIndexNotReady(f"dense index not ready ({self.status.state}): {self.status.reason}")
-        cleaned, _notes = clean_query(query)
-        if cleaned is None or n <= 0 or query_problem(cleaned) is not None:
-            return []
-        top, scores = self._top(cleaned, n)
-        return [(self._codes[i], float(s)) for i, s in zip(top.tolist(), scores.tolist(), strict=True)]
+        return self.rankings([query], n)[0]
+
+    def rankings(self, queries: list[str], n: int) -> list[list[tuple[str, float]]]:
+        """``[self.ranking(q, n) for q in queries]`` with one model call and one pass over the
+        index for all of them (what a benchmark of many cohorts needs)."""
+        self._require_ready()
+        results: list[list[tuple[str, float]]] = [[] for _ in queries]
+        if n <= 0:
+            return results
+        wanted: list[tuple[int, str]] = []
+        for position, query in enumerate(queries):
+            cleaned, _notes = clean_query(query)
+            if cleaned is not None and query_problem(cleaned) is None:
+                wanted.append((position, cleaned))
+        if not wanted:
+            return results
+        distinct = list(dict.fromkeys(text for _position, text in wanted))
+        tops = self._top_many(self._query_vectors(distinct), n)
+        by_text = {
+            text: [(self._codes[i], float(s)) for i, s in zip(top.tolist(), scores.tolist(), strict=True)]
+            for text, (top, scores) in zip(distinct, tops, strict=True)
+        }
+        for position, text in wanted:
+            results[position] = list(by_text[text])
+        return results
 
     def search(self, query: str, k: int = 10) -> SearchResult:
         """Top ``k`` codes as a ``SearchResult``; bad input or no index gives an empty result
@@ -186,10 +263,7 @@ class DenseRetriever:
         text = query if isinstance(query, str) else ""
         result = SearchResult(query=text, method="dense")
         if not self.is_ready:
-            result.reason = (
-                f"the dense index is {self.status.state}: {self.status.reason or ''} "
-                "(build it with `python -m phenoforge build`)"
-            ).strip()
+            result.reason = self.status.message()
             return result
         cleaned, notes = clean_query(text)
         result.notes.extend(notes)
@@ -255,9 +329,20 @@ def load_dense_if_ready(
     embed_fn: EmbedFn | None = None,
 ) -> DenseRetriever | None:
     """The retriever when a valid index exists, else ``None``; never builds (the model loads
-    lazily, on the first query)."""
+    lazily, on the first query). ``load_dense`` also says why there is none."""
+    return load_dense(con, index_dir, embed_fn)[0]
+
+
+def load_dense(
+    con: duckdb.DuckDBPyConnection,
+    index_dir: Path | None = None,
+    embed_fn: EmbedFn | None = None,
+) -> tuple[DenseRetriever | None, DenseIndexStatus]:
+    """(retriever or ``None``, status): the status tells a missing index from a stale one (other
+    vocabulary build, other model) and a corrupt one (checksum, truncation, cut-off manifest), and
+    ``status.message()`` is the line to show, with the command that rebuilds."""
     retriever = DenseRetriever(con, embed_fn, index_dir)
-    return retriever if retriever.is_ready else None
+    return (retriever if retriever.is_ready else None), retriever.status
 
 
 def ensure_dense_index(
