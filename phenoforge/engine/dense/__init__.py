@@ -16,6 +16,9 @@ from phenoforge.engine.dense.model import (
     Precision,
     cpu_has_native_bf16,
     default_embed_fn,
+    describe_auto_choice,
+    describe_embed_fn,
+    export_onnx,
     model_path,
 )
 from phenoforge.engine.dense.retriever import (
@@ -68,6 +71,9 @@ __all__ = [
     "concept_texts",
     "cpu_has_native_bf16",
     "default_embed_fn",
+    "describe_auto_choice",
+    "describe_embed_fn",
+    "export_onnx",
     "dense_index_status",
     "embed_unique",
     "ensure_dense_index",

@@ -21,6 +21,7 @@ from phenoforge.engine.dense.model import (
     DenseIndexNotReady,
     EmbedFn,
     default_embed_fn,
+    describe_embed_fn,
     normalise,
 )
 from phenoforge.engine.dense.store import (
@@ -147,7 +148,10 @@ class DenseRetriever:
             started = time.perf_counter()
             items = concept_texts(self.con)
             counting = _CountingEmbed(self.embed_fn)
-            vectors, n_unique = compute_vectors(items, counting, mode, progress)
+            runtime = describe_embed_fn(self.embed_fn)
+            vectors, n_unique = compute_vectors(
+                items, counting, mode, progress, message=f"embedding codes ({mode}, {runtime})"
+            )
             self.embed_calls += counting.calls
             build, release = _vocabulary_identity(self.con)
             precision = getattr(self.embed_fn, "precision", "unknown")
@@ -166,6 +170,7 @@ class DenseRetriever:
                     "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
                     "build_seconds": round(time.perf_counter() - started, 3),
                     "n_texts_embedded": n_unique,
+                    "runtime": runtime,
                 },
             )
         if not self.reload():
@@ -203,8 +208,8 @@ class DenseRetriever:
         if graph is not None:
             count = min(ANN_CANDIDATES, len(vectors))
             matches = graph.search(queries, count)
-            keys = np.atleast_2d(matches.keys)
-            counts = np.atleast_1d(matches.counts)
+            keys = np.atleast_2d(matches.keys)  # one query gives ``Matches``, several ``BatchMatches``
+            counts = np.atleast_1d(getattr(matches, "counts", len(matches.keys)))
             for row, query in enumerate(queries):
                 candidates = np.sort(keys[row, : int(counts[row])].astype(np.int64))
                 scores = vectors[candidates] @ query

@@ -169,6 +169,7 @@ def compute_vectors(
     embed_fn: EmbedFn,
     mode: BuildMode,
     progress: ProgressCallback = no_progress,
+    message: str = "embedding codes",
 ) -> tuple[np.ndarray, int]:
     """All index vectors in ``items`` order; returns (vectors, number of distinct texts embedded).
 
@@ -184,7 +185,7 @@ def compute_vectors(
     exact_rows = [i for i in range(n) if i not in composed]
     stem_rows = sorted({items.stem_of[i] for i in composed_rows} | {items.stem_of[i] for i in trained})
     all_texts = [items.texts[i] for i in exact_rows] + [items.names[i] for i in stem_rows]
-    vectors, _calls = embed_unique(all_texts, embed_fn, progress)
+    vectors, _calls = embed_unique(all_texts, embed_fn, progress, message)
     n_unique = len(set(all_texts))
     dim = vectors.shape[1] if vectors.size else 0
     out = np.zeros((n, dim), np.float32)
