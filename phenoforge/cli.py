@@ -274,6 +274,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("phenoforge.agent.cli", "top"),
     ("phenoforge.engine.libraries", "library"),
     ("phenoforge.athena", "library"),
+    ("phenoforge.libraries_scale", "library"),
 ]
 
 
