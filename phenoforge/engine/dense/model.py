@@ -53,8 +53,8 @@ def model_path() -> Path:
 def describe_auto_choice() -> str:
     """What ``precision="auto"`` picks on this CPU, and why (printed by ``build``)."""
     if cpu_has_native_bf16():
-        return "torch-bf16 (this CPU has native bf16: amx_bf16/avx512_bf16)"
-    return "onnx-fp32 (no native bf16 on this CPU; ONNX Runtime fp32 gives the same vectors as torch fp32)"
+        return "torch-bf16: this CPU has native bf16 (amx_bf16/avx512_bf16)"
+    return "onnx-fp32: no native bf16 on this CPU (ONNX Runtime fp32 gives torch fp32's vectors)"
 
 
 def onnx_model_file() -> Path:
@@ -207,6 +207,7 @@ def default_embed_fn(
     quantised weights. ``"auto"`` picks torch-bf16 on CPUs with native bf16, else onnx-fp32
     (``describe_auto_choice``). Single texts (queries) always run in fp32 or the int8 model.
     """
+    auto = precision == "auto"
     if precision == "auto":
         if cpu_has_native_bf16():
             precision, runtime = "bf16", "torch"
@@ -218,7 +219,9 @@ def default_embed_fn(
     if precision == "int8" or runtime == "onnx":
         if precision == "bf16":
             raise ValueError("bf16 runs on the torch runtime only")
-        return _onnx_embed_fn(batch_size, precision, max_seq_length, num_threads)
+        embed = _onnx_embed_fn(batch_size, precision, max_seq_length, num_threads)
+        embed.choice = describe_auto_choice() if auto else "onnx-" + precision  # type: ignore[attr-defined]
+        return embed
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     import torch
@@ -292,6 +295,7 @@ def default_embed_fn(
 
     embed.precision = precision  # type: ignore[attr-defined]
     embed.runtime = "torch"  # type: ignore[attr-defined]
+    embed.choice = describe_auto_choice() if auto else "torch-" + precision  # type: ignore[attr-defined]
     embed.model_name = DEFAULT_MODEL_NAME  # type: ignore[attr-defined]
     return embed
 

@@ -150,7 +150,11 @@ class DenseRetriever:
             counting = _CountingEmbed(self.embed_fn)
             runtime = describe_embed_fn(self.embed_fn)
             vectors, n_unique = compute_vectors(
-                items, counting, mode, progress, message=f"embedding codes ({mode}, {runtime})"
+                items,
+                counting,
+                mode,
+                progress,
+                message=f"embedding codes ({mode}, {getattr(self.embed_fn, 'choice', runtime)})",
             )
             self.embed_calls += counting.calls
             build, release = _vocabulary_identity(self.con)
