@@ -142,10 +142,14 @@ def _onnx_embed_fn(batch_size: int, precision: Precision, max_seq_length: int, n
     separate one-thread session, which answers a short query in a fraction of torch's time.
     """
     import onnxruntime as ort
-    from transformers import AutoTokenizer
+    from tokenizers import Tokenizer
 
     path = quantized_onnx_file() if precision == "int8" else export_onnx()
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path()), local_files_only=True)
+    # the ``tokenizers`` library directly (what transformers' fast tokenizer wraps): no transformers
+    # or torch import, so a cold process answering a query starts fast
+    tokenizer = Tokenizer.from_file(str(model_path() / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=max_seq_length)
+    tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0, pad_token="[PAD]")
 
     def session(threads: int | None):  # noqa: ANN202
         options = ort.SessionOptions()
@@ -166,14 +170,14 @@ def _onnx_embed_fn(batch_size: int, precision: Precision, max_seq_length: int, n
         out: np.ndarray | None = None
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
-            features = tokenizer(
-                [texts[i] for i in rows], padding=True, truncation=True, max_length=max_seq_length, return_tensors="np"
-            )
+            encodings = tokenizer.encode_batch([texts[i] for i in rows])
             inputs = {
-                name: features[name].astype(np.int64) for name in ("input_ids", "attention_mask", "token_type_ids")
+                "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+                "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
             }
             hidden = runner.run(None, inputs)[0]  # type: ignore[attr-defined]
-            mask = features["attention_mask"][..., None].astype(np.float32)
+            mask = inputs["attention_mask"][..., None].astype(np.float32)
             if out is None:
                 out = np.zeros((len(texts), hidden.shape[-1]), np.float32)
             out[rows] = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
