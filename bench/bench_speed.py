@@ -203,12 +203,10 @@ def bench_dense_query(retriever: dense.DenseRetriever, runs: int) -> None:
     def old_path(query: str) -> object:
         return retriever._top_many(dense.model.normalise(torch_fp32([query])), 10, exact=True)
 
-    ours, theirs, embed_ours, embed_theirs = [], [], [], []
+    ours, theirs = [], []
     for _run in range(runs):
         ours.append(p50_ms(new_path, QUERIES))
         theirs.append(p50_ms(old_path, QUERIES))
-        embed_ours.append(p50_ms(lambda q: onnx([q]), QUERIES))
-        embed_theirs.append(p50_ms(lambda q: torch_fp32([q]), QUERIES))
     compare(
         "dense query p50 end to end, top 10 (ms)",
         "onnx-fp32 1 thread + graph",
@@ -217,14 +215,36 @@ def bench_dense_query(retriever: dense.DenseRetriever, runs: int) -> None:
         theirs,
         "ms",
     )
-    compare(
-        "query embedding alone p50 (ms)", "onnx-fp32 1 thread", "torch-fp32 (1 thread)", embed_ours, embed_theirs, "ms"
-    )
     retriever._embed_fn = onnx
     public = []
     for _run in range(runs):
         public.append(p50_ms(lambda q: retriever.ranking(q, 10), QUERIES))
     print(f"DenseRetriever.ranking(q, 10) p50 with the default runtime: {spread(public)} ms")
+
+
+def bench_query_embedding(runs: int) -> None:
+    """One-text embedding (what a query costs before the search); needs no index."""
+    onnx = dense.default_embed_fn(precision="fp32", runtime="onnx")
+    torch_fp32 = dense.default_embed_fn(precision="fp32", runtime="torch")
+    for fn in (onnx, torch_fp32):
+        fn(["warm up"])
+    ours, theirs = [], []
+    for _run in range(runs):
+        ours.append(p50_ms(lambda q: onnx([q]), QUERIES))
+        theirs.append(p50_ms(lambda q: torch_fp32([q]), QUERIES))
+    cos = [float(np.dot(onnx([q])[0], torch_fp32([q])[0])) for q in QUERIES[:10]]
+    compare("query embedding alone p50 (ms)", "onnx-fp32 1 thread", "torch-fp32 (1 thread)", ours, theirs, "ms")
+    print(f"  cosine onnx vs torch on 10 queries: min {min(cos):.6f}")
+
+
+def bench_exact_scan_cost(runs: int, rows: int = 98_186, dim: int = 384) -> None:
+    """An exact scan's time does not depend on the values: a same-size fp32 matrix shows its cost."""
+    matrix = np.random.default_rng(0).standard_normal((rows, dim), dtype=np.float32)
+    query = matrix[0] / np.linalg.norm(matrix[0])
+    values = []
+    for _run in range(runs):
+        values.append(p50_ms(lambda _q: np.argpartition(matrix @ query, -100)[-100:], QUERIES))
+    print(f"exact numpy scan of a {rows} x {dim} fp32 matrix + top-100, p50 (ms): {spread(values)}")
 
 
 def bench_encoder(con, runs: int, sample_size: int) -> None:  # noqa: ANN001
@@ -276,12 +296,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sample", type=int, default=500, help="texts for the encoder throughput (default 500)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["bm25", "search", "query", "encoder", "cold"])
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["bm25", "search", "query", "embed", "scan", "encoder", "cold"]
+    )
     args = parser.parse_args()
     con = connect()
     print(f"CPU: {dense.describe_auto_choice()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     if "bm25" not in args.skip:
         bench_bm25(con, args.runs)
+    if "embed" not in args.skip:
+        bench_query_embedding(args.runs)
+    if "scan" not in args.skip:
+        bench_exact_scan_cost(args.runs)
     retriever, status = dense.load_dense(con)
     if retriever is None:
         print(f"dense figures skipped: {status.message()}")
