@@ -34,18 +34,55 @@ from phenoforge.engine.db import connect, ensure_vocabulary  # noqa: E402
 from phenoforge.engine.dense import DenseRetriever, default_embed_fn  # noqa: E402
 
 QUERIES = [
-    "heart failure", "congestive heart failure", "type 2 diabetes with kidney complications",
-    "type 1 diabetes", "chronic kidney disease stage 4", "end stage renal disease",
-    "hypertension", "atrial fibrillation", "acute myocardial infarction", "stroke",
-    "chronic obstructive pulmonary disease", "asthma", "pneumonia", "sepsis",
-    "major depressive disorder", "schizophrenia", "bipolar disorder", "alcohol abuse",
-    "opioid dependence", "dementia", "parkinson disease", "epilepsy", "multiple sclerosis",
-    "rheumatoid arthritis", "osteoarthritis of knee", "hip fracture", "fracture of femur",
-    "breast cancer", "lung cancer", "colon cancer", "metastatic cancer", "lymphoma",
-    "leukemia", "hiv disease", "hepatitis c", "cirrhosis of liver", "obesity",
-    "morbid obesity", "hypothyroidism", "anemia", "coagulation defect", "peptic ulcer",
-    "peripheral vascular disease", "pulmonary embolism", "deep vein thrombosis",
-    "pressure ulcer", "paralysis", "weight loss", "fluid and electrolyte disorders",
+    "heart failure",
+    "congestive heart failure",
+    "type 2 diabetes with kidney complications",
+    "type 1 diabetes",
+    "chronic kidney disease stage 4",
+    "end stage renal disease",
+    "hypertension",
+    "atrial fibrillation",
+    "acute myocardial infarction",
+    "stroke",
+    "chronic obstructive pulmonary disease",
+    "asthma",
+    "pneumonia",
+    "sepsis",
+    "major depressive disorder",
+    "schizophrenia",
+    "bipolar disorder",
+    "alcohol abuse",
+    "opioid dependence",
+    "dementia",
+    "parkinson disease",
+    "epilepsy",
+    "multiple sclerosis",
+    "rheumatoid arthritis",
+    "osteoarthritis of knee",
+    "hip fracture",
+    "fracture of femur",
+    "breast cancer",
+    "lung cancer",
+    "colon cancer",
+    "metastatic cancer",
+    "lymphoma",
+    "leukemia",
+    "hiv disease",
+    "hepatitis c",
+    "cirrhosis of liver",
+    "obesity",
+    "morbid obesity",
+    "hypothyroidism",
+    "anemia",
+    "coagulation defect",
+    "peptic ulcer",
+    "peripheral vascular disease",
+    "pulmonary embolism",
+    "deep vein thrombosis",
+    "pressure ulcer",
+    "paralysis",
+    "weight loss",
+    "fluid and electrolyte disorders",
 ]
 
 CONFIGS = {"composed": ["composed"], "exact": ["exact"], "both": ["exact", "composed"]}
@@ -98,35 +135,56 @@ def query_latency(retrievers: dict[str, DenseRetriever], runs: int, n_codes: int
         scores.append(percentile(t_score, 50))
     p50 = statistics.median(p for p, _ in totals) * 1000
     p95 = statistics.median(p for _, p in totals) * 1000
-    print(f"{len(QUERIES)} queries x {runs} runs over {n_codes} codes "
-          f"({retriever.manifest.mode if retriever.manifest else '?'} index)")
-    print(f"load average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
-          "(other processes share these CPUs: wall figures are upper bounds; 'cpu s' is the "
-          "build's own CPU time, both threads summed)")
-    print(f"search p50 {p50:.2f}  p95 {p95:.2f}   (embed p50 {statistics.median(embeds)*1000:.2f}, "
-          f"score+top-k p50 {statistics.median(scores)*1000:.2f})")
+    print(
+        f"{len(QUERIES)} queries x {runs} runs over {n_codes} codes "
+        f"({retriever.manifest.mode if retriever.manifest else '?'} index)"
+    )
+    print(
+        f"load average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+        "(other processes share these CPUs: wall figures are upper bounds; 'cpu s' is the "
+        "build's own CPU time, both threads summed)"
+    )
+    print(
+        f"search p50 {p50:.2f}  p95 {p95:.2f}   (embed p50 {statistics.median(embeds) * 1000:.2f}, "
+        f"score+top-k p50 {statistics.median(scores) * 1000:.2f})"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, default=None,
-                        help="vocabulary database (default: data/vocab.duckdb, built if missing)")
-    parser.add_argument("--mode", choices=sorted(CONFIGS), default="composed",
-                        help="build mode(s) to time (default: composed)")
-    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="onnx-fp32",
-                        help="runtime/precision(s) for the build: fp32 and bf16 are torch (fp32 is the "
-                             "reference); onnx-fp32 is the default on CPUs without native bf16")
-    parser.add_argument("--build-runs", type=int, default=1,
-                        help="builds per configuration; the median is printed (default 1: minutes)")
+    parser.add_argument(
+        "--db", type=Path, default=None, help="vocabulary database (default: data/vocab.duckdb, built if missing)"
+    )
+    parser.add_argument(
+        "--mode", choices=sorted(CONFIGS), default="composed", help="build mode(s) to time (default: composed)"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=sorted(PRECISIONS),
+        default="onnx-fp32",
+        help="runtime/precision(s) for the build: fp32 and bf16 are torch (fp32 is the "
+        "reference); onnx-fp32 is the default on CPUs without native bf16",
+    )
+    parser.add_argument(
+        "--build-runs", type=int, default=1, help="builds per configuration; the median is printed (default 1: minutes)"
+    )
     parser.add_argument("--query-runs", type=int, default=5, help="query latency runs (default 5)")
-    parser.add_argument("--sample", type=int, default=300,
-                        help="code descriptions sampled as extra agreement queries (default 300)")
-    parser.add_argument("--query-only", action="store_true",
-                        help="skip the timed builds: query latency on the default index "
-                             "(data/dense; built once with the default settings if missing)")
+    parser.add_argument(
+        "--sample", type=int, default=300, help="code descriptions sampled as extra agreement queries (default 300)"
+    )
+    parser.add_argument(
+        "--query-only",
+        action="store_true",
+        help="skip the timed builds: query latency on the default index "
+        "(data/dense; built once with the default settings if missing)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="build into (and keep) this directory instead of a deleted temporary one")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="build into (and keep) this directory instead of a deleted temporary one",
+    )
     args = parser.parse_args()
 
     db = Path(args.db) if args.db else ensure_vocabulary()
@@ -139,12 +197,15 @@ def main() -> int:
     }
     import torch
 
-    print(f"torch threads: {torch.get_num_threads()}; load average before: "
-          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(
+        f"torch threads: {torch.get_num_threads()}; load average before: "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
+    )
     if args.query_only:
         started = time.perf_counter()
         retriever = dense.ensure_dense_index(
-            con, embed_fn=default_embed_fn(num_threads=args.threads),
+            con,
+            embed_fn=default_embed_fn(num_threads=args.threads),
             progress=lambda done, total, msg: print(f"\r{msg}: {done}/{total}", end="", flush=True),
         )
         print(f"\nindex ready in {time.perf_counter() - started:.1f} s at {retriever.index_dir}")
@@ -168,8 +229,11 @@ def main() -> int:
             spread = f"{min(times):.1f}-{max(times):.1f}"
             assert retriever.manifest is not None
             texts = retriever.manifest.n_texts_embedded
-            print(f"{name:<16}{seconds:>9.1f}{n_codes / seconds:>9.0f}{texts:>8}"
-                  f"{texts / seconds:>9.0f}{statistics.median(cpu):>9.1f}   (min-max {spread} s)", flush=True)
+            print(
+                f"{name:<16}{seconds:>9.1f}{n_codes / seconds:>9.0f}{texts:>8}"
+                f"{texts / seconds:>9.0f}{statistics.median(cpu):>9.1f}   (min-max {spread} s)",
+                flush=True,
+            )
             retrievers[name] = retriever
 
     if "exact-fp32" in retrievers and len(retrievers) > 1:
@@ -199,8 +263,10 @@ def main() -> int:
                 parts.append(f"{label} {np.mean(overlap):.3f} (min {min(overlap):.1f})")
             cos = np.sum(retriever._vectors[ext_rows] * reference._vectors[ext_rows], axis=1)
             print(f"{name:<16}" + "; ".join(parts))
-            print(f"{'':<16}7th-char vectors vs exact: cosine mean {cos.mean():.4f}, "
-                  f"p5 {np.percentile(cos, 5):.4f}, min {cos.min():.4f}")
+            print(
+                f"{'':<16}7th-char vectors vs exact: cosine mean {cos.mean():.4f}, "
+                f"p5 {np.percentile(cos, 5):.4f}, min {cos.min():.4f}"
+            )
 
     query_latency(retrievers, args.query_runs, n_codes)
     if args.keep:
