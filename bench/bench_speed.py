@@ -247,6 +247,48 @@ def bench_exact_scan_cost(runs: int, rows: int = 98_186, dim: int = 384) -> None
     print(f"exact numpy scan of a {rows} x {dim} fp32 matrix + top-100, p50 (ms): {spread(values)}")
 
 
+def bench_graph_cost(runs: int, rows: int = 98_186, dim: int = 384) -> None:
+    """Graph build and search time on a same-size random unit matrix, beside the exact scan.
+
+    Latency only: recall on random vectors says nothing about text embeddings (their worst case).
+    """
+    import tempfile
+
+    from phenoforge.engine.dense import store
+    from phenoforge.engine.dense.retriever import ANN_CANDIDATES
+
+    rng = np.random.default_rng(0)
+    matrix = rng.standard_normal((rows, dim), dtype=np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "graph.usearch"
+        started = time.perf_counter()
+        store.build_ann(matrix, path)
+        print(f"graph build over {rows} x {dim} random unit vectors: {time.perf_counter() - started:.1f} s")
+        graph = store.open_ann(path)
+        queries = matrix[rng.choice(rows, 50, replace=False)]
+
+        def graph_search(row: int) -> None:
+            candidates = np.sort(graph.search(queries[row], ANN_CANDIDATES).keys.astype(np.int64))
+            np.argsort(-(matrix[candidates] @ queries[row]))[:100]
+
+        def exact_search(row: int) -> None:
+            np.argpartition(matrix @ queries[row], -100)[-100:]
+
+        ours, theirs = [], []
+        for _run in range(runs):
+            ours.append(p50_ms(graph_search, list(range(len(queries)))))  # type: ignore[arg-type]
+            theirs.append(p50_ms(exact_search, list(range(len(queries)))))  # type: ignore[arg-type]
+        compare(
+            "graph vs exact on random vectors, top 100, p50 (ms)",
+            "usearch graph + re-score",
+            "exact numpy scan",
+            ours,
+            theirs,
+            "ms",
+        )
+
+
 def bench_encoder(con, runs: int, sample_size: int) -> None:  # noqa: ANN001
     items = dense.concept_texts(con)
     texts = list(dict.fromkeys(items.texts[i] for i in range(len(items.codes)) if items.stem_of[i] < 0))
@@ -297,7 +339,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sample", type=int, default=500, help="texts for the encoder throughput (default 500)")
     parser.add_argument(
-        "--skip", nargs="*", default=[], choices=["bm25", "search", "query", "embed", "scan", "encoder", "cold"]
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["bm25", "search", "query", "embed", "scan", "encoder", "cold", "graph-cost"],
     )
     args = parser.parse_args()
     con = connect()
@@ -308,6 +353,8 @@ def main() -> int:
         bench_query_embedding(args.runs)
     if "scan" not in args.skip:
         bench_exact_scan_cost(args.runs)
+    if "graph-cost" not in args.skip:
+        bench_graph_cost(args.runs)
     retriever, status = dense.load_dense(con)
     if retriever is None:
         print(f"dense figures skipped: {status.message()}")
