@@ -476,12 +476,16 @@ def test_status_tells_cut_off_manifest_apart(built: DenseRetriever, index_dir: P
     assert "cut-off" in status.message()
 
 
-def test_load_dense_reports_corrupt_not_missing(built: DenseRetriever, index_dir: Path) -> None:
+def test_load_dense_reports_corrupt_not_missing(
+    built: DenseRetriever, index_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     (index_dir / _manifest(index_dir)["codes_file"]).write_text("[]")
     retriever, status = dense.load_dense(built.con, index_dir, FakeEmbedder())
     assert retriever is None
     assert status.state == "corrupt" and "not built" not in status.message()
-    assert load_dense_if_ready(built.con, index_dir, FakeEmbedder()) is None
+    with caplog.at_level("WARNING"):
+        assert load_dense_if_ready(built.con, index_dir, FakeEmbedder()) is None
+    assert "is corrupt" in caplog.text and "python -m phenoforge build" in caplog.text
 
 
 def test_missing_status_message_says_not_built(fixture_con: duckdb.DuckDBPyConnection, index_dir: Path) -> None:

@@ -8,6 +8,7 @@ have; silently returning nothing would corrupt a benchmark). A query never build
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +46,8 @@ from phenoforge.engine.models import Hit, Provenance, SearchResult
 from phenoforge.engine.query import query_problem
 from phenoforge.engine.schema import ICD10CM, RETRIEVABLE_KINDS
 from phenoforge.engine.topk import top_indices
+
+_log = logging.getLogger(__name__)
 
 ANN_CANDIDATES = 320
 """Rows the graph proposes per query before exact re-scoring; rankings up to this deep use it."""
@@ -338,8 +341,12 @@ def load_dense_if_ready(
     embed_fn: EmbedFn | None = None,
 ) -> DenseRetriever | None:
     """The retriever when a valid index exists, else ``None``; never builds (the model loads
-    lazily, on the first query). ``load_dense`` also says why there is none."""
-    return load_dense(con, index_dir, embed_fn)[0]
+    lazily, on the first query). ``load_dense`` also says why there is none; a stale or corrupt
+    index is logged as a warning here, so it is never mistaken for one that was not built."""
+    retriever, status = load_dense(con, index_dir, embed_fn)
+    if status.state in ("stale", "corrupt"):
+        _log.warning(status.message())
+    return retriever
 
 
 def load_dense(
