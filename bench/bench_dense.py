@@ -8,8 +8,9 @@ over clinical queries plus a seeded sample of code descriptions, and how close i
 7th-character codes are. Then query latency p50/p95 of ``DenseRetriever.search(q, k=10)`` over a
 few dozen queries, medians over ``--query-runs`` runs, split into embedding and scoring.
 
-    python bench/bench_dense.py                       # composed fp32 (the default build)
-    python bench/bench_dense.py --mode both --precision both --build-runs 1
+    python bench/bench_dense.py                       # composed onnx-fp32 (the default build here)
+    python bench/bench_dense.py --mode both --precision all --build-runs 1   # every configuration
+                                                      # beside the exact torch fp32 reference
 """
 
 from __future__ import annotations
@@ -33,22 +34,69 @@ from phenoforge.engine.db import connect, ensure_vocabulary  # noqa: E402
 from phenoforge.engine.dense import DenseRetriever, default_embed_fn  # noqa: E402
 
 QUERIES = [
-    "heart failure", "congestive heart failure", "type 2 diabetes with kidney complications",
-    "type 1 diabetes", "chronic kidney disease stage 4", "end stage renal disease",
-    "hypertension", "atrial fibrillation", "acute myocardial infarction", "stroke",
-    "chronic obstructive pulmonary disease", "asthma", "pneumonia", "sepsis",
-    "major depressive disorder", "schizophrenia", "bipolar disorder", "alcohol abuse",
-    "opioid dependence", "dementia", "parkinson disease", "epilepsy", "multiple sclerosis",
-    "rheumatoid arthritis", "osteoarthritis of knee", "hip fracture", "fracture of femur",
-    "breast cancer", "lung cancer", "colon cancer", "metastatic cancer", "lymphoma",
-    "leukemia", "hiv disease", "hepatitis c", "cirrhosis of liver", "obesity",
-    "morbid obesity", "hypothyroidism", "anemia", "coagulation defect", "peptic ulcer",
-    "peripheral vascular disease", "pulmonary embolism", "deep vein thrombosis",
-    "pressure ulcer", "paralysis", "weight loss", "fluid and electrolyte disorders",
+    "heart failure",
+    "congestive heart failure",
+    "type 2 diabetes with kidney complications",
+    "type 1 diabetes",
+    "chronic kidney disease stage 4",
+    "end stage renal disease",
+    "hypertension",
+    "atrial fibrillation",
+    "acute myocardial infarction",
+    "stroke",
+    "chronic obstructive pulmonary disease",
+    "asthma",
+    "pneumonia",
+    "sepsis",
+    "major depressive disorder",
+    "schizophrenia",
+    "bipolar disorder",
+    "alcohol abuse",
+    "opioid dependence",
+    "dementia",
+    "parkinson disease",
+    "epilepsy",
+    "multiple sclerosis",
+    "rheumatoid arthritis",
+    "osteoarthritis of knee",
+    "hip fracture",
+    "fracture of femur",
+    "breast cancer",
+    "lung cancer",
+    "colon cancer",
+    "metastatic cancer",
+    "lymphoma",
+    "leukemia",
+    "hiv disease",
+    "hepatitis c",
+    "cirrhosis of liver",
+    "obesity",
+    "morbid obesity",
+    "hypothyroidism",
+    "anemia",
+    "coagulation defect",
+    "peptic ulcer",
+    "peripheral vascular disease",
+    "pulmonary embolism",
+    "deep vein thrombosis",
+    "pressure ulcer",
+    "paralysis",
+    "weight loss",
+    "fluid and electrolyte disorders",
 ]
 
 CONFIGS = {"composed": ["composed"], "exact": ["exact"], "both": ["exact", "composed"]}
-PRECISIONS = {"fp32": ["fp32"], "bf16": ["bf16"], "both": ["fp32", "bf16"]}
+RUNTIMES = {  # name: (precision, runtime); "fp32" is the torch fp32 reference
+    "fp32": ("fp32", "torch"),
+    "bf16": ("bf16", "torch"),
+    "onnx-fp32": ("fp32", "onnx"),
+    "onnx-int8": ("int8", "onnx"),
+}
+PRECISIONS = {
+    **{name: [name] for name in RUNTIMES},
+    "both": ["fp32", "bf16"],
+    "all": ["fp32", "onnx-fp32", "onnx-int8", "bf16"],
+}
 
 
 def top_sets(vectors: np.ndarray, queries: np.ndarray, k: int = 10) -> list[set[int]]:
@@ -87,34 +135,56 @@ def query_latency(retrievers: dict[str, DenseRetriever], runs: int, n_codes: int
         scores.append(percentile(t_score, 50))
     p50 = statistics.median(p for p, _ in totals) * 1000
     p95 = statistics.median(p for _, p in totals) * 1000
-    print(f"{len(QUERIES)} queries x {runs} runs over {n_codes} codes "
-          f"({retriever.manifest.mode if retriever.manifest else '?'} index)")
-    print(f"load average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
-          "(other processes share these CPUs: wall figures are upper bounds; 'cpu s' is the "
-          "build's own CPU time, both threads summed)")
-    print(f"search p50 {p50:.2f}  p95 {p95:.2f}   (embed p50 {statistics.median(embeds)*1000:.2f}, "
-          f"score+top-k p50 {statistics.median(scores)*1000:.2f})")
+    print(
+        f"{len(QUERIES)} queries x {runs} runs over {n_codes} codes "
+        f"({retriever.manifest.mode if retriever.manifest else '?'} index)"
+    )
+    print(
+        f"load average now: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+        "(other processes share these CPUs: wall figures are upper bounds; 'cpu s' is the "
+        "build's own CPU time, both threads summed)"
+    )
+    print(
+        f"search p50 {p50:.2f}  p95 {p95:.2f}   (embed p50 {statistics.median(embeds) * 1000:.2f}, "
+        f"score+top-k p50 {statistics.median(scores) * 1000:.2f})"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, default=None,
-                        help="vocabulary database (default: data/vocab.duckdb, built if missing)")
-    parser.add_argument("--mode", choices=sorted(CONFIGS), default="composed",
-                        help="build mode(s) to time (default: composed)")
-    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32",
-                        help="model precision(s) for the build (default: fp32)")
-    parser.add_argument("--build-runs", type=int, default=1,
-                        help="builds per configuration; the median is printed (default 1: minutes)")
+    parser.add_argument(
+        "--db", type=Path, default=None, help="vocabulary database (default: data/vocab.duckdb, built if missing)"
+    )
+    parser.add_argument(
+        "--mode", choices=sorted(CONFIGS), default="composed", help="build mode(s) to time (default: composed)"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=sorted(PRECISIONS),
+        default="onnx-fp32",
+        help="runtime/precision(s) for the build: fp32 and bf16 are torch (fp32 is the "
+        "reference); onnx-fp32 is the default on CPUs without native bf16",
+    )
+    parser.add_argument(
+        "--build-runs", type=int, default=1, help="builds per configuration; the median is printed (default 1: minutes)"
+    )
     parser.add_argument("--query-runs", type=int, default=5, help="query latency runs (default 5)")
-    parser.add_argument("--sample", type=int, default=300,
-                        help="code descriptions sampled as extra agreement queries (default 300)")
-    parser.add_argument("--query-only", action="store_true",
-                        help="skip the timed builds: query latency on the default index "
-                             "(data/dense; built once with the default settings if missing)")
+    parser.add_argument(
+        "--sample", type=int, default=300, help="code descriptions sampled as extra agreement queries (default 300)"
+    )
+    parser.add_argument(
+        "--query-only",
+        action="store_true",
+        help="skip the timed builds: query latency on the default index "
+        "(data/dense; built once with the default settings if missing)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="build into (and keep) this directory instead of a deleted temporary one")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="build into (and keep) this directory instead of a deleted temporary one",
+    )
     args = parser.parse_args()
 
     db = Path(args.db) if args.db else ensure_vocabulary()
@@ -122,17 +192,20 @@ def main() -> int:
     n_codes = len(dense.concept_texts(con).codes)
     print(f"vocabulary: {db} ({n_codes} retrievable codes)")
     embedders = {
-        precision: default_embed_fn(precision=precision, num_threads=args.threads)
-        for precision in PRECISIONS[args.precision]
+        name: default_embed_fn(precision=RUNTIMES[name][0], runtime=RUNTIMES[name][1], num_threads=args.threads)  # type: ignore[arg-type]
+        for name in PRECISIONS[args.precision]
     }
     import torch
 
-    print(f"torch threads: {torch.get_num_threads()}; load average before: "
-          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(
+        f"torch threads: {torch.get_num_threads()}; load average before: "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
+    )
     if args.query_only:
         started = time.perf_counter()
         retriever = dense.ensure_dense_index(
-            con, embed_fn=default_embed_fn(num_threads=args.threads),
+            con,
+            embed_fn=default_embed_fn(num_threads=args.threads),
             progress=lambda done, total, msg: print(f"\r{msg}: {done}/{total}", end="", flush=True),
         )
         print(f"\nindex ready in {time.perf_counter() - started:.1f} s at {retriever.index_dir}")
@@ -153,10 +226,14 @@ def main() -> int:
                 times.append(time.perf_counter() - started)
                 cpu.append(time.process_time() - cpu_started)
             seconds = statistics.median(times)
+            spread = f"{min(times):.1f}-{max(times):.1f}"
             assert retriever.manifest is not None
             texts = retriever.manifest.n_texts_embedded
-            print(f"{name:<16}{seconds:>9.1f}{n_codes / seconds:>9.0f}{texts:>8}"
-                  f"{texts / seconds:>9.0f}{statistics.median(cpu):>9.1f}", flush=True)
+            print(
+                f"{name:<16}{seconds:>9.1f}{n_codes / seconds:>9.0f}{texts:>8}"
+                f"{texts / seconds:>9.0f}{statistics.median(cpu):>9.1f}   (min-max {spread} s)",
+                flush=True,
+            )
             retrievers[name] = retriever
 
     if "exact-fp32" in retrievers and len(retrievers) > 1:
@@ -167,7 +244,7 @@ def main() -> int:
         sample = rng.sample(items.names, min(args.sample, len(items.names)))
         ext_rows = [i for i, stem in enumerate(items.stem_of) if stem >= 0]
         ext_sample = rng.sample(ext_rows, min(args.sample, len(ext_rows)))
-        fp32 = embedders.get("fp32") or default_embed_fn()
+        fp32 = embedders.get("fp32") or default_embed_fn(precision="fp32", runtime="torch")
         sets = {
             "clinical queries": fp32(QUERIES),
             "code descriptions": fp32(sample),
@@ -186,8 +263,10 @@ def main() -> int:
                 parts.append(f"{label} {np.mean(overlap):.3f} (min {min(overlap):.1f})")
             cos = np.sum(retriever._vectors[ext_rows] * reference._vectors[ext_rows], axis=1)
             print(f"{name:<16}" + "; ".join(parts))
-            print(f"{'':<16}7th-char vectors vs exact: cosine mean {cos.mean():.4f}, "
-                  f"p5 {np.percentile(cos, 5):.4f}, min {cos.min():.4f}")
+            print(
+                f"{'':<16}7th-char vectors vs exact: cosine mean {cos.mean():.4f}, "
+                f"p5 {np.percentile(cos, 5):.4f}, min {cos.min():.4f}"
+            )
 
     query_latency(retrievers, args.query_runs, n_codes)
     if args.keep:

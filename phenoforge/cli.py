@@ -432,6 +432,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("phenoforge.eval.agreement", "top"),
     ("phenoforge.libraries.cli", "library"),
     ("phenoforge.athena", "library"),
+    ("phenoforge.libraries.scale", "library"),
 ]
 
 

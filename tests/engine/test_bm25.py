@@ -85,8 +85,9 @@ def test_document_texts_cover_retrievable_kinds_only(fixture_con: duckdb.DuckDBP
     assert "gestational" not in texts["E11"]
 
 
-@pytest.mark.parametrize("query", ["diabetes mellitus", "diseases", "circulatory system", "injuries hip thigh",
-                                   "respiratory", "heart"])
+@pytest.mark.parametrize(
+    "query", ["diabetes mellitus", "diseases", "circulatory system", "injuries hip thigh", "respiratory", "heart"]
+)
 def test_only_retrievable_kinds_are_returned(fixture_con: duckdb.DuckDBPyConnection, query: str) -> None:
     result = bm25_search(fixture_con, query, k=100)
     for hit in result.hits:
@@ -181,7 +182,11 @@ def test_tokenize_and_fold() -> None:
     assert fold("Sézary") == "sezary"
     assert tokenize("Sézary disease") == tokenize("Sezary DISEASE") == ["sezary", "disease"]
     assert tokenize("Type 2 diabetes mellitus without complications") == [
-        "type", "2", "diabetes", "mellitus", "complications"
+        "type",
+        "2",
+        "diabetes",
+        "mellitus",
+        "complications",
     ]
     assert tokenize("Kimmelstiel-Wilson") == ["kimmelstiel", "wilson"]
 
@@ -237,3 +242,12 @@ def test_real_results_are_retrievable_kinds(real_con: duckdb.DuckDBPyConnection)
     for query in ("diseases of the circulatory system", "diabetes mellitus", "injuries to the hip and thigh"):
         for code in bm25_search(real_con, query, k=50).codes:
             assert rows[code] in RETRIEVABLE_KINDS, (query, code)
+
+
+def test_rankings_equal_ranking_per_query(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    index = get_bm25_index(fixture_con)
+    queries = ["heart failure", "type 2 diabetes", "", "heart failure", "SELECT * FROM x", "zzzz", "asthma"]
+    batched = index.rankings(queries, 7)
+    assert batched == [index.ranking(query, 7) for query in queries]
+    assert batched[0] and batched[2] == [] and batched[5] == []
+    assert index.rankings([], 7) == [] and index.rankings(["asthma"], 0) == [[]]

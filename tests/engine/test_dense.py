@@ -18,6 +18,8 @@ from phenoforge.engine.dense import (
     ensure_dense_index,
     load_dense_if_ready,
 )
+from phenoforge.engine.dense import store as dense_store
+from phenoforge.engine.dense import texts as dense_texts
 from phenoforge.engine.query import query_problem
 from phenoforge.engine.schema import RETRIEVABLE_KINDS
 from phenoforge.errors import IndexError_, PhenoforgeError
@@ -58,9 +60,7 @@ def test_build_embeds_every_retrievable_code(built: DenseRetriever, index_dir: P
     assert dense_index_status(built.con, index_dir).state == "ready"
 
 
-def test_default_index_dir_is_under_the_data_dir(
-    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
-) -> None:
+def test_default_index_dir_is_under_the_data_dir(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
     retriever = ensure_dense_index(fixture_con, FakeEmbedder())
     assert retriever.index_dir == tmp_path / "data" / "dense"
     assert (tmp_path / "data" / "dense" / "manifest.json").exists()
@@ -126,9 +126,20 @@ def test_duplicate_texts_are_embedded_once() -> None:
     assert np.allclose(vectors[0], vectors[2]) and np.allclose(vectors[1], vectors[3])
 
 
-SITES = ["right femur", "left femur", "right tibia", "left tibia", "right humerus",
-         "left humerus", "right radius", "left radius", "right ulna", "left ulna", "sacrum",
-         "coccyx"]
+SITES = [
+    "right femur",
+    "left femur",
+    "right tibia",
+    "left tibia",
+    "right humerus",
+    "left humerus",
+    "right radius",
+    "left radius",
+    "right ulna",
+    "left ulna",
+    "sacrum",
+    "coccyx",
+]
 SUFFIXES = ["initial encounter", "subsequent encounter", "sequela"]
 
 
@@ -144,24 +155,45 @@ def _seventh_character_vocab(path: Path) -> Path:
     for index, site in enumerate(SITES):
         stem_code = f"S{index:02d}.00"
         stem_id = next_id
-        rows.concepts.append((stem_id, ICD10CM, stem_code, code_key(stem_code),
-                              f"Fracture of {site}", "subcategory", False, None, None, None))
+        rows.concepts.append(
+            (
+                stem_id,
+                ICD10CM,
+                stem_code,
+                code_key(stem_code),
+                f"Fracture of {site}",
+                "subcategory",
+                False,
+                None,
+                None,
+                None,
+            )
+        )
         rows.parents.append((stem_id, 1))
         next_id += 1
         for letter, suffix in zip("ADS", SUFFIXES, strict=True):
             code = f"{stem_code}X{letter}"
-            rows.concepts.append((next_id, ICD10CM, code, code_key(code),
-                                  f"Fracture of {site}, {suffix}", "extension", True,
-                                  None, None, None))
+            rows.concepts.append(
+                (
+                    next_id,
+                    ICD10CM,
+                    code,
+                    code_key(code),
+                    f"Fracture of {site}, {suffix}",
+                    "extension",
+                    True,
+                    None,
+                    None,
+                    None,
+                )
+            )
             rows.parents.append((next_id, stem_id))
             next_id += 1
     return write_vocabulary(path, rows)
 
 
-def test_composed_mode_learns_suffix_offsets(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(dense, "OFFSET_SAMPLES", 4)
+def test_composed_mode_learns_suffix_offsets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dense_texts, "OFFSET_SAMPLES", 4)
     con = duckdb.connect(str(_seventh_character_vocab(tmp_path / "v.duckdb")), read_only=True)
     try:
         fake = FakeEmbedder()
@@ -192,9 +224,7 @@ def test_composed_mode_learns_suffix_offsets(
         con.close()
 
 
-def test_exact_mode_embeds_seventh_character_texts(
-    fixture_con: duckdb.DuckDBPyConnection, index_dir: Path
-) -> None:
+def test_exact_mode_embeds_seventh_character_texts(fixture_con: duckdb.DuckDBPyConnection, index_dir: Path) -> None:
     fake = FakeEmbedder()
     retriever = ensure_dense_index(fixture_con, fake, index_dir, mode="exact")
     extension = "Fracture of unspecified part of neck of right femur, initial encounter for closed fracture"
@@ -211,11 +241,9 @@ def test_exact_mode_embeds_seventh_character_texts(
 def test_progress_is_reported_with_increasing_done(
     fixture_con: duckdb.DuckDBPyConnection, index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dense, "BUILD_CHUNK", 7)
+    monkeypatch.setattr(dense_texts, "BUILD_CHUNK", 7)
     calls: list[tuple[int, int, str]] = []
-    ensure_dense_index(
-        fixture_con, FakeEmbedder(), index_dir, progress=lambda d, t, m: calls.append((d, t, m))
-    )
+    ensure_dense_index(fixture_con, FakeEmbedder(), index_dir, progress=lambda d, t, m: calls.append((d, t, m)))
     assert len(calls) >= 4
     dones = [done for done, _t, _m in calls]
     assert dones == sorted(dones)
@@ -224,9 +252,7 @@ def test_progress_is_reported_with_increasing_done(
     assert all(isinstance(message, str) and message for _d, _t, message in calls)
 
 
-def test_stale_vocabulary_build_is_detected_and_rebuilt(
-    built: DenseRetriever, index_dir: Path, tmp_path: Path
-) -> None:
+def test_stale_vocabulary_build_is_detected_and_rebuilt(built: DenseRetriever, index_dir: Path, tmp_path: Path) -> None:
     other_path = build_fixture_vocab(tmp_path / "other.duckdb")  # same rows, new build id
     other = duckdb.connect(str(other_path), read_only=True)
     try:
@@ -245,12 +271,13 @@ def test_stale_vocabulary_build_is_detected_and_rebuilt(
 
 @pytest.mark.parametrize(
     ("field", "value", "words"),
-    [("text_recipe", "name-only-v0", "text recipe"), ("model", "other-model", "model"),
-     ("format_version", 0, "format")],
+    [
+        ("text_recipe", "name-only-v0", "text recipe"),
+        ("model", "other-model", "model"),
+        ("format_version", 0, "format"),
+    ],
 )
-def test_stale_manifest_fields(
-    built: DenseRetriever, index_dir: Path, field: str, value: object, words: str
-) -> None:
+def test_stale_manifest_fields(built: DenseRetriever, index_dir: Path, field: str, value: object, words: str) -> None:
     manifest = _manifest(index_dir)
     manifest[field] = value
     (index_dir / "manifest.json").write_text(json.dumps(manifest))
@@ -271,9 +298,7 @@ def _corrupt_flip(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [_corrupt_truncate, _corrupt_flip, Path.unlink])
-def test_corrupt_vectors_are_detected_and_rebuilt(
-    built: DenseRetriever, index_dir: Path, damage
-) -> None:
+def test_corrupt_vectors_are_detected_and_rebuilt(built: DenseRetriever, index_dir: Path, damage) -> None:
     vectors_path = index_dir / _manifest(index_dir)["vectors_file"]
     damage(vectors_path)
     status = dense_index_status(built.con, index_dir)
@@ -288,13 +313,11 @@ def test_corrupt_vectors_are_detected_and_rebuilt(
     assert len(list(index_dir.glob("vectors-*.npy"))) == 1
 
 
-def test_wrong_shape_with_matching_checksum_is_corrupt(
-    built: DenseRetriever, index_dir: Path
-) -> None:
+def test_wrong_shape_with_matching_checksum_is_corrupt(built: DenseRetriever, index_dir: Path) -> None:
     manifest = _manifest(index_dir)
     vectors_path = index_dir / manifest["vectors_file"]
     np.save(vectors_path, np.zeros((3, 256), np.float32))
-    manifest["vectors_sha256"] = dense._sha256(vectors_path)
+    manifest["vectors_sha256"] = dense_store._sha256(vectors_path)
     (index_dir / "manifest.json").write_text(json.dumps(manifest))
     status = dense_index_status(built.con, index_dir)
     assert status.state == "corrupt" and "shape" in (status.reason or "")
@@ -340,8 +363,7 @@ def test_failed_rebuild_keeps_the_previous_index(built: DenseRetriever, index_di
 
 @pytest.mark.parametrize(
     "query",
-    ["", "   \t\n", "heart " * 2000, "心不全 insuffisance cardiaque é", "'; DROP TABLE concept; --",
-     "\x00", "%_*?"],
+    ["", "   \t\n", "heart " * 2000, "心不全 insuffisance cardiaque é", "'; DROP TABLE concept; --", "\x00", "%_*?"],
 )
 def test_bad_queries_answer_without_raising(built: DenseRetriever, query: str) -> None:
     result = built.search(query, k=5)
@@ -378,31 +400,31 @@ def test_real_model_finds_heart_failure(tmp_path: Path) -> None:
         wanted = ("I50", "I10", "I11", "E11", "J45", "N18", "F32", "C34", "S72.00")
         clause = " OR ".join("code_key LIKE ?" for _ in wanted)
         params = [prefix.replace(".", "") + "%" for prefix in wanted]
-        concepts = full.execute(
-            f"SELECT * FROM concept WHERE {clause} ORDER BY concept_id", params
-        ).fetchall()
+        concepts = full.execute(f"SELECT * FROM concept WHERE {clause} ORDER BY concept_id", params).fetchall()
         ids = [row[0] for row in concepts]
         marks = ", ".join("?" for _ in ids)
-        notes = full.execute(
-            f"SELECT * FROM concept_note WHERE concept_id IN ({marks})", ids
-        ).fetchall()
-        parents = full.execute(
-            f"SELECT * FROM concept_parent WHERE child_id IN ({marks})", ids
-        ).fetchall()
+        notes = full.execute(f"SELECT * FROM concept_note WHERE concept_id IN ({marks})", ids).fetchall()
+        parents = full.execute(f"SELECT * FROM concept_parent WHERE child_id IN ({marks})", ids).fetchall()
         metadata = dict(full.execute("SELECT key, value FROM metadata").fetchall())
     finally:
         full.close()
     assert 200 <= len(concepts) <= 1500
     small_path = write_vocabulary(
         tmp_path / "small.duckdb",
-        VocabularyRows(concepts=concepts, notes=notes, parents=parents, metadata={
-            "source": "test subset", "vocabulary_release": metadata["vocabulary_release"]}),
+        VocabularyRows(
+            concepts=concepts,
+            notes=notes,
+            parents=parents,
+            metadata={"source": "test subset", "vocabulary_release": metadata["vocabulary_release"]},
+        ),
     )
     con = duckdb.connect(str(small_path), read_only=True)
     try:
         calls: list[int] = []
         retriever = ensure_dense_index(
-            con, dense.default_embed_fn(), tmp_path / "dense",
+            con,
+            dense.default_embed_fn(),
+            tmp_path / "dense",
             progress=lambda done, total, message: calls.append(done),
         )
         n_retrievable = sum(1 for row in concepts if row[5] in RETRIEVABLE_KINDS)
@@ -417,3 +439,118 @@ def test_real_model_finds_heart_failure(tmp_path: Path) -> None:
         assert retriever.search("lung cancer", k=3).codes[0].startswith("C34")
     finally:
         con.close()
+
+
+# -- status: missing / stale / corrupt told apart, with the command that rebuilds
+
+
+def test_status_tells_stale_model_apart(built: DenseRetriever, index_dir: Path) -> None:
+    status = dense_index_status(built.con, index_dir, model_name="another-model")
+    assert status.state == "stale" and status.causes == ["model"]
+    assert "another-model" in status.message() and "python -m phenoforge build" in status.message()
+
+
+def test_status_tells_truncated_vectors_apart(built: DenseRetriever, index_dir: Path) -> None:
+    vectors_path = index_dir / _manifest(index_dir)["vectors_file"]
+    data = vectors_path.read_bytes()
+    vectors_path.write_bytes(data[: len(data) - 100])
+    status = dense_index_status(built.con, index_dir)
+    assert status.state == "corrupt" and status.causes == ["truncated"]
+    assert "truncated" in status.message() and status.rebuild_command in status.message()
+
+
+def test_status_tells_checksum_mismatch_apart(built: DenseRetriever, index_dir: Path) -> None:
+    vectors_path = index_dir / _manifest(index_dir)["vectors_file"]
+    data = bytearray(vectors_path.read_bytes())
+    data[-3] ^= 0xFF  # same size, other bytes
+    vectors_path.write_bytes(bytes(data))
+    status = dense_index_status(built.con, index_dir)
+    assert status.state == "corrupt" and status.causes == ["checksum"]
+
+
+def test_status_tells_cut_off_manifest_apart(built: DenseRetriever, index_dir: Path) -> None:
+    text = (index_dir / "manifest.json").read_text()
+    (index_dir / "manifest.json").write_text(text[: len(text) // 2])
+    status = dense_index_status(built.con, index_dir)
+    assert status.state == "corrupt" and status.causes == ["manifest"]
+    assert "cut-off" in status.message()
+
+
+def test_load_dense_reports_corrupt_not_missing(
+    built: DenseRetriever, index_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (index_dir / _manifest(index_dir)["codes_file"]).write_text("[]")
+    retriever, status = dense.load_dense(built.con, index_dir, FakeEmbedder())
+    assert retriever is None
+    assert status.state == "corrupt" and "not built" not in status.message()
+    with caplog.at_level("WARNING"):
+        assert load_dense_if_ready(built.con, index_dir, FakeEmbedder()) is None
+    assert "is corrupt" in caplog.text and "python -m phenoforge build" in caplog.text
+
+
+def test_missing_status_message_says_not_built(fixture_con: duckdb.DuckDBPyConnection, index_dir: Path) -> None:
+    status = dense_index_status(fixture_con, index_dir)
+    assert status.causes == ["missing"] and "not built" in status.message()
+
+
+# -- batched rankings and the nearest-neighbour graph
+
+
+BATCH_QUERIES = ["heart failure", "type 2 diabetes", "", "heart failure", "asthma", "   ", "kidney disease stage 4"]
+
+
+def test_rankings_equal_ranking_per_query(built: DenseRetriever) -> None:
+    calls_before = built.embed_calls
+    batched = built.rankings(BATCH_QUERIES, 15)
+    assert built.embed_calls == calls_before + 1  # one model call for the whole batch
+    assert batched == [built.ranking(query, 15) for query in BATCH_QUERIES]
+    assert batched[2] == [] and batched[0] and batched[0] == batched[3]
+
+
+def test_rankings_raise_when_not_ready(fixture_con: duckdb.DuckDBPyConnection, index_dir: Path) -> None:
+    with pytest.raises(DenseIndexNotReady):
+        DenseRetriever(fixture_con, FakeEmbedder(), index_dir).rankings(["asthma"], 5)
+
+
+def test_graph_index_gives_the_exact_rankings(
+    fixture_con: duckdb.DuckDBPyConnection, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dense_store, "ANN_MIN_ROWS", 1)
+    retriever = ensure_dense_index(fixture_con, FakeEmbedder(), index_dir)
+    manifest = _manifest(index_dir)
+    assert manifest["ann_file"] and (index_dir / manifest["ann_file"]).is_file()
+    assert retriever.status.search == "ann"
+    for query in ("heart failure", "diabetes with kidney complications", "asthma"):
+        queries = retriever._query_vectors([query])
+        ((graph_rows, graph_scores),) = retriever._top_many(queries, 10)
+        ((exact_rows, exact_scores),) = retriever._top_many(queries, 10, exact=True)
+        assert graph_rows.tolist() == exact_rows.tolist()
+        assert np.allclose(graph_scores, exact_scores)
+
+
+def test_corrupt_graph_file_is_detected(
+    fixture_con: duckdb.DuckDBPyConnection, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dense_store, "ANN_MIN_ROWS", 1)
+    ensure_dense_index(fixture_con, FakeEmbedder(), index_dir)
+    graph_path = index_dir / _manifest(index_dir)["ann_file"]
+    data = bytearray(graph_path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    graph_path.write_bytes(bytes(data))
+    status = dense_index_status(fixture_con, index_dir)
+    assert status.state == "corrupt" and status.causes == ["checksum"]
+
+
+def test_vectors_are_memory_mapped(built: DenseRetriever) -> None:
+    assert isinstance(built._vectors, np.memmap)
+
+
+@pytest.mark.model
+def test_onnx_runtime_gives_the_torch_vectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path))
+    onnx = dense.default_embed_fn(precision="fp32", runtime="onnx")
+    torch_fp32 = dense.default_embed_fn(precision="fp32", runtime="torch")
+    texts = ["heart failure", "Type 2 diabetes mellitus with diabetic chronic kidney disease"]
+    assert np.allclose(onnx(texts), torch_fp32(texts), atol=1e-4)
+    assert np.allclose(onnx(texts[:1]), torch_fp32(texts[:1]), atol=1e-4)  # the one-thread query session
+    assert dense.describe_embed_fn(onnx) == "onnx-fp32"

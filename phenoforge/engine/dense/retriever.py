@@ -1,0 +1,376 @@
+"""The dense retriever: cosine search over the stored code vectors, and the entry points.
+
+Not-ready policy: ``DenseRetriever.search`` returns an empty ``SearchResult`` whose ``reason`` says
+how to build the index (a user typed a query; they get an answer, not a traceback), while
+``DenseRetriever.ranking`` raises ``DenseIndexNotReady`` (a program asked for a ranking it cannot
+have; silently returning nothing would corrupt a benchmark). A query never builds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from phenoforge.config import ProgressCallback, dense_index_dir, no_progress
+from phenoforge.engine.dense.model import (
+    DEFAULT_MODEL_NAME,
+    DenseIndexNotReady,
+    EmbedFn,
+    default_embed_fn,
+    describe_embed_fn,
+    normalise,
+)
+from phenoforge.engine.dense.store import (
+    FORMAT_VERSION,
+    DenseIndexStatus,
+    DenseManifest,
+    _build_lock,
+    _inspect,
+    _vocabulary_identity,
+    _write_index,
+    open_ann,
+)
+from phenoforge.engine.dense.texts import (
+    DEFAULT_BUILD_MODE,
+    TEXT_RECIPE_VERSION,
+    BuildMode,
+    compute_vectors,
+    concept_texts,
+)
+from phenoforge.engine.models import Hit, Provenance, SearchResult
+from phenoforge.engine.query import query_problem
+from phenoforge.engine.schema import ICD10CM, RETRIEVABLE_KINDS
+from phenoforge.engine.topk import top_indices
+
+_log = logging.getLogger(__name__)
+
+ANN_CANDIDATES = 320
+"""Rows the graph proposes per query before exact re-scoring; rankings up to this deep use it."""
+EXACT_QUERY_CHUNK = 64
+"""Queries scored together in an exact scan: one pass over the vectors for each chunk."""
+MAX_QUERY_CHARS = 2000
+"""Longer queries are cut (the model would truncate them at ``MAX_SEQ_LENGTH`` tokens anyway)."""
+
+
+class DenseRetriever:
+    """Cosine search over the stored code vectors; the query is embedded with ``embed_fn``.
+
+    Construction loads a valid index from ``index_dir`` if there is one (never builds);
+    ``embed_fn=None`` loads the real model lazily, on the first query or build.
+    """
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        embed_fn: EmbedFn | None,
+        index_dir: Path | None = None,
+        model_name: str = DEFAULT_MODEL_NAME,
+        *,
+        mode: BuildMode | None = None,
+    ) -> None:
+        self.con = con
+        self._embed_fn = embed_fn
+        self.index_dir = Path(index_dir) if index_dir is not None else dense_index_dir()
+        self.model_name = model_name
+        self.mode = mode
+        self.manifest: DenseManifest | None = None
+        self.status: DenseIndexStatus
+        self._vectors: np.ndarray | None = None
+        self._codes: list[str] = []
+        self._names_cache: list[str] | None = None
+        self._ann_path: Path | None = None
+        self._ann: object | None = None
+        self.embed_calls = 0
+        self.reload()
+
+    # -- state
+
+    @property
+    def is_ready(self) -> bool:
+        return self._vectors is not None
+
+    @property
+    def embed_fn(self) -> EmbedFn:
+        if self._embed_fn is None:
+            self._embed_fn = default_embed_fn()
+        return self._embed_fn
+
+    def reload(self) -> bool:
+        """(Re)load the index from disk if it is valid for this vocabulary; True when ready.
+
+        The vectors are memory-mapped and the graph opened on first use, so this costs the
+        checksum read, not a copy of the index."""
+        status, loaded = _inspect(self.con, self.index_dir, self.model_name, self.mode, load=True)
+        self.status = status
+        self._names_cache, self._ann = None, None
+        if loaded is None:
+            self._vectors, self.manifest, self._codes, self._ann_path = None, None, [], None
+            return False
+        self._vectors, self.manifest, self._codes = loaded.vectors, loaded.manifest, loaded.codes
+        self._ann_path = loaded.ann_path
+        return True
+
+    @property
+    def _names(self) -> list[str]:
+        """Code names in index order, read on first use (only ``search`` shows them)."""
+        if self._names_cache is None:
+            names = dict(
+                self.con.cursor()
+                .execute(
+                    "SELECT code, name FROM concept WHERE vocabulary_id = ? AND kind IN "
+                    f"({', '.join('?' for _ in RETRIEVABLE_KINDS)})",
+                    [ICD10CM, *RETRIEVABLE_KINDS],
+                )
+                .fetchall()
+            )
+            self._names_cache = [str(names.get(code, "")) for code in self._codes]
+        return self._names_cache
+
+    # -- building
+
+    def build(
+        self,
+        progress: ProgressCallback | None = None,
+        *,
+        mode: BuildMode | None = None,
+    ) -> None:
+        """Embed every retrievable code and store the index (atomically); always rebuilds."""
+        self._build(progress, mode, only_if_unusable=False)
+
+    def _build(self, progress: ProgressCallback | None, mode: BuildMode | None, only_if_unusable: bool) -> None:
+        progress = progress or no_progress
+        mode = mode or self.mode or DEFAULT_BUILD_MODE
+        with _build_lock(self.index_dir):
+            if only_if_unusable and self.reload():  # another process built it while we waited
+                return
+            started = time.perf_counter()
+            items = concept_texts(self.con)
+            counting = _CountingEmbed(self.embed_fn)
+            runtime = describe_embed_fn(self.embed_fn)
+            vectors, n_unique = compute_vectors(
+                items,
+                counting,
+                mode,
+                progress,
+                message=f"embedding codes ({mode}, {getattr(self.embed_fn, 'choice', runtime)})",
+            )
+            self.embed_calls += counting.calls
+            build, release = _vocabulary_identity(self.con)
+            precision = getattr(self.embed_fn, "precision", "unknown")
+            _write_index(
+                self.index_dir,
+                vectors,
+                items.codes,
+                {
+                    "format_version": FORMAT_VERSION,
+                    "model": self.model_name,
+                    "text_recipe": TEXT_RECIPE_VERSION,
+                    "mode": mode,
+                    "precision": str(precision),
+                    "vocabulary_build_id": build,
+                    "vocabulary_release": release,
+                    "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "build_seconds": round(time.perf_counter() - started, 3),
+                    "n_texts_embedded": n_unique,
+                    "runtime": runtime,
+                },
+            )
+        if not self.reload():
+            raise DenseIndexNotReady(f"the dense index just written is not usable: {self.status.reason}")
+        progress(len(items.codes), len(items.codes), "dense index ready")
+
+    # -- querying
+
+    def _query_vector(self, query: str) -> np.ndarray:
+        return self._query_vectors([query])[0]
+
+    def _query_vectors(self, queries: list[str]) -> np.ndarray:
+        """One ``embed_fn`` call for all queries; unit rows."""
+        vectors = np.asarray(self.embed_fn(list(queries)), dtype=np.float32).reshape(len(queries), -1)
+        self.embed_calls += 1
+        return normalise(vectors)
+
+    def _graph(self):  # noqa: ANN202 - a usearch Index, or None for an exact scan
+        if self._ann is None and self._ann_path is not None:
+            self._ann = open_ann(self._ann_path)
+        return self._ann
+
+    def _top_many(self, queries: np.ndarray, n: int, exact: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query row, the top ``n`` rows and their exact cosine scores, best first.
+
+        With a stored graph and ``n <= ANN_CANDIDATES``: the graph proposes ``ANN_CANDIDATES``
+        rows, which are re-scored exactly in fp32 and cut prefix-stably, so every ``n`` up to
+        ``ANN_CANDIDATES`` is a prefix of the same list. Deeper rankings (or ``exact``) scan every
+        row, in chunks of queries so the score matrix stays small.
+        """
+        assert self._vectors is not None
+        vectors = self._vectors
+        graph = None if exact or n > ANN_CANDIDATES else self._graph()
+        out: list[tuple[np.ndarray, np.ndarray]] = []
+        if graph is not None:
+            count = min(ANN_CANDIDATES, len(vectors))
+            matches = graph.search(queries, count)
+            keys = np.atleast_2d(matches.keys)  # one query gives ``Matches``, several ``BatchMatches``
+            counts = np.atleast_1d(getattr(matches, "counts", len(matches.keys)))
+            for row, query in enumerate(queries):
+                candidates = np.sort(keys[row, : int(counts[row])].astype(np.int64))
+                scores = vectors[candidates] @ query
+                top = top_indices(scores, n)
+                out.append((candidates[top], scores[top]))
+            return out
+        for start in range(0, len(queries), EXACT_QUERY_CHUNK):
+            block = queries[start : start + EXACT_QUERY_CHUNK]
+            all_scores = block @ vectors.T if len(block) > 1 else (vectors @ block[0])[None, :]
+            for scores in all_scores:
+                top = top_indices(scores, n)  # prefix-stable: identical texts give exact ties
+                out.append((top, scores[top]))
+        return out
+
+    def _top(self, query: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._top_many(self._query_vectors([query]), n)[0]
+
+    def _require_ready(self) -> None:
+        if not self.is_ready:
+            raise DenseIndexNotReady(self.status.message())
+
+    def ranking(self, query: str, n: int) -> list[tuple[str, float]]:
+        """The top ``n`` codes with their cosine scores; ``[]`` for an empty query.
+
+        Raises ``DenseIndexNotReady`` when there is no valid index (it never builds one).
+        """
+        return self.rankings([query], n)[0]
+
+    def rankings(self, queries: list[str], n: int) -> list[list[tuple[str, float]]]:
+        """``[self.ranking(q, n) for q in queries]`` with one model call and one pass over the
+        index for all of them (what a benchmark of many cohorts needs)."""
+        self._require_ready()
+        results: list[list[tuple[str, float]]] = [[] for _ in queries]
+        if n <= 0:
+            return results
+        wanted: list[tuple[int, str]] = []
+        for position, query in enumerate(queries):
+            cleaned, _notes = clean_query(query)
+            if cleaned is not None and query_problem(cleaned) is None:
+                wanted.append((position, cleaned))
+        if not wanted:
+            return results
+        distinct = list(dict.fromkeys(text for _position, text in wanted))
+        tops = self._top_many(self._query_vectors(distinct), n)
+        by_text = {
+            text: [(self._codes[i], float(s)) for i, s in zip(top.tolist(), scores.tolist(), strict=True)]
+            for text, (top, scores) in zip(distinct, tops, strict=True)
+        }
+        for position, text in wanted:
+            results[position] = list(by_text[text])
+        return results
+
+    def search(self, query: str, k: int = 10) -> SearchResult:
+        """Top ``k`` codes as a ``SearchResult``; bad input or no index gives an empty result
+        with a ``reason``, never an exception."""
+        text = query if isinstance(query, str) else ""
+        result = SearchResult(query=text, method="dense")
+        if not self.is_ready:
+            result.reason = self.status.message()
+            return result
+        cleaned, notes = clean_query(text)
+        result.notes.extend(notes)
+        if cleaned is None:
+            result.reason = "empty query: type a description of the codes you are looking for"
+            return result
+        problem = query_problem(text)
+        if problem is not None:  # the same answer BM25 and hybrid give for the same query
+            result.reason = problem
+            return result
+        if not isinstance(k, int) or k <= 0:
+            result.reason = f"k must be a positive number of results (got {k!r})"
+            return result
+        top, scores = self._top(cleaned, k)
+        for rank, (row, score) in enumerate(zip(top.tolist(), scores.tolist(), strict=True), 1):
+            result.hits.append(
+                Hit(
+                    code=self._codes[row],
+                    name=self._names[row],
+                    rank=rank,
+                    score=float(score),
+                    provenance=[Provenance(retriever="dense", query=text, rank=rank, score=float(score))],
+                )
+            )
+        if not result.hits:
+            result.reason = "the dense index is empty"
+        return result
+
+
+class _CountingEmbed:
+    """Wraps an embed function to count calls during a build."""
+
+    def __init__(self, fn: EmbedFn) -> None:
+        self.fn = fn
+        self.calls = 0
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        return self.fn(texts)
+
+
+def clean_query(query: object) -> tuple[str | None, list[str]]:
+    """Normalise a user query: ``None`` when nothing is left to embed; notes say what changed."""
+    if not isinstance(query, str):
+        return None, []
+    text = " ".join(query.replace("\x00", " ").split())
+    if not text:
+        return None, []
+    notes: list[str] = []
+    if len(text) > MAX_QUERY_CHARS:
+        text = text[:MAX_QUERY_CHARS]
+        notes.append(f"query cut to its first {MAX_QUERY_CHARS} characters")
+    return text, notes
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def load_dense_if_ready(
+    con: duckdb.DuckDBPyConnection,
+    index_dir: Path | None = None,
+    embed_fn: EmbedFn | None = None,
+) -> DenseRetriever | None:
+    """The retriever when a valid index exists, else ``None``; never builds (the model loads
+    lazily, on the first query). ``load_dense`` also says why there is none; a stale or corrupt
+    index is logged as a warning here, so it is never mistaken for one that was not built."""
+    retriever, status = load_dense(con, index_dir, embed_fn)
+    if status.state in ("stale", "corrupt"):
+        _log.warning(status.message())
+    return retriever
+
+
+def load_dense(
+    con: duckdb.DuckDBPyConnection,
+    index_dir: Path | None = None,
+    embed_fn: EmbedFn | None = None,
+) -> tuple[DenseRetriever | None, DenseIndexStatus]:
+    """(retriever or ``None``, status): the status tells a missing index from a stale one (other
+    vocabulary build, other model) and a corrupt one (checksum, truncation, cut-off manifest), and
+    ``status.message()`` is the line to show, with the command that rebuilds."""
+    retriever = DenseRetriever(con, embed_fn, index_dir)
+    return (retriever if retriever.is_ready else None), retriever.status
+
+
+def ensure_dense_index(
+    con: duckdb.DuckDBPyConnection,
+    embed_fn: EmbedFn | None = None,
+    index_dir: Path | None = None,
+    progress: ProgressCallback | None = None,
+    *,
+    mode: BuildMode | None = None,
+) -> DenseRetriever:
+    """Load the index if it is valid for this vocabulary, else (re)build it with progress."""
+    retriever = DenseRetriever(con, embed_fn, index_dir, mode=mode)
+    if not retriever.is_ready:
+        retriever._build(progress, mode, only_if_unusable=True)
+    return retriever
