@@ -77,6 +77,14 @@ def dense_unavailable_message(status, consequence: str = "dense methods are skip
     return f"the dense index is not built; {consequence} (build it with `python -m phenoforge build`)"
 
 
+def _dense_problem(con) -> str:  # noqa: ANN001 - a DuckDB connection
+    """Why the dense index cannot be used, as the report records it: 'corrupt (checksum ...)', 'missing'."""
+    from phenoforge.engine.dense import dense_index_status
+
+    status = dense_index_status(con)
+    return f"{status.state} ({status.reason}); rebuild: {status.rebuild_command}" if status.reason else status.state
+
+
 def is_bundled(library) -> bool:  # noqa: ANN001 - a curated Library
     """Whether a library is one ``build`` writes from a pinned package (its folder; imports may not use those)."""
     from phenoforge.config import libraries_dir
@@ -233,7 +241,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     wants_dense = any(m.retrieves_dense for m in declared)
     dense = _dense_or_none(con, not args.no_dense and wants_dense)
     dense_problem = "switched off (--no-dense)" if args.no_dense else (
-        None if dense is not None else "not built or unreadable: run `python -m phenoforge build`")
+        None if dense is not None or not wants_dense else _dense_problem(con))
     reports = {}
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in resolve_library_dirs(args.library, bundled_only=True):
