@@ -18,8 +18,7 @@ from collections.abc import Iterable
 
 import duckdb
 
-from phenoforge.engine.curated import Resolution
-from phenoforge.engine.models import ConceptItem, SkippedItem
+from phenoforge.engine.models import ConceptItem, Resolution, SkippedItem
 from phenoforge.engine.schema import ICD10CM
 
 SNOMED = "SNOMED"

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phenoforge.athena.mapping import map_standard_items
 from phenoforge.engine.curated import resolve_curated_concepts
 from phenoforge.engine.models import ConceptItem
+from phenoforge.engine.standard_mapping import map_standard_items
 from tests.athena.athena_fixture import GROUPER_ID, MAPS_TO, N_GROUPER_CODES, SNOMED_CONCEPTS
 
 
