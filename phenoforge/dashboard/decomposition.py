@@ -11,24 +11,14 @@ import duckdb
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import list_libraries
 from phenoforge.errors import PhenoforgeError
+from phenoforge.eval import decomposition
 from phenoforge.eval.models import DecompositionReport
 
 DECOMPOSERS = ("offline", "claude")
 
 
-def _module() -> Any:
-    try:
-        from phenoforge.eval import decomposition
-    except ImportError as error:
-        raise PhenoforgeError(
-            f"the decomposition evaluation is not available in this install ({error}); "
-            "update phenoforge"
-        ) from error
-    return decomposition
-
-
 def case_sets() -> dict[str, list[Any]]:
-    return dict(_module().CASE_SETS)
+    return dict(decomposition.CASE_SETS)
 
 
 def runnable_cases(cases: list[Any], root: Path | None = None) -> list[Any]:
@@ -68,7 +58,7 @@ def run_decomposition(
             "none of these test cases' libraries and cohorts is installed: build the bundled "
             "libraries on the Home page, or fetch the OHDSI library for the 'ohdsi' set"
         )
-    return _module().score_decomposition(
+    return decomposition.score_decomposition(
         con, Path(root) if root is not None else libraries_dir(), make_decomposer(decomposer),
         dense=dense, k=k, test_cases=cases, progress=progress,
     )
