@@ -25,9 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 
 def generate(folder: Path, n_relationships: int, n_ancestors: int) -> dict[str, int]:
     """Write the synthetic download with DuckDB's COPY (fast, and not what is measured)."""
@@ -119,7 +116,6 @@ def generate(folder: Path, n_relationships: int, n_ancestors: int) -> dict[str, 
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-sys.path.insert(0, {root!r})
 from phenoforge.athena.loader import load_athena
 started = time.perf_counter()
 report = load_athena(Path({folder!r}), Path({db!r}), memory_limit={limit!r}, threads={threads!r})
@@ -131,7 +127,7 @@ print(json.dumps({{"seconds": time.perf_counter() - started,
 
 def run_once(folder: Path, db: Path, limit: str, threads: int | None) -> dict:
     db.unlink(missing_ok=True)
-    code = CHILD.format(root=str(ROOT), folder=str(folder), db=str(db), limit=limit,
+    code = CHILD.format(folder=str(folder), db=str(db), limit=limit,
                         threads=threads)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if done.returncode != 0:
@@ -141,7 +137,7 @@ def run_once(folder: Path, db: Path, limit: str, threads: int | None) -> dict:
 
 def baseline_rss_kb() -> int:
     """Peak RSS of a child that only imports the loader: the interpreter + DuckDB + pydantic."""
-    code = (f"import sys, resource; sys.path.insert(0, {str(ROOT)!r}); "
+    code = ("import resource; "
             "import phenoforge.athena.loader; "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     return int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,

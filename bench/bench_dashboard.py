@@ -28,9 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from phenoforge.config import REPO_ROOT  # noqa: E402
+from phenoforge.config import REPO_ROOT
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
