@@ -255,21 +255,24 @@ def cmd_decompose_eval(args: argparse.Namespace) -> int:
 
     with progress_bar(not args.quiet) as progress:
         if args.repeat > 1:
-            report = repeat_decomposition(con, library_dir, decompose_fn, args.repeat, dense=dense, k=args.k,
-                                          test_cases=cases, progress=progress)
+            repeated = repeat_decomposition(con, library_dir, decompose_fn, args.repeat, dense=dense, k=args.k,
+                                            test_cases=cases, progress=progress)
         else:
             report = score_decomposition(con, library_dir, decompose_fn, dense=dense, k=args.k,
                                          test_cases=cases, progress=progress)
-    if args.json:
-        print(report.model_dump_json(indent=1))
-        return 0
     if args.repeat > 1:
-        print(f"{args.repeat} runs; mean gap per run: {', '.join(f'{g:+.4f}' for g in report.mean_gap_per_run)}")
-        print(f"mean gap {report.mean_gap:+.4f} (sd across runs {report.stdev_mean_gap:.4f})")
-        for case in report.cases:
+        if args.json:
+            print(repeated.model_dump_json(indent=1))
+            return 0
+        print(f"{args.repeat} runs; mean gap per run: {', '.join(f'{g:+.4f}' for g in repeated.mean_gap_per_run)}")
+        print(f"mean gap {repeated.mean_gap:+.4f} (sd across runs {repeated.stdev_mean_gap:.4f})")
+        for case in repeated.cases:
             print(f"{case.cohort_id:18} gap mean {case.mean_gap:+.3f} range [{case.min_gap:+.3f}, {case.max_gap:+.3f}]"
                   f" sd {case.stdev_gap:.3f}  {len(case.distinct_term_sets)} distinct term sets"
                   + (f", {case.n_errors} errors" if case.n_errors else ""))
+        return 0
+    if args.json:
+        print(report.model_dump_json(indent=1))
         return 0
     _print_report(report, sys.stdout)
     if not report.results:
@@ -278,7 +281,7 @@ def cmd_decompose_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     assemble = subparsers.add_parser(
         "assemble", help="assemble a concept set from a population description (curated first, human gate)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -63,8 +63,11 @@ def changed_decisions(
         candidate = state.candidate(code)
         if candidate is None or choice == PENDING:
             continue
-        if candidate.decision != choice or (choice == "accept" and candidate.expand_descendants != expand):
-            changed.append((code, choice, expand))  # type: ignore[arg-type]
+        decision: Decision = "accept" if choice == "accept" else "reject"
+        if decision != choice:
+            raise ValueError(f"unknown choice {choice!r} for {code}: accept, reject or {PENDING}")
+        if candidate.decision != decision or (decision == "accept" and candidate.expand_descendants != expand):
+            changed.append((code, decision, expand))
     return changed
 
 

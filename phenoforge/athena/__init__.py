@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 
-def register_cli(library_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_cli(library_subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``library fetch-ohdsi`` (``build --athena DIR`` is wired in ``phenoforge.cli``)."""
     from phenoforge.athena.ohdsi import register_cli as register_fetch
 

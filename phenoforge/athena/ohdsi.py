@@ -397,7 +397,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``library fetch-ohdsi`` to the ``library`` command's subparsers."""
     fetch = subparsers.add_parser(
         "fetch-ohdsi",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -13,6 +13,9 @@ from phenoforge.engine.curated import list_libraries
 from phenoforge.errors import PhenoforgeError
 from phenoforge.eval import decomposition
 from phenoforge.eval.models import DecompositionReport
+
+if TYPE_CHECKING:
+    from phenoforge.engine.dense import DenseRetriever
 
 DECOMPOSERS = ("offline", "claude")
 
@@ -49,7 +52,7 @@ def make_decomposer(name: str) -> Callable[[str], list[str]]:
 
 def run_decomposition(
     con: duckdb.DuckDBPyConnection, cases: list[Any], decomposer: str,
-    dense: object | None = None, k: int = 10,
+    dense: DenseRetriever | None = None, k: int = 10,
     progress: Callable[[int, int, str], None] | None = None, root: Path | None = None,
 ) -> DecompositionReport:
     """Every case against the library its ``library_id`` names under the libraries folder."""

@@ -95,6 +95,8 @@ def cohort_drilldown(con: duckdb.DuckDBPyConnection, result: CohortEvalResult) -
     rows: list[CodeRow] = []
     counts: dict[str, Counter[str]] = {"curated → predicted": Counter(),
                                         "predicted → curated": Counter()}
+    match: str | None
+    distance: int | None
     for code in curated:
         if code in predicted_set:
             match, distance = code, 0
@@ -178,5 +180,5 @@ def hierarchy_nodes(con: duckdb.DuckDBPyConnection, view: DrilldownView) -> Tree
 
 
 def outcome_counts(view: DrilldownView) -> dict[str, int]:
-    counts = Counter(row.outcome for row in view.rows)
-    return {outcome: counts.get(outcome, 0) for outcome in OUTCOME_COLOURS}
+    counts: Counter[str] = Counter(row.outcome for row in view.rows)
+    return {outcome: counts[outcome] for outcome in OUTCOME_COLOURS}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 from pydantic import BaseModel
@@ -15,13 +16,16 @@ from phenoforge.engine.hybrid import search_concepts
 from phenoforge.engine.models import Concept, SearchResult
 from phenoforge.errors import PhenoforgeError
 
+if TYPE_CHECKING:
+    from phenoforge.engine.dense import DenseRetriever
+
 
 def search_side_by_side(
     con: duckdb.DuckDBPyConnection, query: str, methods: list[str], k: int = 10,
-    dense: object | None = None, dense_weight: float = 0.5,
+    dense: DenseRetriever | None = None, dense_weight: float = 0.5,
 ) -> dict[str, SearchResult]:
     return {
-        method: search_concepts(con, query, method=method, k=k, dense=dense,  # type: ignore[arg-type]
+        method: search_concepts(con, query, method=method, k=k, dense=dense,
                                 dense_weight=dense_weight)
         for method in methods
     }

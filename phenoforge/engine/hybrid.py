@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from phenoforge.engine.bm25 import get_bm25_index
-from phenoforge.engine.models import Hit, Provenance, SearchResult
+from phenoforge.engine.models import Hit, Provenance, RetrieverName, SearchResult
 from phenoforge.engine.query import query_problem
 
 if TYPE_CHECKING:
@@ -52,9 +52,9 @@ def rrf_fuse(
     return sorted(scores.items(), key=lambda item: (-item[1], first_seen[item[0]]))
 
 
-def _provenance(query: str, retriever: str, ranked: list[tuple[str, float]]) -> dict[str, Provenance]:
+def _provenance(query: str, retriever: RetrieverName, ranked: list[tuple[str, float]]) -> dict[str, Provenance]:
     return {
-        code: Provenance(retriever=retriever, query=query, rank=rank, score=score)  # type: ignore[arg-type]
+        code: Provenance(retriever=retriever, query=query, rank=rank, score=score)
         for rank, (code, score) in enumerate(ranked, start=1)
     }
 

@@ -194,7 +194,7 @@ def _map(
             unresolvable.append(f"{item.vocabulary_id} concept {item.concept_id}")
 
     expanded = _descendants(
-        con, (item.concept_id for item in present if item.include_descendants)
+        con, (item.concept_id for item in present if item.include_descendants and item.concept_id is not None)
     )
 
     def members(item: ConceptItem) -> set[int]:
@@ -234,7 +234,8 @@ def _map(
 
     reported = set(groupers)
     for item in present:
-        if item.is_excluded or item.concept_id in reported:
+        # (present items all have a concept id; the None test only narrows the type)
+        if item.is_excluded or item.concept_id is None or item.concept_id in reported:
             continue
         own = members(item)
         if codes_of(own & kept):
