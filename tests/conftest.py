@@ -7,10 +7,15 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import HealthCheck, settings
 
 from phenoforge.athena.loader import AthenaLoadReport, load_athena
 from tests.athena.athena_fixture import write_athena_fixture
 from tests.fixture_vocab import build_fixture_vocab
+
+# The machines are shared and noisy: a property test checks properties, not speed.
+settings.register_profile("phenoforge", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("phenoforge")
 
 
 @pytest.fixture(autouse=True)

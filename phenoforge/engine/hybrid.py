@@ -52,6 +52,26 @@ def rrf_fuse(
     return sorted(scores.items(), key=lambda item: (-item[1], first_seen[item[0]]))
 
 
+def fuse(
+    bm25_codes: Sequence[str], dense_codes: Sequence[str] | None, dense_weight: float = 0.5
+) -> list[tuple[str, float]]:
+    """The one hybrid fusion: BM25 and dense rankings at weights ``[1 - w, w]``; BM25 alone without dense.
+
+    ``hybrid_search``, the benchmark's ``hybrid`` method and the slider's re-scoring all call this,
+    so they cannot drift apart.
+
+    >>> [code for code, _ in fuse(["a", "b"], ["b", "c"], 0.5)]
+    ['b', 'a', 'c']
+    >>> [code for code, _ in fuse(["a", "b"], None)]
+    ['a', 'b']
+    """
+    if not 0.0 <= dense_weight <= 1.0:
+        raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+    if dense_codes is None:
+        return rrf_fuse([bm25_codes], [1.0])
+    return rrf_fuse([bm25_codes, dense_codes], [1.0 - dense_weight, dense_weight])
+
+
 def _provenance(query: str, retriever: RetrieverName, ranked: list[tuple[str, float]]) -> dict[str, Provenance]:
     return {
         code: Provenance(retriever=retriever, query=query, rank=rank, score=score)
@@ -81,11 +101,11 @@ def hybrid_search(
     if dense is None:
         dense_ranked: list[tuple[str, float]] = []
         notes.append("no dense index: BM25 alone")
-        weights = [1.0, 0.0]
     else:
         dense_ranked = dense.ranking(query, depth)
-        weights = [1.0 - dense_weight, dense_weight]
-    fused = rrf_fuse([[c for c, _ in bm25_ranked], [c for c, _ in dense_ranked]], weights)[:k]
+    fused = fuse(
+        [c for c, _ in bm25_ranked], [c for c, _ in dense_ranked] if dense is not None else None, dense_weight
+    )[:k]
     if not fused:
         return SearchResult(
             query=query,

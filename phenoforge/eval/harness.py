@@ -1,83 +1,51 @@
-"""Benchmark harness: score generated retrieval against curated ground truth.
+"""Benchmark harness: runs methods, scores their runs against curated sets, aggregates.
 
-The database-backed counterpart of the pure functions in :mod:`phenoforge.eval.metrics`. For each
-cohort of a library, the curated concept set is the ground truth (free: curated value sets already
-are the labels) and each retrieval method's output is scored against it.
-
-Best matches are computed through ancestor tables rather than pair by pair: for a set of target
-codes, ``best_up[x]`` is the fewest edges from any target up to ancestor ``x``; a code's best
-distance is then ``min_i(i + best_up[chain[i]])`` over its own chain. On a tree (ICD-10-CM is one)
-that equals the minimum of :func:`~phenoforge.eval.metrics.tree_distance` over all pairs, at
-``O((n + m) * depth)`` instead of ``O(n * m * depth)``; on a DAG it is the minimum over every shared
-ancestor, never worse than the first-LCA walk.
+A thin composition of the parts kept apart (as in ranx and ir_measures): curated sets
+(:mod:`~phenoforge.eval.qrels`), method outputs (:mod:`~phenoforge.eval.runs`, produced by the
+methods of :mod:`phenoforge.methods`), and measures (:mod:`~phenoforge.eval.measures`), joined by
+the one scoring path :func:`~phenoforge.eval.evaluate.evaluate`. ``run_benchmark``,
+``rescore_hybrid`` and ``score_cohort`` keep the reference API's names, parameters and defaults.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from pydantic import BaseModel, Field, PrivateAttr
 
 from phenoforge.config import ProgressCallback, no_progress
-from phenoforge.engine.bm25 import get_bm25_index
-from phenoforge.engine.curated import load_curated_concept_set
-from phenoforge.engine.expansion import Hierarchy, expand_descendants, get_hierarchy
-from phenoforge.engine.hybrid import fusion_depth, rrf_fuse
-from phenoforge.eval.metrics import (
-    DEFAULT_MAX_DISTANCE,
-    distance_weighted_score,
-    exact_match_scores,
-    hierarchical_score,
-    over_inclusion_penalty,
-    set_coverage,
-)
-from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
+from phenoforge.engine.expansion import Hierarchy, get_hierarchy
+from phenoforge.engine.hybrid import fuse, fusion_depth
+from phenoforge.eval.evaluate import TruthIndexes, aggregate, evaluate, score_matches
+from phenoforge.eval.matching import NearestIndex, match_cohort
+from phenoforge.eval.measures import Measure
+from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score
+from phenoforge.eval.models import BenchmarkReport, CohortEvalResult, MethodRecord
+from phenoforge.eval.qrels import CuratedSet, Qrels, load_qrels
+from phenoforge.eval.runs import Run, RunEntry
+from phenoforge.methods import CohortTask, Method, MethodContext, MethodSetup, SkipMethod, get_method
+from phenoforge.methods.registry import builtin_methods
+from phenoforge.methods.retrieval import Retrieval
+
+log = logging.getLogger(__name__)
 
 DEFAULT_METHODS = ["bm25", "hybrid", "expand_descendants"]
 ALL_METHODS = ["bm25", "dense", "hybrid", "expand_descendants"]
+"""The reference's four methods (``benchmark`` with no ``--methods`` runs these)."""
 NEEDS_DENSE = {"dense"}
 
 
-def _best_up(hierarchy: Hierarchy, concept_ids: Sequence[int]) -> dict[int, int]:
-    best: dict[int, int] = {}
-    for concept_id in concept_ids:
-        for ancestor, steps in zip(hierarchy.chain(concept_id), hierarchy.chain_levels(concept_id), strict=True):
-            if steps < best.get(ancestor, 1 << 30):
-                best[ancestor] = steps
-    return best
+def registered_methods() -> list[str]:
+    """Every built-in method name, the reference's four first."""
+    return list(builtin_methods())
 
 
-def _best_up_of_codes(hierarchy: Hierarchy, codes: Sequence[str]) -> dict[int, int]:
-    """``_best_up`` of the codes the vocabulary knows (unknown ones reach no ancestor)."""
-    return _best_up(hierarchy, [cid for cid in _ids(hierarchy, codes) if cid is not None])
-
-
-def _best_distance(hierarchy: Hierarchy, concept_id: int, best_up: dict[int, int]) -> int | None:
-    best: int | None = None
-    for ancestor, steps in zip(hierarchy.chain(concept_id), hierarchy.chain_levels(concept_id), strict=True):
-        if best is not None and steps >= best:
-            break
-        up = best_up.get(ancestor)
-        if up is not None and (best is None or steps + up < best):
-            best = steps + up
-    return best
-
-
-def _ids(hierarchy: Hierarchy, codes: Sequence[str]) -> list[int | None]:
-    return [hierarchy.resolve(code) for code in codes]
-
-
-def _scores_against(
-    hierarchy: Hierarchy, from_ids: Sequence[int | None], best_up: dict[int, int], max_distance: int
-) -> list[float]:
-    return [
-        0.0
-        if concept_id is None or not best_up
-        else distance_weighted_score(_best_distance(hierarchy, concept_id, best_up), max_distance)
-        for concept_id in from_ids
-    ]
+def _ids(hierarchy: Hierarchy, codes: Sequence[str]) -> list[int]:
+    return [cid for cid in (hierarchy.resolve(code) for code in codes) if cid is not None]
 
 
 def match_scores(
@@ -94,51 +62,10 @@ def match_scores(
     vocabulary does not know.
     """
     hierarchy = get_hierarchy(con)
-    return _scores_against(hierarchy, _ids(hierarchy, from_codes), _best_up_of_codes(hierarchy, to_codes), max_distance)
-
-
-def _score(
-    hierarchy: Hierarchy,
-    cohort_id: str,
-    cohort_name: str,
-    ground_truth_codes: list[str],
-    predicted_codes: list[str],
-    method: str,
-    truth_best_up: dict[int, int] | None = None,
-) -> CohortEvalResult:
-    truth_ids = _ids(hierarchy, ground_truth_codes)
-    unresolvable = [code for code, cid in zip(ground_truth_codes, truth_ids, strict=True) if cid is None]
-    truth = [code for code, cid in zip(ground_truth_codes, truth_ids, strict=True) if cid is not None]
-    truth_ids_known = [cid for cid in truth_ids if cid is not None]
-    predicted = list(dict.fromkeys(predicted_codes))
-    predicted_ids = _ids(hierarchy, predicted)
-    if truth_best_up is None:
-        truth_best_up = _best_up(hierarchy, truth_ids_known)
-    predicted_best_up = _best_up(hierarchy, [cid for cid in predicted_ids if cid is not None])
-    coverage = set_coverage(
-        _scores_against(hierarchy, truth_ids_known, predicted_best_up, DEFAULT_MAX_DISTANCE), len(truth)
-    )
-    penalty = over_inclusion_penalty(
-        _scores_against(hierarchy, predicted_ids, truth_best_up, DEFAULT_MAX_DISTANCE), len(predicted)
-    )
-    precision, recall, f1 = exact_match_scores(
-        [hierarchy.code[cid] if cid is not None else code for code, cid in zip(predicted, predicted_ids, strict=True)],
-        truth,
-    )
-    return CohortEvalResult(
-        cohort_id=cohort_id,
-        cohort_name=cohort_name,
-        method=method,
-        predicted_codes=predicted,
-        ground_truth_codes=truth,
-        coverage=coverage,
-        over_inclusion_penalty=penalty,
-        hierarchical_score=hierarchical_score(coverage, penalty),
-        unresolvable_ground_truth=unresolvable,
-        exact_precision=precision,
-        exact_recall=recall,
-        exact_f1=f1,
-    )
+    index = NearestIndex(hierarchy, _ids(hierarchy, to_codes))
+    return [
+        distance_weighted_score(index.nearest(hierarchy.resolve(code)).distance, max_distance) for code in from_codes
+    ]
 
 
 def score_cohort(
@@ -153,28 +80,10 @@ def score_cohort(
 
     Coverage runs ground truth -> predicted, over-inclusion predicted -> ground truth; curated
     codes the vocabulary does not know are reported in ``unresolvable_ground_truth`` and left out
-    of both directions.
+    of both directions. Codes are normalised and de-duplicated on both sides.
     """
-    return _score(get_hierarchy(con), cohort_id, cohort_name, ground_truth_codes, predicted_codes, method)
-
-
-def _means(results: list[CohortEvalResult], field: str) -> dict[str, float]:
-    by_method: dict[str, list[float]] = {}
-    for result in results:
-        by_method.setdefault(result.method, []).append(float(getattr(result, field)))
-    return {method: sum(values) / len(values) for method, values in by_method.items()}
-
-
-def aggregate(results: list[CohortEvalResult], skipped: list[str] | None = None) -> BenchmarkReport:
-    """Means per method over the scored cohorts."""
-    return BenchmarkReport(
-        results=results,
-        mean_coverage_by_method=_means(results, "coverage"),
-        mean_over_inclusion_by_method=_means(results, "over_inclusion_penalty"),
-        mean_hierarchical_score_by_method=_means(results, "hierarchical_score"),
-        mean_exact_f1_by_method=_means(results, "exact_f1"),
-        skipped=skipped or [],
-    )
+    matches = match_cohort(get_hierarchy(con), ground_truth_codes, predicted_codes)
+    return score_matches(matches, cohort_id, cohort_name, method)
 
 
 def expansion_seed(ground_truth_codes: Sequence[str]) -> str | None:
@@ -182,54 +91,139 @@ def expansion_seed(ground_truth_codes: Sequence[str]) -> str | None:
     return min(ground_truth_codes, key=lambda code: (len(code.replace(".", "")), code), default=None)
 
 
-class _CohortQueries:
-    """Each retriever is queried once per cohort, deep enough for fusion; methods take prefixes.
+def _check_parameters(k: int, dense_weight: float) -> None:
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    if not 0.0 <= dense_weight <= 1.0:
+        raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
 
-    ``bm25`` and ``dense`` rankings are prefix-stable (a deeper ranking never reorders a shallower
-    one), so ``bm25``/``dense`` at k and ``hybrid`` fused from the fusion depth give exactly what
-    separate ``search_concepts`` calls would, at half the query cost.
+
+def resolve_methods(methods: Sequence[str | Method] | None) -> list[Method]:
+    """Methods by name, ``module:function`` or object; the reference's default three when None."""
+    chosen = [get_method(spec) for spec in (methods if methods is not None else DEFAULT_METHODS)]
+    return list({m.name: m for m in chosen}.values())
+
+
+def build_run(
+    declared: Method,
+    context: MethodContext,
+    qrels: Qrels,
+    skipped: list[str],
+    progress: ProgressCallback | None = None,
+) -> tuple[Run | None, MethodRecord]:
+    """One method over every cohort of ``qrels``: its run (None if skipped) and its record."""
+    record = MethodRecord(
+        name=declared.name,
+        label=declared.label or declared.name,
+        source=declared.source,
+        needs=sorted(declared.needs | declared.uses),
+    )
+    problem = declared.unmet(context)
+    if problem is None and declared.setup is not None:
+        try:
+            setup: MethodSetup = declared.setup(context)
+        except SkipMethod as error:
+            problem = str(error)
+        else:
+            record.trained_on, record.notes = list(setup.trained_on), list(setup.notes)
+            record.degraded = setup.degraded
+            context.options[f"setup:{declared.name}"] = setup.state
+    if problem is not None:
+        skipped += [f"{cohort_id}/{declared.name}: {problem}" for cohort_id in qrels.cohorts]
+        record.notes.append(f"skipped: {problem}")
+        return None, record
+    degradation = declared.degradation(context)
+    if degradation:
+        record.degraded = "; ".join(filter(None, [record.degraded, degradation]))
+    progress = progress or no_progress
+    run = Run(name=declared.name, source=declared.source)
+    total = len(qrels.cohorts)
+    for position, cohort in enumerate(qrels.cohorts.values()):
+        progress(position, total, f"{declared.name}: {cohort.cohort_id}")
+        task = CohortTask(cohort_id=cohort.cohort_id, query=cohort.cohort_name, seed_code=expansion_seed(cohort.codes))
+        try:
+            produced = declared.predict(context, task)
+        except Exception as error:
+            if declared.source == "built-in":
+                raise
+            skipped.append(f"{cohort.cohort_id}/{declared.name}: the method raised {type(error).__name__}: {error}")
+            record.notes.append(f"raised on cohort {cohort.cohort_id}: {type(error).__name__}: {error}")
+            log.warning("method %s raised on cohort %s", declared.name, cohort.cohort_id, exc_info=True)
+            continue
+        run.cohorts[cohort.cohort_id] = [
+            entry if isinstance(entry, RunEntry) else RunEntry(code=str(entry), rank=rank, provenance=[declared.name])
+            for rank, entry in enumerate(produced, start=1)
+        ]
+    return run, record
+
+
+def score_runs(
+    hierarchy: Hierarchy,
+    qrels: Qrels,
+    runs: Sequence[Run],
+    measures: Sequence[Measure | str] | None = None,
+    methods: dict[str, MethodRecord] | None = None,
+    skipped: Sequence[str] = (),
+) -> BenchmarkReport:
+    """Score several runs against one ``qrels`` (ground-truth tables built once) and aggregate.
+
+    A run scores only the cohorts it answered; the rest of ``qrels`` is listed as skipped.
     """
-
-    def __init__(self, con: duckdb.DuckDBPyConnection, query: str, k: int, dense: object | None) -> None:
-        self.con, self.query, self.k, self.dense = con, query, k, dense
-        self.depth = fusion_depth(k)
-        self._bm25: list[str] | None = None
-        self._dense: list[str] | None = None
-
-    def bm25(self) -> list[str]:
-        if self._bm25 is None:
-            self._bm25 = [code for code, _ in get_bm25_index(self.con).ranking(self.query, self.depth)]
-        return self._bm25
-
-    def dense_ranking(self) -> list[str]:
-        if self._dense is None:
-            self._dense = [code for code, _ in self.dense.ranking(self.query, self.depth)]  # type: ignore[attr-defined]
-        return self._dense
-
-    def hybrid(self, dense_weight: float) -> list[str]:
-        if self.dense is None:
-            return [code for code, _ in rrf_fuse([self.bm25()], [1.0])[: self.k]]
-        fused = rrf_fuse([self.bm25(), self.dense_ranking()], [1.0 - dense_weight, dense_weight])
-        return [code for code, _ in fused[: self.k]]
+    indexes = TruthIndexes(hierarchy)
+    results: list[CohortEvalResult] = []
+    skipped = [*qrels.skipped_lines(), *skipped]
+    for run in runs:
+        answered = qrels.model_copy(update={"cohorts": {c: s for c, s in qrels.cohorts.items() if c in run.cohorts}})
+        results += evaluate(hierarchy, answered, run, measures, indexes)
+    by_cohort = {cohort_id: position for position, cohort_id in enumerate(qrels.cohorts)}
+    results.sort(key=lambda r: by_cohort.get(r.cohort_id, len(by_cohort)))
+    return aggregate(results, skipped, measures, methods)
 
 
-def _predict(
+def run_methods(
     con: duckdb.DuckDBPyConnection,
-    method: str,
-    queries: _CohortQueries,
-    ground_truth: list[str],
-    dense_weight: float,
-) -> list[str]:
-    if method == "bm25":
-        return queries.bm25()[: queries.k]
-    if method == "dense":
-        return queries.dense_ranking()[: queries.k]
-    if method == "hybrid":
-        return queries.hybrid(dense_weight)
-    if method == "expand_descendants":
-        seed = expansion_seed(ground_truth)
-        return expand_descendants(con, seed) if seed else []
-    raise ValueError(f"unknown method {method!r}; choose from {', '.join(ALL_METHODS)}")
+    qrels: Qrels,
+    methods: Sequence[str | Method] | None = None,
+    dense: Any | None = None,
+    k: int = 25,
+    dense_weight: float = 0.5,
+    measures: Sequence[Measure | str] | None = None,
+    progress: ProgressCallback | None = None,
+    dense_problem: str | None = None,
+    extra_runs: Sequence[Run] = (),
+) -> BenchmarkReport:
+    """Run ``methods`` over ``qrels`` and score them (plus any ``extra_runs``, e.g. imported)."""
+    _check_parameters(k, dense_weight)
+    chosen = resolve_methods(methods)
+    hierarchy = get_hierarchy(con)
+    retrieval = Retrieval(con, dense, fusion_depth(k))
+    context = MethodContext(
+        con=con,
+        hierarchy=hierarchy,
+        retrieval=retrieval,
+        k=k,
+        dense_weight=dense_weight,
+        library_id=qrels.library_id,
+        library_group=qrels.group,
+        dense_problem=dense_problem if dense is None else None,
+    )
+    if any(m.retrieves for m in chosen):
+        queries = [cohort.cohort_name for cohort in qrels.cohorts.values()]
+        retrieval.prefetch(queries, dense=any(m.retrieves_dense for m in chosen))
+    skipped: list[str] = []
+    runs: list[Run] = []
+    records: dict[str, MethodRecord] = {}
+    for declared in chosen:
+        run, record = build_run(declared, context, qrels, skipped, progress)
+        records[declared.name] = record
+        if run is not None:
+            runs.append(run)
+    for run in extra_runs:
+        runs.append(run)
+        records[run.name] = MethodRecord(name=run.name, label=run.name, source=run.source, notes=list(run.notes))
+    report = score_runs(hierarchy, qrels, runs, measures, records, skipped)
+    (progress or no_progress)(len(qrels.cohorts), len(qrels.cohorts), "done")
+    return report
 
 
 def run_benchmark(
@@ -242,43 +236,20 @@ def run_benchmark(
     fanout_threshold: int = 100,
     dense_weight: float = 0.5,
     progress: ProgressCallback | None = None,
+    measures: Sequence[Measure | str] | None = None,
+    dense_problem: str | None = None,
 ) -> BenchmarkReport:
     """Run every requested method against every cohort and aggregate the results.
 
-    The cohort's own display name is the query for ``bm25``, ``dense`` and ``hybrid``;
+    The cohort's own display name is the query for the retrieval methods;
     ``expand_descendants`` seeds from the shortest curated code, a deliberately weak baseline.
-    ``dense`` runs only with a dense retriever (otherwise it is skipped and listed in
-    ``skipped``, not an error); ``hybrid`` without one degrades to BM25 alone.
+    A method whose needs are missing (``dense`` without a dense retriever) is skipped and listed
+    in ``skipped``; ``hybrid`` without one runs on BM25 alone and the report marks it degraded
+    (``methods["hybrid"].degraded``, with ``dense_problem`` when the caller knows why).
     """
-    methods = list(methods) if methods is not None else list(DEFAULT_METHODS)
-    unknown = [method for method in methods if method not in ALL_METHODS]
-    if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(ALL_METHODS)}")
-    progress = progress or no_progress
-    hierarchy = get_hierarchy(con)
-    results: list[CohortEvalResult] = []
-    skipped: list[str] = []
-    for position, cohort_id in enumerate(cohort_ids):
-        progress(position, len(cohort_ids), f"cohort {cohort_id}")
-        curated = load_curated_concept_set(con, library_dir, cohort_id, fanout_threshold)
-        truth = curated.codes
-        if not truth:
-            skipped.append(f"{cohort_id}/*: no resolvable ground-truth codes")
-            continue
-        truth_best_up = _best_up_of_codes(hierarchy, truth)
-        queries = _CohortQueries(con, curated.cohort_name, k, dense)
-        for method in methods:
-            if method in NEEDS_DENSE and dense is None:
-                skipped.append(f"{cohort_id}/{method}: no dense retriever")
-                continue
-            predicted = _predict(con, method, queries, truth, dense_weight)
-            result = _score(
-                hierarchy, curated.cohort_id, curated.cohort_name, truth, predicted, method, truth_best_up
-            )
-            result.unresolvable_ground_truth = list(curated.unresolvable)
-            results.append(result)
-    progress(len(cohort_ids), len(cohort_ids), "done")
-    return aggregate(results, skipped)
+    _check_parameters(k, dense_weight)
+    qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold)
+    return run_methods(con, qrels, methods, dense, k, dense_weight, measures, progress, dense_problem)
 
 
 class CohortRankings(BaseModel):
@@ -296,15 +267,29 @@ class RankingCache(BaseModel):
     library_dir: str
     depth: int
     cohorts: list[CohortRankings]
-    # ground-truth ancestor tables per (vocabulary build, cohort): fixed for the cache's lifetime,
-    # so every slider move after the first only scores the re-fused predictions
-    _truth_best_up: dict[tuple[str, str], dict[int, int]] = PrivateAttr(default_factory=dict)
+    _truth: dict[str, TruthIndexes] = PrivateAttr(default_factory=dict)
 
-    def truth_best_up(self, hierarchy: Hierarchy, cohort: CohortRankings) -> dict[int, int]:
-        key = (hierarchy.build_id, cohort.cohort_id)
-        if key not in self._truth_best_up:
-            self._truth_best_up[key] = _best_up_of_codes(hierarchy, cohort.ground_truth_codes)
-        return self._truth_best_up[key]
+    def truth_indexes(self, hierarchy: Hierarchy) -> TruthIndexes:
+        """Ground-truth ancestor tables, fixed for the cache's lifetime (one set per vocabulary build)."""
+        if hierarchy.build_id not in self._truth:
+            self._truth = {hierarchy.build_id: TruthIndexes(hierarchy)}
+        return self._truth[hierarchy.build_id]
+
+    def qrels(self) -> Qrels:
+        return Qrels(
+            library_id="",
+            library_path=self.library_dir,
+            cohorts={
+                c.cohort_id: CuratedSet(
+                    cohort_id=c.cohort_id,
+                    cohort_name=c.cohort_name,
+                    codes=c.ground_truth_codes,
+                    unresolvable=c.unresolvable_ground_truth,
+                )
+                for c in self.cohorts
+                if c.ground_truth_codes
+            },
+        )
 
     @property
     def has_dense(self) -> bool:
@@ -321,25 +306,22 @@ def collect_rankings(
     progress: ProgressCallback | None = None,
 ) -> RankingCache:
     """Query BM25 (and dense, when given) once per cohort, deep enough to re-fuse at any weight."""
-    progress = progress or no_progress
-    bm25 = get_bm25_index(con)
-    cohorts = []
-    for position, cohort_id in enumerate(cohort_ids):
-        progress(position, len(cohort_ids), f"cohort {cohort_id}")
-        curated = load_curated_concept_set(con, library_dir, cohort_id, fanout_threshold)
-        cohorts.append(
-            CohortRankings(
-                cohort_id=curated.cohort_id,
-                cohort_name=curated.cohort_name,
-                ground_truth_codes=curated.codes,
-                unresolvable_ground_truth=curated.unresolvable,
-                bm25=[code for code, _ in bm25.ranking(curated.cohort_name, depth)],
-                dense=[code for code, _ in dense.ranking(curated.cohort_name, depth)]  # type: ignore[attr-defined]
-                if dense is not None
-                else None,
-            )
+    qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold, progress)
+    retrieval = Retrieval(con, dense, depth)
+    retrieval.prefetch([cohort.cohort_name for cohort in qrels.cohorts.values()])
+    cohorts = [
+        CohortRankings(
+            cohort_id=cohort.cohort_id,
+            cohort_name=cohort.cohort_name,
+            ground_truth_codes=cohort.codes,
+            unresolvable_ground_truth=cohort.unresolvable,
+            bm25=[code for code, _ in retrieval.bm25(cohort.cohort_name)],
+            dense=[code for code, _ in dense_ranked]
+            if (dense_ranked := retrieval.dense_ranking(cohort.cohort_name)) is not None
+            else None,
         )
-    progress(len(cohort_ids), len(cohort_ids), "done")
+        for cohort in qrels.cohorts.values()
+    ]
     return RankingCache(library_dir=str(library_dir), depth=depth, cohorts=cohorts)
 
 
@@ -349,32 +331,21 @@ def rescore_hybrid(
     """Re-fuse cached rankings at ``dense_weight`` and re-score every cohort: no retrieval at all.
 
     Produces exactly what ``run_benchmark(methods=["hybrid"])`` would for the same weight and
-    ``k`` (provided ``cache.depth >= fusion_depth(k)``), in a fraction of the time.
+    ``k`` (provided ``cache.depth >= fusion_depth(k)``), through the same fusion and scoring.
     """
-    if not 0.0 <= dense_weight <= 1.0:
-        raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+    _check_parameters(k, dense_weight)
     if cache.depth < fusion_depth(k):
         raise ValueError(f"rankings are {cache.depth} deep; k={k} needs {fusion_depth(k)}")
     hierarchy = get_hierarchy(con)
     depth = fusion_depth(k)
-    results = []
+    run = Run(name="hybrid")
     for cohort in cache.cohorts:
-        if not cohort.ground_truth_codes:
-            continue
-        if cohort.dense is None:
-            rankings, weights = [cohort.bm25[:depth], []], [1.0, 0.0]
-        else:
-            rankings, weights = [cohort.bm25[:depth], cohort.dense[:depth]], [1.0 - dense_weight, dense_weight]
-        predicted = [code for code, _ in rrf_fuse(rankings, weights)[:k]]
-        result = _score(
-            hierarchy,
-            cohort.cohort_id,
-            cohort.cohort_name,
-            cohort.ground_truth_codes,
-            predicted,
-            "hybrid",
-            cache.truth_best_up(hierarchy, cohort),
-        )
-        result.unresolvable_ground_truth = list(cohort.unresolvable_ground_truth)
-        results.append(result)
-    return aggregate(results)
+        dense = cohort.dense[:depth] if cohort.dense is not None else None
+        fused = fuse(cohort.bm25[:depth], dense, dense_weight)[:k]
+        run.cohorts[cohort.cohort_id] = [
+            RunEntry(code=code, rank=rank, score=score) for rank, (code, score) in enumerate(fused, start=1)
+        ]
+    qrels = cache.qrels()
+    results = evaluate(hierarchy, qrels, run, truth_indexes=cache.truth_indexes(hierarchy))
+    degraded = None if cache.has_dense else "no dense rankings in the cache: BM25 alone"
+    return aggregate(results, methods={"hybrid": MethodRecord(name="hybrid", label="Hybrid (RRF)", degraded=degraded)})

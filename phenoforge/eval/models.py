@@ -30,6 +30,36 @@ class CohortEvalResult(BaseModel):
     exact_precision: float = 0.0
     exact_recall: float = 0.0
     exact_f1: float = 0.0
+    scores: dict[str, float] = Field(
+        default_factory=dict, description="every requested measure by its key (see phenoforge.eval.measures)"
+    )
+    provenance: dict[str, list[str]] = Field(
+        default_factory=dict, description="predicted code -> why the method put it in the list"
+    )
+
+
+class MeasureRecord(BaseModel):
+    """How a report was scored: one measure, its label, direction and parameters."""
+
+    name: str
+    label: str
+    higher_is_better: bool
+    parameters: dict[str, int | float] = Field(default_factory=dict)
+    description: str = ""
+
+
+class MethodRecord(BaseModel):
+    """What produced one method's results, and anything that makes them less than what was asked."""
+
+    name: str
+    label: str = ""
+    source: str = Field(
+        default="built-in", description="'built-in', 'module:function', 'entry point: X', or a run file"
+    )
+    needs: list[str] = Field(default_factory=list)
+    degraded: str | None = Field(default=None, description="why the results are not what the method would give")
+    trained_on: list[str] = Field(default_factory=list, description="libraries a fitted model or parameter came from")
+    notes: list[str] = Field(default_factory=list)
 
 
 class BenchmarkReport(BaseModel):
@@ -44,6 +74,9 @@ class BenchmarkReport(BaseModel):
         default_factory=list,
         description="'cohort_id/method: reason' for every requested pair that was not scored",
     )
+    measures: list[MeasureRecord] = Field(default_factory=list, description="how every score was computed")
+    methods: dict[str, MethodRecord] = Field(default_factory=dict)
+    means: dict[str, dict[str, float]] = Field(default_factory=dict, description="measure key -> method -> mean")
 
 
 class TermResolution(BaseModel):

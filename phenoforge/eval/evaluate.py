@@ -1,0 +1,126 @@
+"""The one scoring path: ``evaluate(hierarchy, qrels, run, measures)``, pure and database-free.
+
+Every number the project shows comes from here: the benchmark, the hybrid-weight slider, the
+decomposition evaluation, imported runs and the drilldown (which renders the same matches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from phenoforge.eval.matching import CohortMatches, NearestIndex, match_cohort
+from phenoforge.eval.measures import Coverage, Hierarchical, Measure, OverInclusion, parse_measures
+from phenoforge.eval.measures.exact import ExactF1, ExactPrecision, ExactRecall
+from phenoforge.eval.models import BenchmarkReport, CohortEvalResult, MeasureRecord, MethodRecord
+from phenoforge.eval.qrels import CuratedSet, Qrels
+from phenoforge.eval.runs import Run
+
+if TYPE_CHECKING:
+    from phenoforge.engine.expansion import Hierarchy
+
+_FIELD_MEASURES: tuple[Measure, ...] = (
+    Coverage(),
+    OverInclusion(),
+    Hierarchical(),
+    ExactPrecision(),
+    ExactRecall(),
+    ExactF1(),
+)
+
+
+class TruthIndexes:
+    """Ancestor tables of ground truth, built once per cohort and reused by every run scored."""
+
+    def __init__(self, hierarchy: Hierarchy) -> None:
+        self.hierarchy = hierarchy
+        self._indexes: dict[tuple[str, tuple[str, ...]], NearestIndex] = {}
+
+    def get(self, cohort: CuratedSet) -> NearestIndex:
+        key = (cohort.cohort_id, tuple(cohort.codes))
+        index = self._indexes.get(key)
+        if index is None:
+            ids = [cid for cid in (self.hierarchy.resolve(code) for code in cohort.codes) if cid is not None]
+            index = self._indexes[key] = NearestIndex(self.hierarchy, ids)
+        return index
+
+
+def score_matches(
+    matches: CohortMatches,
+    cohort_id: str,
+    cohort_name: str,
+    method: str,
+    measures: Sequence[Measure] | None = None,
+    unresolvable: Sequence[str] = (),
+    provenance: dict[str, list[str]] | None = None,
+) -> CohortEvalResult:
+    """One cohort's result from its matches: the reference fields plus every requested measure."""
+    fields = {m.result_field: m.compute(matches) for m in _FIELD_MEASURES if m.result_field}
+    scores = {m.key: m.compute(matches) for m in parse_measures(measures)}
+    return CohortEvalResult(
+        cohort_id=cohort_id,
+        cohort_name=cohort_name,
+        method=method,
+        predicted_codes=matches.predicted_codes,
+        ground_truth_codes=matches.truth_codes,
+        unresolvable_ground_truth=list(dict.fromkeys([*matches.unresolvable_truth, *unresolvable])),
+        scores=scores,
+        provenance=provenance or {},
+        **fields,
+    )
+
+
+def evaluate(
+    hierarchy: Hierarchy,
+    qrels: Qrels,
+    run: Run,
+    measures: Sequence[Measure | str] | None = None,
+    truth_indexes: TruthIndexes | None = None,
+) -> list[CohortEvalResult]:
+    """Score ``run`` against every cohort of ``qrels`` (a cohort the run lacks scores as empty).
+
+    Pure: the hierarchy is in memory, so this is what property tests and the slider call.
+    """
+    chosen = parse_measures(measures)
+    truth_indexes = truth_indexes or TruthIndexes(hierarchy)
+    results = []
+    for cohort in qrels.cohorts.values():
+        entries = run.cohorts.get(cohort.cohort_id, [])
+        matches = match_cohort(hierarchy, cohort.codes, [e.code for e in entries], truth_indexes.get(cohort))
+        provenance = {e.code: e.provenance for e in entries if e.provenance}
+        results.append(
+            score_matches(
+                matches, cohort.cohort_id, cohort.cohort_name, run.name, chosen, cohort.unresolvable, provenance
+            )
+        )
+    return results
+
+
+def _means(results: list[CohortEvalResult], read: str) -> dict[str, float]:
+    by_method: dict[str, list[float]] = {}
+    for result in results:
+        value = result.scores.get(read) if read in result.scores else getattr(result, read, None)
+        if value is not None:
+            by_method.setdefault(result.method, []).append(float(value))
+    return {method: sum(values) / len(values) for method, values in by_method.items()}
+
+
+def aggregate(
+    results: list[CohortEvalResult],
+    skipped: list[str] | None = None,
+    measures: Sequence[Measure | str] | None = None,
+    methods: dict[str, MethodRecord] | None = None,
+) -> BenchmarkReport:
+    """Means per method over the scored cohorts, with the measures and methods recorded."""
+    chosen = parse_measures(measures)
+    return BenchmarkReport(
+        results=results,
+        mean_coverage_by_method=_means(results, "coverage"),
+        mean_over_inclusion_by_method=_means(results, "over_inclusion_penalty"),
+        mean_hierarchical_score_by_method=_means(results, "hierarchical_score"),
+        mean_exact_f1_by_method=_means(results, "exact_f1"),
+        skipped=skipped or [],
+        measures=[MeasureRecord(**m.info().model_dump()) for m in chosen],
+        methods=methods or {},
+        means={m.key: _means(results, m.key) for m in chosen},
+    )

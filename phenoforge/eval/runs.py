@@ -1,0 +1,230 @@
+"""Runs: what a method (built-in, plugged in, or brought as a file) produced for each cohort.
+
+A run maps cohort ids to ranked or unranked codes, each with its provenance. Runs are read from
+and written to one CSV shape (``cohort_id, code[, rank, score]``) and one JSON shape, so a
+researcher can score an LLM's lists or a colleague's hand-built lists beside the built-in methods.
+Validation reports every problem with its line number and accepts nothing partially.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from phenoforge.errors import PhenoforgeError
+
+if TYPE_CHECKING:
+    from phenoforge.engine.expansion import Hierarchy
+    from phenoforge.eval.qrels import Qrels
+
+RUN_CSV_COLUMNS = ["cohort_id", "code", "rank", "score"]
+MAX_PROBLEMS_SHOWN = 20
+
+
+class RunEntry(BaseModel):
+    """One code of a run, where it ranked, and why it is there."""
+
+    code: str
+    rank: int | None = None
+    score: float | None = None
+    provenance: list[str] = Field(default_factory=list)
+
+
+class Run(BaseModel):
+    """One method's codes for every cohort it answered."""
+
+    name: str
+    cohorts: dict[str, list[RunEntry]] = Field(default_factory=dict)
+    source: str = Field(default="", description="'built-in', 'module:function', 'entry point', or the imported file")
+    notes: list[str] = Field(default_factory=list)
+
+    def codes(self, cohort_id: str) -> list[str]:
+        return [entry.code for entry in self.cohorts.get(cohort_id, [])]
+
+
+class RunImportError(PhenoforgeError):
+    """A run file with problems; ``problems`` are 'line N: what is wrong'."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.problems = problems
+        shown = "\n  ".join(problems[:MAX_PROBLEMS_SHOWN])
+        more = f"\n  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more" if len(problems) > MAX_PROBLEMS_SHOWN else ""
+        super().__init__(f"{source}: {len(problems)} problem(s), nothing imported:\n  {shown}{more}")
+
+
+def _number(text: str, kind: type, what: str) -> tuple[Any, str | None]:
+    text = text.strip()
+    if not text:
+        return None, None
+    try:
+        value = kind(text)
+    except ValueError:
+        return None, f"{what} {text!r} is not a {'whole number' if kind is int else 'number'}"
+    if kind is float and not math.isfinite(value):
+        return None, f"{what} {text!r} is not finite"
+    if kind is int and value <= 0:
+        return None, f"{what} must be 1 or more, got {value}"
+    return value, None
+
+
+def _validate(
+    rows: Iterable[tuple[int, str, str, str, str]], qrels: Qrels, hierarchy: Hierarchy, name: str, source: str
+) -> Run:
+    problems: list[str] = []
+    cohorts: dict[str, list[RunEntry]] = {}
+    seen: set[tuple[str, int]] = set()
+    for line, cohort_id, raw_code, raw_rank, raw_score in rows:
+        where = f"line {line}"
+        cohort_id = cohort_id.strip()
+        if not cohort_id:
+            problems.append(f"{where}: empty cohort_id")
+            continue
+        if cohort_id not in qrels.cohorts:
+            problems.append(f"{where}: cohort {cohort_id!r} is not a scorable cohort of library {qrels.library_id!r}")
+            continue
+        concept_id = hierarchy.resolve(raw_code)
+        if concept_id is None:
+            problems.append(f"{where}: code {raw_code.strip()!r} is not in the loaded vocabulary")
+            continue
+        rank, rank_problem = _number(raw_rank, int, "rank")
+        score, score_problem = _number(raw_score, float, "score")
+        problems += [f"{where}: {p}" for p in (rank_problem, score_problem) if p]
+        if rank_problem or score_problem:
+            continue
+        if (cohort_id, concept_id) in seen:
+            continue  # the same code twice for a cohort counts once
+        seen.add((cohort_id, concept_id))
+        cohorts.setdefault(cohort_id, []).append(
+            RunEntry(code=hierarchy.code[concept_id], rank=rank, score=score, provenance=[f"imported: {name}"])
+        )
+    if problems:
+        raise RunImportError(source, problems)
+    if not cohorts:
+        raise RunImportError(source, ["no rows: a run needs at least one 'cohort_id, code' row"])
+    for entries in cohorts.values():
+        if any(entry.rank is not None for entry in entries):
+            entries.sort(key=lambda entry: (entry.rank is None, entry.rank or 0))
+    missing = [cid for cid in qrels.cohorts if cid not in cohorts]
+    notes = (
+        [f"{len(missing)} cohort(s) of the library have no rows in this run and score as empty lists"]
+        if missing
+        else []
+    )
+    return Run(name=name, cohorts=cohorts, source=source, notes=notes)
+
+
+def parse_run_csv(text: str, qrels: Qrels, hierarchy: Hierarchy, name: str, source: str = "run.csv") -> Run:
+    """A run from CSV text with columns ``cohort_id, code`` and optional ``rank``, ``score``."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [column.strip().lower().lstrip("\ufeff") for column in next(reader)]
+    except StopIteration:
+        raise RunImportError(source, ["the file is empty"]) from None
+    except csv.Error as error:
+        raise RunImportError(source, [f"line 1: {error}"]) from None
+    missing = [column for column in ("cohort_id", "code") if column not in header]
+    if missing:
+        raise RunImportError(source, [f"line 1: missing column(s) {', '.join(missing)} (header: {', '.join(header)})"])
+    index = {column: header.index(column) for column in RUN_CSV_COLUMNS if column in header}
+
+    def rows() -> Iterable[tuple[int, str, str, str, str]]:
+        try:
+            for record in reader:
+                if not any(cell.strip() for cell in record):
+                    continue
+                line = reader.line_num
+
+                def cell(column: str, record: list[str] = record) -> str:
+                    position = index.get(column)
+                    return record[position] if position is not None and position < len(record) else ""
+
+                yield line, cell("cohort_id"), cell("code"), cell("rank"), cell("score")
+        except csv.Error as error:
+            raise RunImportError(source, [f"line {reader.line_num}: {error}"]) from None
+
+    return _validate(rows(), qrels, hierarchy, name, source)
+
+
+class _JsonRun(BaseModel):
+    name: str | None = None
+    cohorts: dict[str, list[RunEntry | str]]
+
+
+def parse_run_json(text: str, qrels: Qrels, hierarchy: Hierarchy, name: str, source: str = "run.json") -> Run:
+    """A run from JSON: ``{"cohorts": {cohort_id: ["E11.9", ...] or [{"code", "rank", "score"}]}}``.
+
+    Problems are reported as ``cohort X, entry N`` (JSON has no useful line numbers per entry).
+    """
+    try:
+        payload = _JsonRun.model_validate_json(text)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise RunImportError(source, [f"{where}: {first['msg']} (expected {{'cohorts': {{id: [codes]}}}})"]) from None
+    rows: list[tuple[int, str, str, str, str]] = []
+    for cohort_id, entries in payload.cohorts.items():
+        for position, entry in enumerate(entries, start=1):
+            if isinstance(entry, str):
+                rows.append((position, cohort_id, entry, "", ""))
+            else:
+                rank = "" if entry.rank is None else str(entry.rank)
+                score = "" if entry.score is None else repr(entry.score)
+                rows.append((position, cohort_id, entry.code, rank, score))
+    try:
+        return _validate(rows, qrels, hierarchy, payload.name or name, source)
+    except RunImportError as error:
+        # JSON entries are numbered within their cohort
+        raise RunImportError(source, [p.replace("line ", "entry ", 1) for p in error.problems]) from None
+
+
+def read_run(path: Path | str, qrels: Qrels, hierarchy: Hierarchy, name: str | None = None) -> Run:
+    """A run file (``.json`` or CSV), validated against ``qrels`` and the vocabulary."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise PhenoforgeError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise PhenoforgeError(f"{path}: is a directory, not a run file") from None
+    except UnicodeDecodeError:
+        raise RunImportError(str(path), ["the file is not UTF-8 text"]) from None
+    name = name or path.stem
+    if path.suffix.lower() == ".json":
+        return parse_run_json(text, qrels, hierarchy, name, str(path))
+    return parse_run_csv(text, qrels, hierarchy, name, str(path))
+
+
+def run_to_csv(run: Run) -> str:
+    """The run in the import CSV shape (one row per code; rank filled in list order)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(RUN_CSV_COLUMNS)
+    for cohort_id, entries in run.cohorts.items():
+        for position, entry in enumerate(entries, start=1):
+            score = "" if entry.score is None else f"{entry.score:.6g}"
+            writer.writerow([_csv_safe(cohort_id), entry.code, entry.rank or position, score])
+    return buffer.getvalue()
+
+
+def run_to_json(run: Run) -> str:
+    """The run in the import JSON shape."""
+    payload = {
+        "name": run.name,
+        "cohorts": {
+            cohort_id: [entry.model_dump(exclude_defaults=True) for entry in entries]
+            for cohort_id, entries in run.cohorts.items()
+        },
+    }
+    return json.dumps(payload, indent=1)
+
+
+def _csv_safe(value: str) -> str:
+    """A cell a spreadsheet will not read as a formula (OWASP CSV injection guidance)."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value

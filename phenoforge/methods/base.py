@@ -1,0 +1,132 @@
+"""What a method is: a named function from a cohort's query to a code list, declaring its needs.
+
+A method receives a :class:`MethodContext` (the vocabulary, the shared retrieval cache, the
+retrievers and parameters) and a :class:`CohortTask` (the cohort's id and display name, the query;
+plus the one curated code the reference's ``expand_descendants`` baseline seeds from). It never
+sees the curated set itself, so no method can peek at the answer it is scored on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import duckdb
+from pydantic import BaseModel
+
+from phenoforge.engine.hybrid import fusion_depth
+from phenoforge.eval.runs import RunEntry
+from phenoforge.methods.retrieval import Retrieval
+
+if TYPE_CHECKING:
+    from phenoforge.engine.expansion import Hierarchy
+
+Need = Literal["dense", "anthropic_key", "trained_model"]
+KNOWN_NEEDS: tuple[str, ...] = ("dense", "anthropic_key", "trained_model")
+
+
+class CohortTask(BaseModel):
+    """What a method is given for one cohort."""
+
+    cohort_id: str
+    query: str
+    seed_code: str | None = None
+    """The least specific curated code: only the reference's weak ``expand_descendants`` baseline uses it."""
+
+
+class SkipMethod(Exception):
+    """Raised by a method's ``setup`` when it cannot run here; the reason goes into the report."""
+
+
+@dataclass
+class MethodContext:
+    """Everything a method may use, shared by every method of one benchmark run."""
+
+    con: duckdb.DuckDBPyConnection
+    hierarchy: Hierarchy
+    retrieval: Retrieval
+    k: int = 25
+    dense_weight: float = 0.5
+    library_id: str = ""
+    library_group: str = ""
+    dense_problem: str | None = None
+    """Why there is no dense retriever ('not built', 'corrupt: ...'), when there is none."""
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dense(self) -> Any:
+        return self.retrieval.dense
+
+    @property
+    def has_dense(self) -> bool:
+        return self.retrieval.dense is not None
+
+    @property
+    def depth(self) -> int:
+        return fusion_depth(self.k)
+
+
+@dataclass
+class MethodSetup:
+    """What a method's ``setup`` found: training provenance and any degradation."""
+
+    trained_on: list[str] = field(default_factory=list)
+    degraded: str | None = None
+    notes: list[str] = field(default_factory=list)
+    state: Any = None
+
+
+Predict = Callable[[MethodContext, CohortTask], Sequence[RunEntry | str]]
+Setup = Callable[[MethodContext], MethodSetup]
+
+
+@dataclass
+class Method:
+    """A registered method: its function, its label and what it needs to run."""
+
+    name: str
+    predict: Predict
+    label: str = ""
+    description: str = ""
+    needs: frozenset[str] = frozenset()
+    """Without these the method is skipped, with the reason."""
+    uses: frozenset[str] = frozenset()
+    """Without these the method still runs, and the report marks it degraded."""
+    source: str = "built-in"
+    setup: Setup | None = None
+    retrieves: bool = True
+    """Whether the method reads the shared rankings (the harness then ranks every query in one batch)."""
+
+    @property
+    def retrieves_dense(self) -> bool:
+        return self.retrieves and ("dense" in self.needs | self.uses or self.source != "built-in")
+
+    def unmet(self, context: MethodContext) -> str | None:
+        """Why the method cannot run in ``context`` (None: it can)."""
+        for need in sorted(self.needs):
+            problem = _need_problem(need, context)
+            if problem:
+                return problem
+        return None
+
+    def degradation(self, context: MethodContext) -> str | None:
+        problems = [p for p in (_need_problem(use, context) for use in sorted(self.uses)) if p]
+        return "; ".join(problems) or None
+
+
+def _need_problem(need: str, context: MethodContext) -> str | None:
+    if need == "dense" and not context.has_dense:
+        return f"no dense retriever ({context.dense_problem})" if context.dense_problem else "no dense retriever"
+    if need == "anthropic_key":
+        return None if os.environ.get("ANTHROPIC_API_KEY", "").strip() else "no Anthropic API key (ANTHROPIC_API_KEY)"
+    return None
+
+
+def entries(codes: Sequence[str], provenance: str, scores: Sequence[float] | None = None) -> list[RunEntry]:
+    """Ranked run entries for plain codes, each with the same provenance line."""
+    return [
+        RunEntry(code=code, rank=rank, score=None if scores is None else scores[rank - 1], provenance=[provenance])
+        for rank, code in enumerate(codes, start=1)
+    ]

@@ -1,0 +1,18 @@
+"""``bm25``: the top k of the BM25 ranking of the cohort's name."""
+
+from __future__ import annotations
+
+from phenoforge.eval.runs import RunEntry
+from phenoforge.methods.base import CohortTask, Method, MethodContext
+from phenoforge.methods.registry import register
+
+
+def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
+    ranked = context.retrieval.bm25(task.query)[: context.k]
+    return [
+        RunEntry(code=code, rank=rank, score=score, provenance=[f"bm25 rank {rank}"])
+        for rank, (code, score) in enumerate(ranked, start=1)
+    ]
+
+
+register(Method(name="bm25", predict=predict, label="BM25", description="top k of the BM25 ranking"))
