@@ -44,9 +44,7 @@ def athena_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def athena_load(
-    athena_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, AthenaLoadReport]:
+def athena_load(athena_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, AthenaLoadReport]:
     db_path = tmp_path_factory.mktemp("athena-db") / "vocab.duckdb"
     return db_path, load_athena(athena_dir, db_path)
 

@@ -191,9 +191,7 @@ def test_a_clean_synthetic_package_passes(clean_package: Path) -> None:
         ),
     ],
 )
-def test_a_synthetic_violation_is_caught(
-    clean_package: Path, relative: str, source: str, expected: str
-) -> None:
+def test_a_synthetic_violation_is_caught(clean_package: Path, relative: str, source: str, expected: str) -> None:
     _write(clean_package.parent, relative, source)
     problems = boundary_violations(clean_package)
     assert len(problems) == 1, problems

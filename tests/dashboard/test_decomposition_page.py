@@ -28,8 +28,9 @@ def test_offline_run_matches_score_decomposition(
     assert not at.exception
     cases = [c for c in OHDSI_TEST_CASES if c.cohort_id in FIXTURE_COHORTS]
     dense = load_dense_if_ready(dash_con, index_dir=dash / "dense", embed_fn=FakeEmbedder())
-    expected = score_decomposition(dash_con, dash / "libraries", offline_decomposer(), dense=dense,
-                                   k=10, test_cases=cases)
+    expected = score_decomposition(
+        dash_con, dash / "libraries", offline_decomposer(), dense=dense, k=10, test_cases=cases
+    )
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Mean gap (baseline − decomposed)"] == f"{expected.mean_gap:+.4f}"
     assert metrics["Mean decomposed"] == f"{expected.mean_decomposed_hierarchical_score:.4f}"
