@@ -107,6 +107,14 @@ def dense_retriever() -> Any:
     return dense_manager().retriever()
 
 
+def dense_problem() -> str | None:
+    """Why there is no dense retriever (None when there is one): recorded in benchmark reports."""
+    status = dense_manager().status()
+    if status.state == "ready":
+        return None
+    return status.error or f"the dense index is {status.state.replace('_', ' ')}"
+
+
 def dense_notice() -> None:
     status = dense_manager().status()
     if status.state == "ready":

@@ -15,20 +15,18 @@ from phenoforge.dashboard.benchmark import (
     available_methods,
     cohort_rows,
     drilldown_link,
+    import_run_and_save,
+    method_flags,
+    method_help,
     method_summaries,
+    progress_text,
     report_csv,
     report_json,
     run_and_save,
     saved_run,
     significance,
 )
-
-METHOD_HELP = {
-    "bm25": "BM25 over names and inclusion terms",
-    "dense": "dense embeddings (needs the dense index)",
-    "hybrid": "BM25 + dense fused by RRF",
-    "expand_descendants": "weak baseline: the shortest curated code and its descendants",
-}
+from phenoforge.errors import PhenoforgeError
 
 
 def controls(libraries: list) -> tuple[object, BenchmarkParameters, str, bool]:
@@ -44,13 +42,16 @@ def controls(libraries: list) -> tuple[object, BenchmarkParameters, str, bool]:
         options = available_methods(dense_ready)
         default = [m for m in ("bm25", "hybrid", "dense") if m in options]
         methods = st.multiselect("Methods", options, default=default, key="bench_methods",
-                                 help="; ".join(f"{m}: {h}" for m, h in METHOD_HELP.items()))
+                                 help="; ".join(f"{m}: {h}" for m, h in method_help().items()))
+        custom = st.text_input("Your own methods (module:function, comma-separated)", key="bench_custom",
+                               help="a function (context, task) -> codes, importable from where the dashboard runs")
         cols = st.columns(3)
         k = int(cols[0].number_input("k (codes per method)", 1, 200, 25, key="bench_k"))
         weight = float(cols[1].slider("dense_weight", 0.0, 1.0, 0.5, 0.05, key="bench_weight"))
         label = cols[2].text_input("Label (optional)", key="bench_label")
         submitted = st.form_submit_button("Run benchmark", type="primary")
     chosen = [c for c in cohorts if c in names] or list(names)
+    methods = [*methods, *(m.strip() for m in custom.split(",") if m.strip())]
     parameters = BenchmarkParameters(methods=methods, k=k, dense_weight=weight,
                                      cohort_ids=chosen)
     return library, parameters, label, submitted
@@ -61,16 +62,19 @@ def run_now(library: object, parameters: BenchmarkParameters, label: str) -> Non
         st.warning("Choose at least one method.")
         return
     bar = st.progress(0.0, text="starting")
-    names = {e.cohort_id: e.cohort_name for e in library.manifest.cohorts}  # type: ignore[attr-defined]
 
     def progress(done: int, total: int, message: str) -> None:
-        cohort = message.removeprefix("cohort ")
-        text = f"cohort {min(done + 1, total)}/{total}: {names.get(cohort, cohort)}"
-        bar.progress(min(1.0, done / total) if total else 1.0, text=text if done < total else "done")
+        fraction, text = progress_text(done, total, message)
+        bar.progress(fraction, text=text)
 
-    with ui.cursor() as con:
-        run = run_and_save(con, library, parameters, dense=ui.dense_retriever(),  # type: ignore[arg-type]
-                           progress=progress, label=label)
+    try:
+        with ui.cursor() as con:
+            run = run_and_save(con, library, parameters, dense=ui.dense_retriever(),  # type: ignore[arg-type]
+                               progress=progress, label=label, dense_problem=ui.dense_problem())
+    except PhenoforgeError as error:
+        bar.empty()
+        st.error(str(error))
+        return
     bar.empty()
     st.session_state["bench_run_id"] = run.run_id
     st.session_state["bench_reopen"] = run.run_id
@@ -78,8 +82,40 @@ def run_now(library: object, parameters: BenchmarkParameters, label: str) -> Non
                f"{len(parameters.cohort_ids)} cohorts.")
 
 
+def upload_section(library: object) -> None:
+    with st.expander("Score your own run (CSV or JSON)"):
+        st.caption("CSV columns `cohort_id, code[, rank, score]`, one row per code; or JSON "
+                   "`{\"cohorts\": {cohort_id: [codes]}}`. It is checked against this library, scored on the "
+                   "cohorts it answers beside the methods you pick, and saved with the other runs.")
+        with st.form("bench_upload_form"):
+            upload = st.file_uploader("Run file", type=["csv", "json"], key="bench_upload")
+            name = st.text_input("Run name (default: the file name)", key="bench_upload_name")
+            compare = st.multiselect("Compare with", available_methods(ui.dense_retriever() is not None),
+                                     default=["hybrid"], key="bench_upload_compare")
+            submitted = st.form_submit_button("Score the run")
+        if submitted:
+            if upload is None:
+                st.warning("Choose a run file first.")
+                return
+            try:
+                with ui.cursor() as con:
+                    run = import_run_and_save(con, library, upload.getvalue(), upload.name, compare,  # type: ignore[arg-type]
+                                              dense=ui.dense_retriever(), name=name)
+            except PhenoforgeError as error:
+                st.error(str(error))
+                return
+            st.session_state["bench_run_id"] = run.run_id
+            st.success(f"Run {run.run_id}: the imported run scored on {len(run.parameters.cohort_ids)} cohorts "
+                       "and saved.")
+
+
 def summary_section(run: BenchmarkRun, baseline: str) -> None:
     summaries = method_summaries(run.report, baseline=baseline)
+    for method, flag in method_flags(run.report).items():
+        if flag.startswith("degraded"):
+            st.warning(f"`{method}`: {flag}")
+        else:
+            st.caption(f"`{method}`: {flag}")
     st.dataframe(
         pd.DataFrame([{
             "method": s.method, "cohorts": s.n_cohorts,
@@ -238,6 +274,7 @@ def main() -> None:
     library, parameters, label, submitted = controls(libraries)
     if submitted:
         run_now(library, parameters, label)
+    upload_section(library)
     run_id = st.session_state.get("bench_run_id")
     if run_id:
         run = saved_run(run_id)

@@ -106,8 +106,9 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
         column.dataframe(
             part, hide_index=True, width="stretch", key=f"dd_{title}_{view.method}",
             column_order=["code", "name", "status", "best_match", "best_match_name",
-                          "tree_distance", "partial_credit", "outcome"],
-            column_config={"partial_credit": st.column_config.NumberColumn(format="%.3f")},
+                          "tree_distance", "partial_credit", "outcome", "why"],
+            column_config={"partial_credit": st.column_config.NumberColumn(format="%.3f"),
+                           "why": st.column_config.ListColumn("why in the list")},
         )
     left, right = st.columns(2)
     hist = go.Figure()

@@ -9,8 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import dashboard_ui as ui
-from phenoforge.dashboard.weights import WeightScorer, cohort_shifts, collect, means
-from phenoforge.engine.db import build_id
+from phenoforge.dashboard.weights import WeightScorer, cohort_shifts, collect, gaining_and_losing, means, scorer_key
 
 REFERENCE_WEIGHT = 0.0
 
@@ -19,9 +18,7 @@ def scorer_for(library, cohort_ids: list[str], k: int, dense) -> WeightScorer:  
     """Rankings per (build, library, cohorts, k), collected once per process with progress."""
     registry = ui.shared_registry()
     with ui.cursor() as con:
-        key = ("weights", build_id(con), str(library.path),
-               (Path(library.path) / "manifest.json").stat().st_mtime, tuple(cohort_ids), k,
-               id(dense))
+        key = scorer_key(con, Path(library.path), cohort_ids, k, dense)
         scorer = registry.get(key)
         if scorer is None:
             bar = st.progress(0.0, text="querying BM25 and dense once per cohort")
@@ -64,17 +61,14 @@ def slider_view(scorer: WeightScorer) -> None:
                          yaxis={"title": "mean hierarchical score"}, height=380,
                          margin={"t": 50, "b": 30})
     st.plotly_chart(figure, width="stretch", key="hw_curve", config={"displayModeBar": False})
-    shifts = cohort_shifts(reference, report)
     left, right = st.columns(2)
     columns = {"cohort_id": "cohort", "cohort_name": "name", "reference": "BM25 only",
                "current": f"at {weight:.2f}", "delta": "Δ"}
-    frame = pd.DataFrame([s.model_dump() for s in shifts]).rename(columns=columns)
-    number = {c: st.column_config.NumberColumn(format="%.3f") for c in columns.values()
-              if c not in ("cohort", "name")}
-    gaining = frame[frame["Δ"] > 1e-12].head(8) if not frame.empty else frame
-    losing = frame[frame["Δ"] < -1e-12].iloc[::-1].head(8) if not frame.empty else frame
-    for column, title, part in ((left, "Cohorts gaining most", gaining),
-                                (right, "Cohorts losing most", losing)):
+    number = [c for c in columns.values() if c not in ("cohort", "name")]
+    gaining, losing = gaining_and_losing(cohort_shifts(reference, report))
+    for column, title, shifts in ((left, "Cohorts gaining most", gaining),
+                                  (right, "Cohorts losing most", losing)):
+        part = pd.DataFrame([s.model_dump() for s in shifts], columns=list(columns)).rename(columns=columns)
         column.markdown(f"**{title}** (vs BM25 only)")
         if part.empty:
             column.caption("none at this weight")

@@ -117,7 +117,9 @@ def connect_app_state(path: Path | None = None) -> Iterator[sqlite3.Connection]:
 
 
 def report_means(report: BenchmarkReport) -> dict[str, dict[str, float]]:
+    """Means per measure key and method (every measure the report carries, plus the legacy three)."""
     return {
+        **report.means,
         "coverage": dict(report.mean_coverage_by_method),
         "over_inclusion": dict(report.mean_over_inclusion_by_method),
         "hierarchical": dict(report.mean_hierarchical_score_by_method),

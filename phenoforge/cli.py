@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -68,8 +69,14 @@ def _dense_or_none(con, wanted: bool, build: bool = False, progress: ProgressCal
     return retriever
 
 
-def resolve_library_dirs(names: list[str] | None) -> list[Path]:
-    """Library folders by id, folder name or path; every installed library when none is named."""
+def is_bundled(library) -> bool:  # noqa: ANN001 - a curated Library
+    """Whether a library was built from a pinned package by ``build`` (not imported or fetched)."""
+    build = library.manifest.report.get("build", {})
+    return isinstance(build, dict) and "format_version" in build and "imported_from" not in build
+
+
+def resolve_library_dirs(names: list[str] | None, bundled_only: bool = False) -> list[Path]:
+    """Library folders by id, folder name or path; every installed (or bundled) library when none is named."""
     from phenoforge.engine.curated import list_libraries
 
     if names and all((Path(name) / "manifest.json").is_file() for name in names):
@@ -79,9 +86,14 @@ def resolve_library_dirs(names: list[str] | None) -> list[Path]:
     if not names:
         if broken:
             raise PhenoforgeError(broken[0])
+        chosen = [library for library in installed if is_bundled(library)] if bundled_only else installed
         if not installed:
             raise PhenoforgeError("no cohort library is installed: run `python -m phenoforge build`")
-        return [library.path for library in installed]
+        if not chosen:
+            installed_ids = ", ".join(library.library_id for library in installed)
+            raise PhenoforgeError(f"no bundled library is built (run `python -m phenoforge build`); "
+                                  f"name an installed one with --library: {installed_ids}")
+        return [library.path for library in chosen]
     found = []
     for name in names:
         match = [lib.path for lib in installed if name in (lib.library_id, lib.path.name)]
@@ -167,37 +179,54 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     return 0
 
 
-def _benchmark_table(report) -> str:  # noqa: ANN001
-    lines = [f"{'method':<20}{'cohorts':>8}{'coverage':>10}{'over-incl':>11}{'hier.':>8}{'exact F1':>10}"]
+TABLE_MEASURES = ("coverage", "over_inclusion", "hierarchical", "exact_f1")
+
+
+def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:  # noqa: ANN001
+    """Means per method; column headers are the measures' own labels, with their direction."""
+    from phenoforge.eval.measures import measure
+
+    columns = [measure(key) for key in measures]
+    heads = [f"{m.label} {'↑' if m.higher_is_better else '↓'}" for m in columns]
+    width = max(20, *(len(method) + 2 for method in report.mean_hierarchical_score_by_method))
+    lines = [f"{'method':<{width}}{'cohorts':>8}" + "".join(f"{h:>{len(h) + 2}}" for h in heads)]
     counts: dict[str, int] = {}
     for result in report.results:
         counts[result.method] = counts.get(result.method, 0) + 1
     for method in report.mean_hierarchical_score_by_method:
+        values = [sum(m.value(r) for r in report.results if r.method == method) / counts[method] for m in columns]
         lines.append(
-            f"{method:<20}{counts[method]:>8}{report.mean_coverage_by_method[method]:>10.3f}"
-            f"{report.mean_over_inclusion_by_method[method]:>11.3f}"
-            f"{report.mean_hierarchical_score_by_method[method]:>8.3f}"
-            f"{report.mean_exact_f1_by_method.get(method, 0.0):>10.3f}"
+            f"{method:<{width}}{counts[method]:>8}"
+            + "".join(f"{v:>{len(h) + 2}.3f}" for v, h in zip(values, heads, strict=True))
         )
+    for name, record in report.methods.items():
+        if record.degraded:
+            lines.append(f"  ! {name} is degraded: {record.degraded}")
+        if record.trained_on:
+            lines.append(f"  {name} trained on: {', '.join(record.trained_on)}")
     return "\n".join(lines)
 
 
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from phenoforge.engine.curated import load_library
-    from phenoforge.eval.harness import ALL_METHODS, run_benchmark
+    from phenoforge.eval.harness import ALL_METHODS, resolve_methods, run_benchmark
 
     con = _connect()
     methods = args.methods or ALL_METHODS
-    dense = _dense_or_none(con, not args.no_dense and any(m in ("dense", "hybrid") for m in methods))
+    declared = resolve_methods(methods)  # unknown names and bad module:function fail here, before any work
+    wants_dense = any(m.retrieves_dense for m in declared)
+    dense = _dense_or_none(con, not args.no_dense and wants_dense)
+    dense_problem = "switched off (--no-dense)" if args.no_dense else (
+        None if dense is not None else "not built or unreadable: run `python -m phenoforge build`")
     reports = {}
     with progress_bar(not args.quiet and not args.json) as progress:
-        for library_dir in resolve_library_dirs(args.library):
+        for library_dir in resolve_library_dirs(args.library, bundled_only=True):
             library = load_library(library_dir)
             cohort_ids = args.cohorts or library.cohort_ids
             started = time.perf_counter()
             report = run_benchmark(con, library_dir, cohort_ids, methods=methods, dense=dense, k=args.k,
                                    fanout_threshold=args.fanout_threshold, dense_weight=args.dense_weight,
-                                   progress=progress)
+                                   progress=progress, measures=args.measures, dense_problem=dense_problem)
             reports[library.library_id] = report
             if not args.json:
                 print(f"\n{library.manifest.name} ({library.library_id}): {len(cohort_ids)} cohorts, "
@@ -211,8 +240,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """Hybrid dense_weight per library: the in-sample best beside the cross-validated choice."""
     from phenoforge.engine.curated import load_library
     from phenoforge.eval.harness import collect_rankings, rescore_hybrid
+    from phenoforge.eval.selection import cross_validate_choice
 
     con = _connect()
     dense = _dense_or_none(con, True)
@@ -221,26 +252,129 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     rows = []
-    with progress_bar(not args.quiet) as progress:
-        for library_dir in resolve_library_dirs(args.library):
+    choices = {}
+    with progress_bar(not args.quiet and not args.json) as progress:
+        for library_dir in resolve_library_dirs(args.library, bundled_only=True):
             library = load_library(library_dir)
             cache = collect_rankings(con, library_dir, args.cohorts or library.cohort_ids, dense=dense,
                                      fanout_threshold=args.fanout_threshold, progress=progress)
+            per_weight: dict[float, dict[str, float]] = {}
             for weight in args.weights:
                 report = rescore_hybrid(con, cache, weight, k=args.k)
+                per_weight[weight] = {r.cohort_id: r.hierarchical_score for r in report.results}
                 rows.append((library.library_id, weight, report.mean_coverage_by_method["hybrid"],
                              report.mean_over_inclusion_by_method["hybrid"],
                              report.mean_hierarchical_score_by_method["hybrid"]))
+            if len(args.weights) > 1 and len(per_weight[args.weights[0]]) >= 2:
+                choices[library.library_id] = cross_validate_choice(per_weight, n_folds=args.folds)
     if args.json:
-        print(json.dumps([dict(zip(["library", "dense_weight", "coverage", "over_inclusion",
-                                    "hierarchical_score"], row, strict=True)) for row in rows], indent=1))
+        print(json.dumps({
+            "rows": [dict(zip(["library", "dense_weight", "coverage", "over_inclusion", "hierarchical_score"], row,
+                              strict=True)) for row in rows],
+            "cross_validated": {library_id: choice.model_dump() for library_id, choice in choices.items()},
+        }, indent=1))
         return 0
     print(f"{'library':<22}{'weight':>7}{'coverage':>10}{'over-incl':>11}{'hier.':>8}")
     for library_id, weight, coverage, penalty, score in rows:
         print(f"{library_id:<22}{weight:>7.2f}{coverage:>10.3f}{penalty:>11.3f}{score:>8.3f}")
-    for library_id in dict.fromkeys(row[0] for row in rows):
-        best = max((row for row in rows if row[0] == library_id), key=lambda row: row[4])
-        print(f"best for {library_id}: dense_weight={best[1]:.2f} (hierarchical {best[4]:.3f})")
+    for library_id, choice in choices.items():
+        print(f"{library_id}: in-sample best dense_weight={choice.in_sample_choice:.2f} "
+              f"(hierarchical {choice.in_sample_score:.3f}, chosen and scored on the same cohorts); "
+              f"cross-validated {choice.out_of_sample_score:.3f} ({choice.n_folds} folds: chosen on the other "
+              f"folds, scored on the held-out one; choices {', '.join(f'{c:.2f}' for c in choice.choices_per_fold)})")
+    return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    """Every method the benchmark can run: built-ins, then entry-point plug-ins."""
+    from phenoforge.methods import available_methods
+
+    for name, declared in available_methods().items():
+        needs = ", ".join(sorted(declared.needs)) or "-"
+        uses = f" (uses {', '.join(sorted(declared.uses))})" if declared.uses else ""
+        print(f"{name:<22} needs: {needs:<14}{uses} {declared.description}")
+    print("\nyour own: --methods my_module:my_function  (a function (context, task) -> codes)")
+    return 0
+
+
+def _library_for_run(con, name: str):  # noqa: ANN001, ANN202 - connection in, Library out
+    from phenoforge.engine.curated import load_library
+
+    (path,) = resolve_library_dirs([name])
+    return load_library(path)
+
+
+def cmd_run_import(args: argparse.Namespace) -> int:
+    """Validate a run file, score it beside built-in methods with paired tests, and save it."""
+    from phenoforge import app_state
+    from phenoforge.app_state import BenchmarkParameters
+    from phenoforge.engine.db import vocabulary_info
+    from phenoforge.engine.expansion import get_hierarchy
+    from phenoforge.eval.harness import resolve_methods, run_methods
+    from phenoforge.eval.qrels import load_qrels
+    from phenoforge.eval.runs import read_run
+    from phenoforge.eval.stats import bootstrap_ci, compare_methods
+
+    con = _connect()
+    library = _library_for_run(con, args.library)
+    qrels = load_qrels(con, library.path)
+    run = read_run(Path(args.file), qrels, get_hierarchy(con), name=args.name)
+    declared = resolve_methods(args.compare)
+    dense = _dense_or_none(con, any(m.retrieves_dense for m in declared))
+    answered = qrels.subset(list(run.cohorts))
+    started = app_state.now_iso()
+    with progress_bar(not args.quiet and not args.json) as progress:
+        report = run_methods(con, answered, args.compare, dense, args.k, args.dense_weight,
+                             progress=progress, extra_runs=[run])
+    info = vocabulary_info(con)
+    parameters = BenchmarkParameters(methods=[*args.compare, run.name], k=args.k, dense_weight=args.dense_weight,
+                                     cohort_ids=list(answered.cohorts))
+    run_id = app_state.save_benchmark_run(
+        report, parameters, library_id=library.library_id, library_path=library.path,
+        vocabulary_release=info.vocabulary_release, vocabulary_build_id=info.build_id,
+        started_at=started, finished_at=app_state.now_iso(), label=f"imported run {run.name}",
+    )
+    if args.json:
+        print(json.dumps({"run_id": run_id, "report": report.model_dump()}, indent=1))
+        return 0
+    print(f"imported run {run.name!r} ({args.file}): {len(run.cohorts)} of {len(qrels.cohorts)} cohorts of "
+          f"{library.library_id}; saved as run {run_id}")
+    for note in run.notes:
+        print(f"note: {note}")
+    print(_benchmark_table(report))
+    scores: dict[str, dict[str, float]] = {}
+    for result in report.results:
+        scores.setdefault(result.method, {})[result.cohort_id] = result.hierarchical_score
+    for method, by_cohort in scores.items():
+        interval = bootstrap_ci(list(by_cohort.values()))
+        print(f"{method:<24} hierarchical {interval.mean:.3f} (95% CI {interval.low:.3f}-{interval.high:.3f})")
+    for comparison in compare_methods(scores, baseline=run.name):
+        verdict = "real difference" if comparison.significant else "not shown"
+        print(f"{comparison.method_b} vs {run.name}: mean diff {comparison.mean_diff:+.3f}, "
+              f"p (Holm) {comparison.p_holm:.4f}: {verdict}" + (f" ({comparison.note})" if comparison.note else ""))
+    return 0
+
+
+def cmd_run_export(args: argparse.Namespace) -> int:
+    """A saved run's codes for one method, in the run import format."""
+    from phenoforge import app_state
+    from phenoforge.eval.runs import Run, RunEntry, run_to_csv, run_to_json
+
+    saved = app_state.load_benchmark_run(args.run_id)
+    methods = list(dict.fromkeys(r.method for r in saved.report.results))
+    method = args.method or (methods[0] if len(methods) == 1 else None)
+    if method not in methods:
+        raise PhenoforgeError(f"run {args.run_id} has methods {', '.join(methods)}: choose one with --method")
+    run = Run(name=method, cohorts={
+        r.cohort_id: [RunEntry(code=code, rank=rank) for rank, code in enumerate(r.predicted_codes, start=1)]
+        for r in saved.report.results if r.method == method
+    })
+    text = run_to_json(run) if args.format == "json" else run_to_csv(run)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {sum(len(v) for v in run.cohorts.values())} codes of {method} to {args.output}")
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -297,9 +431,14 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.set_defaults(func=cmd_lookup)
 
     bench = sub.add_parser("benchmark", help="score every method against curated cohorts")
-    bench.add_argument("--library", action="append", help="library id or folder (repeatable; default: all)")
+    bench.add_argument("--library", action="append",
+                       help="library id or folder (repeatable; default: the bundled libraries, not imported ones)")
     bench.add_argument("--cohorts", nargs="+", help="only these cohort ids")
-    bench.add_argument("--methods", nargs="+", choices=["bm25", "dense", "hybrid", "expand_descendants"])
+    bench.add_argument("--methods", nargs="+", metavar="METHOD",
+                       help="registered method names (see `python -m phenoforge methods`) or your own as "
+                            "module:function (default: bm25 dense hybrid expand_descendants)")
+    bench.add_argument("--measures", nargs="+", metavar="MEASURE",
+                       help="measures to record, e.g. hierarchical 'coverage(max_distance=4)' (default: all)")
     bench.add_argument("-k", type=_positive_int, default=25)
     bench.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     bench.add_argument("--fanout-threshold", type=_positive_int, default=100)
@@ -313,10 +452,37 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--cohorts", nargs="+")
     sweep.add_argument("--weights", type=_weights, default=DEFAULT_SWEEP_WEIGHTS)
     sweep.add_argument("-k", type=_positive_int, default=25)
+    sweep.add_argument("--folds", type=_positive_int, default=5,
+                       help="cross-validation folds over cohorts for the out-of-sample figure (default: 5)")
     sweep.add_argument("--fanout-threshold", type=_positive_int, default=100)
     sweep.add_argument("--json", action="store_true")
     sweep.add_argument("--quiet", action="store_true")
     sweep.set_defaults(func=cmd_sweep)
+
+    methods = sub.add_parser("methods", help="list the methods the benchmark can run and what each needs")
+    methods.set_defaults(func=cmd_methods)
+
+    run = sub.add_parser("run", help="bring your own run: import and score it, or export a saved run")
+    run_sub = run.add_subparsers(dest="run_command", required=True)
+    run_import = run_sub.add_parser(
+        "import", help="score a run file (CSV cohort_id,code[,rank,score] or JSON) beside built-in methods"
+    )
+    run_import.add_argument("file")
+    run_import.add_argument("--library", required=True, help="library id or folder the run answers")
+    run_import.add_argument("--name", help="the run's name (default: the file name)")
+    run_import.add_argument("--compare", nargs="*", default=["hybrid"], metavar="METHOD",
+                            help="built-in methods scored on the same cohorts, with paired tests (default: hybrid)")
+    run_import.add_argument("-k", type=_positive_int, default=25)
+    run_import.add_argument("--dense-weight", type=_unit_interval, default=0.5)
+    run_import.add_argument("--json", action="store_true")
+    run_import.add_argument("--quiet", action="store_true")
+    run_import.set_defaults(func=cmd_run_import)
+    run_export = run_sub.add_parser("export", help="a saved run's codes in the import format")
+    run_export.add_argument("run_id")
+    run_export.add_argument("--method", help="which method's codes (needed when the run has several)")
+    run_export.add_argument("--format", choices=["csv", "json"], default="csv")
+    run_export.add_argument("-o", "--output", help="write to this file (default: standard output)")
+    run_export.set_defaults(func=cmd_run_export)
 
     library = sub.add_parser("library", help="cohort libraries: import, list, fetch-ohdsi")
     library_sub = library.add_subparsers(dest="library_command", required=True)
@@ -330,6 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "quiet", False) or getattr(args, "json", False):
+        # every tqdm bar, the model loader's "Loading weights" included, reads TQDM_ options from the environment
+        os.environ["TQDM_DISABLE"] = "1"
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     try:
         return int(args.func(args) or 0)
     except PhenoforgeError as error:

@@ -21,36 +21,56 @@ from phenoforge.app_state import BenchmarkParameters
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.curated import Library
 from phenoforge.engine.db import vocabulary_info
-from phenoforge.eval.harness import ALL_METHODS, NEEDS_DENSE, run_benchmark
+from phenoforge.eval.harness import run_benchmark, run_methods
+from phenoforge.eval.measures import DEFAULT_MEASURES, measure
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
+from phenoforge.eval.qrels import load_qrels
+from phenoforge.eval.runs import Run, parse_run_csv, parse_run_json
 from phenoforge.eval.stats import MethodComparison, bootstrap_ci, compare_methods
+from phenoforge.methods import available_methods as registered_methods
 
-METRICS: dict[str, str] = {
-    "hierarchical": "hierarchical_score",
-    "coverage": "coverage",
-    "over_inclusion": "over_inclusion_penalty",
-    "precision": "precision",
-    "exact_f1": "exact_f1",
-}
-METRIC_LABELS: dict[str, str] = {
-    "hierarchical": "Hierarchical score",
-    "coverage": "Coverage",
-    "over_inclusion": "Over-inclusion",
-    "precision": "Precision (1 - over-inclusion)",
-    "exact_f1": "Exact-match F1",
-}
+METRIC_LABELS: dict[str, str] = {m.key: m.label for m in DEFAULT_MEASURES}
+"""Labels come from the measures themselves (phenoforge.eval.measures), nowhere else."""
+HIGHER_IS_BETTER: dict[str, bool] = {m.key: m.higher_is_better for m in DEFAULT_MEASURES}
 DRILLDOWN_PAGE = "Cohort_drilldown"
 
 
 def metric_value(result: CohortEvalResult, metric: str) -> float:
-    if metric == "precision":
-        return 1.0 - result.over_inclusion_penalty
-    return float(getattr(result, METRICS[metric]))
+    """One cohort's value of a measure, by its key."""
+    return measure(metric).value(result)
 
 
 def available_methods(dense_ready: bool) -> list[str]:
-    """Every harness method; dense-only ones only once the dense index is ready."""
-    return [m for m in ALL_METHODS if dense_ready or m not in NEEDS_DENSE]
+    """Every registered method; those that need the dense index only once it is ready."""
+    return [name for name, m in registered_methods().items() if dense_ready or "dense" not in m.needs]
+
+
+def method_help() -> dict[str, str]:
+    """One line per registered method, from the method's own description."""
+    return {name: m.description for name, m in registered_methods().items()}
+
+
+def progress_text(done: int, total: int, message: str) -> tuple[float, str]:
+    """A progress callback's arguments as a bar fraction and its caption."""
+    fraction = min(1.0, done / total) if total else 1.0
+    return fraction, ("done" if done >= total else f"{done + 1}/{total} · {message}")
+
+
+def method_flags(report: BenchmarkReport) -> dict[str, str]:
+    """Per method, what the reader must know beside its numbers (degraded, trained on, skipped)."""
+    flags: dict[str, str] = {}
+    for name, record in report.methods.items():
+        parts = []
+        if record.degraded:
+            parts.append(f"degraded: {record.degraded}")
+        if record.trained_on:
+            parts.append(f"trained on {', '.join(record.trained_on)}")
+        parts += [note for note in record.notes if note.startswith("skipped")]
+        if record.source not in ("built-in", ""):
+            parts.append(f"from {record.source}")
+        if parts:
+            flags[name] = "; ".join(parts)
+    return flags
 
 
 class MethodSummary(BaseModel):
@@ -207,21 +227,58 @@ class BenchmarkRun(BaseModel):
     vocabulary_release: str
 
 
-def run_and_save(
+def import_run_and_save(
     con: duckdb.DuckDBPyConnection,
     library: Library,
-    parameters: BenchmarkParameters,
+    data: bytes,
+    filename: str,
+    compare_with: list[str],
     dense: object | None = None,
+    k: int = 25,
+    dense_weight: float = 0.5,
+    name: str = "",
     progress: ProgressCallback | None = None,
+) -> BenchmarkRun:
+    """Validate a run file, score it beside ``compare_with`` built-ins on the cohorts it answers, save.
+
+    Nothing is saved when the file has problems: :class:`~phenoforge.eval.runs.RunImportError`
+    lists them with their line numbers.
+    """
+    started = app_state.now_iso()
+    run = parse_uploaded_run(con, library, data, filename, name)
+    qrels = load_qrels(con, Path(library.path)).subset(list(run.cohorts))
+    report = run_methods(con, qrels, compare_with, dense, k, dense_weight, progress=progress, extra_runs=[run])
+    parameters = BenchmarkParameters(
+        methods=[*compare_with, run.name], k=k, dense_weight=dense_weight, cohort_ids=list(qrels.cohorts)
+    )
+    return _save(con, library, report, parameters, started, label=f"imported run {run.name}")
+
+
+def parse_uploaded_run(
+    con: duckdb.DuckDBPyConnection, library: Library, data: bytes, filename: str, name: str = ""
+) -> Run:
+    """An uploaded run file, validated against the library's curated sets and the vocabulary."""
+    from phenoforge.engine.expansion import get_hierarchy
+    from phenoforge.eval.runs import RunImportError
+
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise RunImportError(filename, ["the file is not UTF-8 text"]) from None
+    qrels = load_qrels(con, Path(library.path))
+    run_name = (name or Path(filename).stem or "imported").strip()
+    parse = parse_run_json if filename.lower().endswith(".json") else parse_run_csv
+    return parse(text, qrels, get_hierarchy(con), run_name, filename)
+
+
+def _save(
+    con: duckdb.DuckDBPyConnection,
+    library: Library,
+    report: BenchmarkReport,
+    parameters: BenchmarkParameters,
+    started: str,
     label: str = "",
 ) -> BenchmarkRun:
-    """Run the benchmark as asked and store it in the app-state database before returning."""
-    started = app_state.now_iso()
-    report = run_benchmark(
-        con, Path(library.path), parameters.cohort_ids, methods=parameters.methods, dense=dense,
-        k=parameters.k, fanout_threshold=parameters.fanout_threshold,
-        dense_weight=parameters.dense_weight, progress=progress,
-    )
     info = vocabulary_info(con)
     finished = app_state.now_iso()
     run_id = app_state.save_benchmark_run(
@@ -234,6 +291,25 @@ def run_and_save(
         parameters=parameters, report=report, started_at=started, finished_at=finished,
         vocabulary_release=info.vocabulary_release,
     )
+
+
+def run_and_save(
+    con: duckdb.DuckDBPyConnection,
+    library: Library,
+    parameters: BenchmarkParameters,
+    dense: object | None = None,
+    progress: ProgressCallback | None = None,
+    label: str = "",
+    dense_problem: str | None = None,
+) -> BenchmarkRun:
+    """Run the benchmark as asked and store it in the app-state database before returning."""
+    started = app_state.now_iso()
+    report = run_benchmark(
+        con, Path(library.path), parameters.cohort_ids, methods=parameters.methods, dense=dense,
+        k=parameters.k, fanout_threshold=parameters.fanout_threshold,
+        dense_weight=parameters.dense_weight, progress=progress, dense_problem=dense_problem,
+    )
+    return _save(con, library, report, parameters, started, label)
 
 
 def saved_run(run_id: str) -> BenchmarkRun:

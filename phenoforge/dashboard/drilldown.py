@@ -12,8 +12,9 @@ from typing import Literal
 import duckdb
 from pydantic import BaseModel
 
-from phenoforge.engine.expansion import Hierarchy, ancestor_chain_ids, get_hierarchy
-from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score, tree_distance
+from phenoforge.engine.expansion import Hierarchy, get_hierarchy
+from phenoforge.eval.matching import match_cohort
+from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score
 from phenoforge.eval.models import CohortEvalResult
 
 Status = Literal["in both", "predicted only", "curated only"]
@@ -35,6 +36,8 @@ class CodeRow(BaseModel):
     best_match_name: str | None
     tree_distance: int | None
     partial_credit: float
+    why: list[str] = []
+    """The method's provenance for a predicted code: the hit, or the subtree it was expanded from."""
 
 
 class DrilldownView(BaseModel):
@@ -46,32 +49,6 @@ class DrilldownView(BaseModel):
     hierarchical: float
     rows: list[CodeRow]
     distance_counts: dict[str, dict[str, int]]  # direction -> distance label -> count
-
-
-def _nearest(
-    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, code: str, targets: list[str],
-    chains: dict[str, list[int]],
-) -> tuple[str | None, int | None]:
-    """The target nearest ``code`` in the tree (ties: the first listed) and its distance."""
-    own = chains.get(code)
-    if own is None:
-        own = chains[code] = ancestor_chain_ids(con, code)
-    if not own:
-        return None, None
-    best_code: str | None = None
-    best: int | None = None
-    for target in targets:
-        chain = chains.get(target)
-        if chain is None:
-            chain = chains[target] = ancestor_chain_ids(con, target)
-        if not chain:
-            continue
-        distance = tree_distance(own, chain)
-        if distance is not None and (best is None or distance < best):
-            best, best_code = distance, target
-            if distance == 0:
-                break
-    return best_code, best
 
 
 def _name(hierarchy: Hierarchy, code: str | None) -> str | None:
@@ -86,45 +63,61 @@ def distance_label(distance: int | None) -> str:
 
 
 def cohort_drilldown(con: duckdb.DuckDBPyConnection, result: CohortEvalResult) -> DrilldownView:
-    """Side-by-side rows for one cohort and method, plus tree-distance counts per direction."""
+    """Side-by-side rows for one cohort and method, plus tree-distance counts per direction.
+
+    The matches come from :func:`~phenoforge.eval.matching.match_cohort`, the function every
+    score is computed from, so each row's credit is exactly what the report counted.
+    """
     hierarchy = get_hierarchy(con)
-    predicted = list(dict.fromkeys(result.predicted_codes))
-    curated = list(dict.fromkeys(result.ground_truth_codes))
-    predicted_set, curated_set = set(predicted), set(curated)
-    chains: dict[str, list[int]] = {}
+    matches = match_cohort(hierarchy, result.ground_truth_codes, result.predicted_codes)
+    predicted_set = set(matches.predicted_codes)
+    curated_set = set(matches.truth_codes)
     rows: list[CodeRow] = []
-    counts: dict[str, Counter[str]] = {"curated → predicted": Counter(),
-                                        "predicted → curated": Counter()}
-    match: str | None
-    distance: int | None
-    for code in curated:
-        if code in predicted_set:
-            match, distance = code, 0
-        else:
-            match, distance = _nearest(con, hierarchy, code, predicted, chains)
-        credit = distance_weighted_score(distance, DEFAULT_MAX_DISTANCE)
-        status: Status = "in both" if code in predicted_set else "curated only"
-        outcome: Outcome = "hit" if code in predicted_set else ("near miss" if credit > 0 else "miss")
-        rows.append(CodeRow(code=code, name=_name(hierarchy, code) or "", status=status,
-                            outcome=outcome, best_match=match,
-                            best_match_name=_name(hierarchy, match), tree_distance=distance,
-                            partial_credit=credit))
-        counts["curated → predicted"][distance_label(distance)] += 1
-    for code in predicted:
-        if code in curated_set:
-            counts["predicted → curated"]["0"] += 1
+    counts: dict[str, Counter[str]] = {"curated → predicted": Counter(), "predicted → curated": Counter()}
+    for match in matches.truth:
+        credit = distance_weighted_score(match.distance, DEFAULT_MAX_DISTANCE)
+        found = match.code in predicted_set
+        outcome: Outcome = "hit" if found else ("near miss" if credit > 0 else "miss")
+        rows.append(
+            CodeRow(
+                code=match.code,
+                name=_name(hierarchy, match.code) or "",
+                status="in both" if found else "curated only",
+                outcome=outcome,
+                best_match=match.nearest_code,
+                best_match_name=_name(hierarchy, match.nearest_code),
+                tree_distance=match.distance,
+                partial_credit=credit,
+                why=result.provenance.get(match.code, []) if found else [],
+            )
+        )
+        counts["curated → predicted"][distance_label(match.distance)] += 1
+    for match in matches.predicted:
+        counts["predicted → curated"][distance_label(match.distance)] += 1
+        if match.code in curated_set:
             continue
-        match, distance = _nearest(con, hierarchy, code, curated, chains)
-        credit = distance_weighted_score(distance, DEFAULT_MAX_DISTANCE)
-        rows.append(CodeRow(code=code, name=_name(hierarchy, code) or "", status="predicted only",
-                            outcome="near miss" if credit > 0 else "over-inclusion",
-                            best_match=match, best_match_name=_name(hierarchy, match),
-                            tree_distance=distance, partial_credit=credit))
-        counts["predicted → curated"][distance_label(distance)] += 1
+        credit = distance_weighted_score(match.distance, DEFAULT_MAX_DISTANCE)
+        rows.append(
+            CodeRow(
+                code=match.code,
+                name=_name(hierarchy, match.code) or "",
+                status="predicted only",
+                outcome="near miss" if credit > 0 else "over-inclusion",
+                best_match=match.nearest_code,
+                best_match_name=_name(hierarchy, match.nearest_code),
+                tree_distance=match.distance,
+                partial_credit=credit,
+                why=result.provenance.get(match.code, []),
+            )
+        )
     return DrilldownView(
-        cohort_id=result.cohort_id, cohort_name=result.cohort_name, method=result.method,
-        coverage=result.coverage, over_inclusion=result.over_inclusion_penalty,
-        hierarchical=result.hierarchical_score, rows=rows,
+        cohort_id=result.cohort_id,
+        cohort_name=result.cohort_name,
+        method=result.method,
+        coverage=result.coverage,
+        over_inclusion=result.over_inclusion_penalty,
+        hierarchical=result.hierarchical_score,
+        rows=rows,
         distance_counts={direction: dict(counter) for direction, counter in counts.items()},
     )
 

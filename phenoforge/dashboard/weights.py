@@ -13,6 +13,7 @@ import duckdb
 from pydantic import BaseModel
 
 from phenoforge.config import ProgressCallback
+from phenoforge.engine.db import build_id
 from phenoforge.engine.hybrid import fusion_depth
 from phenoforge.eval.harness import RankingCache, collect_rankings, rescore_hybrid
 from phenoforge.eval.models import BenchmarkReport
@@ -86,3 +87,18 @@ def means(report: BenchmarkReport) -> dict[str, float]:
         "coverage": report.mean_coverage_by_method.get("hybrid", 0.0),
         "over_inclusion": report.mean_over_inclusion_by_method.get("hybrid", 0.0),
     }
+
+
+def scorer_key(
+    con: duckdb.DuckDBPyConnection, library_path: Path, cohort_ids: list[str], k: int, dense: object | None
+) -> tuple[object, ...]:
+    """What a cached :class:`WeightScorer` depends on: vocabulary build, library file, cohorts, k, retriever."""
+    manifest = Path(library_path) / "manifest.json"
+    return ("weights", build_id(con), str(library_path), manifest.stat().st_mtime_ns, tuple(cohort_ids), k, id(dense))
+
+
+def gaining_and_losing(shifts: list[CohortShift], n: int = 8) -> tuple[list[CohortShift], list[CohortShift]]:
+    """The ``n`` cohorts gaining most and the ``n`` losing most (largest loss first)."""
+    gaining = [s for s in shifts if s.delta > 1e-12][:n]
+    losing = [s for s in reversed(shifts) if s.delta < -1e-12][:n]
+    return gaining, losing

@@ -175,6 +175,12 @@ def score_runs(
     for run in runs:
         answered = qrels.model_copy(update={"cohorts": {c: s for c, s in qrels.cohorts.items() if c in run.cohorts}})
         results += evaluate(hierarchy, answered, run, measures, indexes)
+        already = {line.split(":", 1)[0] for line in skipped}
+        skipped += [
+            f"{cohort_id}/{run.name}: no rows in the run"
+            for cohort_id in qrels.cohorts
+            if cohort_id not in run.cohorts and f"{cohort_id}/{run.name}" not in already
+        ]
     by_cohort = {cohort_id: position for position, cohort_id in enumerate(qrels.cohorts)}
     results.sort(key=lambda r: by_cohort.get(r.cohort_id, len(by_cohort)))
     return aggregate(results, skipped, measures, methods)

@@ -182,3 +182,27 @@ def test_two_sessions_at_once(server: str, data_dir: Path, browser) -> None:  # 
         for label, value in expected[cohort].items():
             assert seen[cohort][label] == value
     assert seen["503"] != seen["521"] or expected["503"] == expected["521"]
+
+
+def test_an_imported_run_sits_beside_the_builtins_with_paired_tests(  # type: ignore[no-untyped-def]
+    server: str, browser, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    run_file = tmp_path / "colleague.csv"
+    rows = [f"{cohort},{codes[0]},1" for cohort, (_name, codes) in FIXTURE_COHORTS.items()]
+    run_file.write_text("cohort_id,code,rank\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    driver = browser()
+    driver.get(f"{server}/Benchmark")
+    web.wait_text(driver, "Score your own run (CSV or JSON)")
+    driver.find_element(By.XPATH, '//summary[.//p[normalize-space()="Score your own run (CSV or JSON)"]]').click()
+    web.wait_text(driver, "Run file")
+    driver.find_element(By.CSS_SELECTOR, '[data-testid="stFileUploader"] input[type="file"]').send_keys(str(run_file))
+    web.wait_text(driver, "colleague.csv")
+    web.click_button(driver, "Score the run")
+    web.wait_text(driver, "the imported run scored on 6 cohorts", "Paired permutation tests")
+    web.wait_idle(driver)
+    web.no_exception(driver)
+    page = web.body(driver)
+    assert "imported run colleague" in page or "colleague" in page
+    web.shot(driver, "7-imported-run")

@@ -109,3 +109,29 @@ def test_no_method_chosen_says_so(app: Callable[[str], AppTest]) -> None:
     assert not at.exception
     assert any("Choose at least one method" in w.value for w in at.warning)
     assert app_state.list_benchmark_runs() == []
+
+
+def test_a_module_function_method_runs_from_the_page(app) -> None:  # type: ignore[no-untyped-def]
+    at = app("pages/1_Benchmark.py")
+    at.run()
+    at.multiselect(key="bench_methods").set_value(["bm25"])
+    at.text_input(key="bench_custom").set_value("tests.methods.plugin_methods:top_category")
+    at.button[0].click().run()
+    assert not at.exception
+    from phenoforge import app_state
+
+    (saved,) = app_state.list_benchmark_runs()
+    report = app_state.load_benchmark_run(saved.run_id).report
+    spec = "tests.methods.plugin_methods:top_category"
+    mine = [r for r in report.results if r.method == spec]
+    assert mine and all(len(r.predicted_codes) <= 1 for r in mine)
+    assert report.methods[spec].source == spec
+
+
+def test_a_bad_module_function_says_so_on_the_page(app) -> None:  # type: ignore[no-untyped-def]
+    at = app("pages/1_Benchmark.py")
+    at.run()
+    at.text_input(key="bench_custom").set_value("no_such_module_xyz:f")
+    at.button[0].click().run()
+    assert not at.exception
+    assert any("cannot import module" in e.value for e in at.error)

@@ -14,7 +14,7 @@ from phenoforge.dashboard.benchmark import run_and_save
 from phenoforge.dashboard.drilldown import cohort_drilldown, hierarchy_nodes
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import ancestor_chain_ids
-from phenoforge.eval.harness import run_benchmark
+from phenoforge.eval.harness import match_scores, run_benchmark
 from phenoforge.eval.metrics import distance_weighted_score, tree_distance
 from tests.dashboard.conftest import frame_with
 from tests.dashboard.fixture_data import LIBRARY_DIR
@@ -47,9 +47,12 @@ def test_deep_link_shows_the_cohort_and_method(
     assert list(curated["code"]) == [r.code for r in predicted_rows]
     for row in view.rows:
         if row.best_match and row.status != "in both":
-            chain_a, chain_b = ancestor_chain_ids(dash_con, row.code), ancestor_chain_ids(dash_con, row.best_match)
-            assert row.tree_distance == tree_distance(chain_a, chain_b)
+            # the row's credit is the one the report counted: the same nearest-match function
+            other = expected.ground_truth_codes if row.status == "predicted only" else expected.predicted_codes
+            assert [row.partial_credit] == match_scores(dash_con, [row.code], other)
             assert row.partial_credit == distance_weighted_score(row.tree_distance)
+            chain_a, chain_b = ancestor_chain_ids(dash_con, row.code), ancestor_chain_ids(dash_con, row.best_match)
+            assert row.tree_distance <= tree_distance(chain_a, chain_b)  # never longer than the first-LCA walk
     curated_side = [r for r in view.rows if r.status != "predicted only"]
     assert {r.code for r in curated_side} == set(expected.ground_truth_codes)
     assert len(at.get("plotly_chart")) == 2  # histogram and sunburst

@@ -24,7 +24,7 @@ MEASURE_TYPES: dict[str, type[Measure]] = {
 DEFAULT_MEASURES: tuple[Measure, ...] = tuple(cls() for cls in MEASURE_TYPES.values())
 """Every measure at its default parameters: what a report carries unless asked otherwise."""
 
-_SPEC = re.compile(r"^\s*([a-z_]+)\s*(?:\((.*)\))?\s*$")
+_SPEC = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(?:\((.*)\))?\s*$")
 
 
 def measure(spec: str | Measure) -> Measure:

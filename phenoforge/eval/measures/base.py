@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from phenoforge.eval.matching import CohortMatches
 from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score
+from phenoforge.eval.models import CohortEvalResult
 
 
 class MeasureInfo(BaseModel):
@@ -62,6 +63,14 @@ class Measure(ABC):
 
     @abstractmethod
     def compute(self, matches: CohortMatches) -> float: ...
+
+    def value(self, result: CohortEvalResult) -> float:
+        """This measure's value in a scored result (reports saved before ``scores`` existed included)."""
+        if self.key in result.scores:
+            return float(result.scores[self.key])
+        if self.result_field is not None and self.key == self.name:
+            return float(getattr(result, self.result_field))
+        raise KeyError(f"the result was not scored with {self.key!r}")
 
     def __repr__(self) -> str:
         return self.key

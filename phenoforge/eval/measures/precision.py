@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from phenoforge.eval.matching import CohortMatches
 from phenoforge.eval.measures.over_inclusion import OverInclusion
+from phenoforge.eval.models import CohortEvalResult
 
 
 class Precision(OverInclusion):
@@ -21,3 +22,8 @@ class Precision(OverInclusion):
 
     def compute(self, matches: CohortMatches) -> float:
         return 1.0 - super().compute(matches)
+
+    def value(self, result: CohortEvalResult) -> float:
+        if self.key in result.scores:
+            return float(result.scores[self.key])
+        return 1.0 - OverInclusion(**self.parameters).value(result)
