@@ -13,7 +13,7 @@ from phenoforge.dashboard.resources import (
     dense_autobuild_enabled,
     vocabulary_present,
 )
-from phenoforge.dashboard.status import describe_vocabulary, library_summaries
+from phenoforge.dashboard.status import bundled_libraries_current, describe_vocabulary, library_summaries
 
 BUNDLED_SOURCE = "simple-icd-10-cm"
 
@@ -29,12 +29,12 @@ def first_run_vocabulary() -> None:
 
 def first_run_libraries(source: str) -> None:
     """Build the bundled libraries on the embedded default; other vocabularies keep theirs."""
-    from phenoforge.engine.libraries import ensure_bundled_libraries
+    from phenoforge.libraries import ensure_bundled_libraries
 
-    names = {summary.library_id for summary in library_summaries()[0]}
-    if source != BUNDLED_SOURCE or any(name.startswith(("elixhauser", "cms-hcc")) for name in names):
+    if source != BUNDLED_SOURCE or bundled_libraries_current():
         return
-    st.info("First run: building the bundled cohort libraries (Elixhauser, CMS-HCC V28 and V24).")
+    st.info("Building the bundled cohort libraries (Elixhauser, CMS-HCC V28 and V24, Quan 2005 Charlson and "
+            "Elixhauser): missing, or from an older release.")
     bar = st.progress(0.0, text="starting")
     with ui.cursor() as con:
         ensure_bundled_libraries(con, progress=ui.progress_callback(bar, "libraries "))
@@ -77,6 +77,8 @@ def dense_section() -> None:
         return
     if status.state == "failed":
         st.error(status.error or "the dense index build failed")
+    elif status.state in {"corrupt", "stale"}:
+        st.warning(f"Dense index: {status.message}")
     else:
         st.info("Dense index: not built. Dense and hybrid methods need it; BM25 works without.")
     if st.button("Build the dense index now", key="build_dense"):

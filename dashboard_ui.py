@@ -75,7 +75,12 @@ def cursor() -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 def libraries() -> list[Library]:
-    return list_libraries()
+    """The readable libraries; a broken one is named in a warning and skipped."""
+    broken: list[str] = []
+    found = list_libraries(errors=broken)
+    for problem in broken:
+        st.warning(f"A cohort library is skipped: {problem}")
+    return found
 
 
 def require_libraries() -> list[Library]:
@@ -124,6 +129,8 @@ def dense_notice() -> None:
                 "BM25 methods work now; dense and hybrid wait for it (hybrid runs as BM25 alone).")
     elif status.state == "failed":
         st.warning(status.error or "the dense index build failed")
+    elif status.state in {"corrupt", "stale"}:
+        st.warning(status.message)
     else:
         st.info("The dense index is not built: dense methods are unavailable and hybrid runs as "
                 "BM25 alone. Open the Home page to build it.")

@@ -72,8 +72,8 @@ def main() -> int:
     from phenoforge.engine.curated import list_libraries
     from phenoforge.engine.db import connect, ensure_vocabulary
     from phenoforge.engine.hybrid import hybrid_search
-    from phenoforge.engine.libraries import build_bundled_libraries
     from phenoforge.eval.harness import ALL_METHODS, collect_rankings, rescore_hybrid, run_benchmark
+    from phenoforge.libraries import build_bundled_libraries
 
     with tempfile.TemporaryDirectory() as tmp:
         report("vocabulary build, fresh process (98,466 nodes)",

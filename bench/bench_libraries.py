@@ -39,7 +39,7 @@ def main() -> int:
 
     from phenoforge.engine.db import connect
     from phenoforge.engine.expansion import get_hierarchy
-    from phenoforge.engine.libraries import (
+    from phenoforge.libraries import (
         build_bundled_libraries,
         import_library_csv,
         read_cms_hcc,

@@ -14,7 +14,9 @@ from phenoforge.dashboard.benchmark import (
     BenchmarkRun,
     available_methods,
     cohort_rows,
+    coverage_precision_chart,
     drilldown_link,
+    expert_agreement_lines,
     import_run_and_save,
     method_flags,
     method_help,
@@ -109,8 +111,14 @@ def upload_section(library: object) -> None:
                        "and saved.")
 
 
-def summary_section(run: BenchmarkRun, baseline: str) -> None:
+def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
     summaries = method_summaries(run.report, baseline=baseline)
+    with ui.cursor() as con:
+        line = expert_agreement_lines(con, libraries).get(run.library_id)
+    if line is not None:
+        st.info(f"Expert agreement for {run.library_id}: {line.mean_hierarchical_score:.3f} hierarchical, "
+                f"{line.mean_exact_f1:.3f} exact F1, over {line.n_pairs} cohorts that another library's experts "
+                "defined for the same condition (the ceiling a method can be expected to reach).")
     for method, flag in method_flags(run.report).items():
         if flag.startswith("degraded"):
             st.warning(f"`{method}`: {flag}")
@@ -150,23 +158,14 @@ def summary_section(run: BenchmarkRun, baseline: str) -> None:
                      "array": [ci_of(s)[1] - m for s, m in zip(summaries, means, strict=True)],
                      "arrayminus": [m - ci_of(s)[0] for s, m in zip(summaries, means, strict=True)]},
         )
+    if line is not None:
+        bars.add_hline(y=line.mean_hierarchical_score, line_dash="dash", line_color="#444",
+                       annotation_text=f"expert agreement {line.mean_hierarchical_score:.3f}")
     bars.update_layout(barmode="group", title="Means per method (95% bootstrap CI)",
                        yaxis={"range": [0, 1]}, height=380, margin={"t": 50, "b": 30})
     left, right = st.columns(2)
     left.plotly_chart(bars, width="stretch", key="bench_bars")
-    scatter = go.Figure()
-    for method in dict.fromkeys(r.method for r in run.report.results):
-        results = [r for r in run.report.results if r.method == method]
-        scatter.add_scatter(
-            x=[r.coverage for r in results], y=[1 - r.over_inclusion_penalty for r in results],
-            mode="markers", name=method, text=[f"{r.cohort_id} · {r.cohort_name}" for r in results],
-            hovertemplate="%{text}<br>coverage %{x:.3f}<br>precision %{y:.3f}",
-        )
-    scatter.update_layout(title="Coverage vs precision (one point per cohort and method)",
-                          xaxis={"title": "coverage", "range": [-0.02, 1.02]},
-                          yaxis={"title": "precision = 1 − over-inclusion", "range": [-0.02, 1.02]},
-                          height=380, margin={"t": 50, "b": 30})
-    right.plotly_chart(scatter, width="stretch", key="bench_scatter")
+    right.altair_chart(coverage_precision_chart(run.report), key="bench_scatter")
 
 
 def tests_section(run: BenchmarkRun, baseline: str) -> None:
@@ -288,7 +287,7 @@ def main() -> None:
             st.warning("This run scored nothing: " + "; ".join(run.report.skipped[:5]))
         else:
             baseline = st.selectbox("Baseline method", methods, key="bench_baseline")
-            summary_section(run, baseline)
+            summary_section(run, baseline, libraries)
             tests_section(run, baseline)
             cohort_section(run, baseline)
             export_section(run)

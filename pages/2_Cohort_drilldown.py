@@ -14,7 +14,7 @@ from phenoforge.dashboard.drilldown import (
     hierarchy_nodes,
     outcome_counts,
 )
-from phenoforge.dashboard.drilldown_source import method_means, results_for
+from phenoforge.dashboard.drilldown_source import deep_link_notices, method_means, results_for
 from phenoforge.errors import PhenoforgeError
 
 
@@ -43,6 +43,9 @@ def main() -> None:
     cohort_id = st.selectbox("Cohort", ids, index=first(params.get("cohort"), ids),
                              format_func=lambda c: f"{c} · {names[c]}",
                              key=f"dd_cohort_{library.library_id}")
+    for notice in deep_link_notices(run.library_id if run else params.get("library"), library.library_id,
+                                    [lib.library_id for lib in libraries], params.get("cohort"), cohort_id, ids):
+        st.warning(notice)
     dense = ui.dense_retriever()
     options = list(run.parameters.methods) if run and run.library_id == library.library_id else \
         available_methods(dense is not None)

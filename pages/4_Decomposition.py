@@ -6,34 +6,56 @@ import pandas as pd
 import streamlit as st
 
 import dashboard_ui as ui
-from phenoforge.dashboard.decomposition import case_sets, run_decomposition, runnable_cases
+from phenoforge.dashboard.decomposition import (
+    SPLITS,
+    UPLOADED,
+    case_rows,
+    case_sets,
+    cases_of,
+    landing_share,
+    run_decomposition,
+    run_status,
+    runnable_cases,
+    split_options,
+    spread_rows,
+    uploaded_cases,
+)
 from phenoforge.dashboard.resources import claude_key_set
+from phenoforge.errors import PhenoforgeError
+
+SCORES = ("baseline", "decomposed", "gap")
+
+
+def status_banner(report) -> bool:  # type: ignore[no-untyped-def]
+    status = run_status(report)
+    if status.level == "error":
+        st.error(status.message)
+        return False
+    if status.level == "warning":
+        st.warning(status.message)
+    return True
 
 
 def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
     st.subheader(label)
-    cols = st.columns(4)
+    if not status_banner(report):
+        return
+    cols = st.columns(5)
     cols[0].metric("Mean gap (baseline − decomposed)", f"{report.mean_gap:+.4f}")
     cols[1].metric("Mean baseline", f"{report.mean_baseline_hierarchical_score:.4f}")
     cols[2].metric("Mean decomposed", f"{report.mean_decomposed_hierarchical_score:.4f}")
     cols[3].metric("Cases scored", report.n_scored)
+    cols[4].metric("Cases with a term on the target", f"{landing_share(report):.0%}")
     st.caption(f"Retrieval: {report.retrieval} · k={report.k} · where terms landed: "
                + (", ".join(f"{k} {v}" for k, v in sorted(report.landed_counts.items())) or "—"))
-    for r in report.results:
-        if r.error:
-            st.warning(f"{r.cohort_id}: {r.error}")
     for message in report.skipped:
         st.caption(f"skipped {message}")
-    st.dataframe(pd.DataFrame([{
-        "cohort": r.cohort_id, "library": r.library_id, "name": r.cohort_name,
-        "description": r.population_description, "seed terms": "; ".join(r.seed_terms),
-        "baseline": r.baseline_hierarchical_score, "decomposed": r.decomposed_hierarchical_score,
-        "gap": r.gap,
-    } for r in report.results]), hide_index=True, width="stretch", key="dec_table",
-        column_config={c: st.column_config.NumberColumn(format="%.3f")
-                       for c in ("baseline", "decomposed", "gap")})
+    st.dataframe(pd.DataFrame(case_rows(report)), hide_index=True, width="stretch", key="dec_table",
+                 column_config={c: st.column_config.NumberColumn(format="%.3f") for c in SCORES})
     st.markdown("**Per case**")
     for r in report.results:
+        if r.error:
+            continue
         with st.expander(f"{r.cohort_id} · {r.population_description} · gap {r.gap:+.3f}"):
             cols = st.columns(3)
             cols[0].metric("Baseline (cohort name searched)", f"{r.baseline_hierarchical_score:.3f}")
@@ -52,6 +74,26 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
                      + (", ".join(r.predicted_codes[:60]) or "—"))
 
 
+def repeat_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
+    st.subheader(label)
+    if report.n_runs_scored == 0:
+        st.error(f"no run scored a case: {run_status(report.runs[0]).message}")
+        return
+    for number, run in enumerate(report.runs, start=1):
+        status = run_status(run)
+        if status.level != "ok":
+            st.warning(f"run {number}: {status.message}")
+    cols = st.columns(3)
+    cols[0].metric("Mean gap over cases", f"{report.mean_gap:+.4f}")
+    cols[1].metric("95% CI of the mean", f"[{report.mean_gap_ci_low:+.4f}, {report.mean_gap_ci_high:+.4f}]")
+    cols[2].metric("SD of the per-run means", f"{report.stdev_mean_gap:.4f}")
+    st.caption(f"{report.n} runs; the interval is a bootstrap over cases of each case's mean gap across runs. "
+               "Per-run means: " + ", ".join(f"{gap:+.4f}" for gap in report.mean_gap_per_run))
+    st.dataframe(pd.DataFrame(spread_rows(report)), hide_index=True, width="stretch", key="dec_spread",
+                 column_config={c: st.column_config.NumberColumn(format="%.3f")
+                                for c in ("mean gap", "min gap", "max gap", "sd")})
+
+
 def main() -> None:
     ui.page_header("Decomposition", "Each test case's description is decomposed into seed terms "
                    "and resolved (curated cohorts first); its score is compared with searching "
@@ -60,38 +102,60 @@ def main() -> None:
     ui.require_libraries()
     ui.dense_notice()
     sets = case_sets()
+    names = [*sets, UPLOADED]
     runnable = {name: runnable_cases(cases) for name, cases in sets.items()}
-    names = list(sets)
-    default = next((i for i, n in enumerate(names) if runnable[n]), 0)
+    default = next((i for i, n in enumerate(names) if runnable.get(n)), 0)
     key_set = claude_key_set()
-    cols = st.columns([2, 2, 1])
+    cols = st.columns([2, 2, 2, 1, 1])
     chosen = cols[0].selectbox("Test cases", names, index=default, key="dec_set",
-                               format_func=lambda n: f"{n} ({len(runnable[n])} of "
-                               f"{len(sets[n])} runnable here)")
-    decomposer = cols[1].radio(
+                               format_func=lambda n: n if n == UPLOADED else
+                               f"{n} ({len(runnable[n])} of {len(sets[n])} runnable here)")
+    split = cols[1].radio("Split", split_options(sets.get(chosen, [])), horizontal=True, key="dec_split",
+                          format_func=SPLITS.get,
+                          help="Development cases are what the decomposer was tuned on; report the test half.")
+    decomposer = cols[2].radio(
         "Decomposer", ["claude", "offline"] if key_set else ["offline"], horizontal=True,
         key="dec_decomposer", help=None if key_set else "Set ANTHROPIC_API_KEY to use Claude.",
     )
-    k = int(cols[2].number_input("k", 1, 100, 10, key="dec_k"))
-    cases = runnable[chosen]
+    k = int(cols[3].number_input("k", 1, 100, 10, key="dec_k"))
+    repeat = int(cols[4].number_input("Repeats", 1, 20, 1, key="dec_repeat",
+                                      help="Run N times (Claude uncached) for per-case spread and the mean's CI"))
+    if chosen == UPLOADED:
+        upload = st.file_uploader("Case file (CSV: population_description, cohort_id, optional library, source)",
+                                  type=["csv"], key="dec_upload")
+        if upload is None:
+            st.caption("Upload a CSV; each line is scored against the installed library holding its cohort.")
+            return
+        try:
+            cases = uploaded_cases(upload.getvalue(), upload.name)
+        except PhenoforgeError as error:
+            st.error(str(error))
+            return
+    else:
+        cases = cases_of(runnable[chosen], split)
     if not cases:
         st.warning("None of these cases' libraries and cohorts is installed here: build the "
                    "bundled libraries on the Home page, or fetch the OHDSI library for the "
                    "'ohdsi' set.")
         return
-    if st.button(f"Run {len(cases)} test cases", type="primary", key="dec_run"):
+    if st.button(f"Run {len(cases)} test cases" + (f" × {repeat}" if repeat > 1 else ""), type="primary",
+                 key="dec_run"):
         bar = st.progress(0.0, text="starting")
         with ui.cursor() as con:
             report = run_decomposition(con, cases, decomposer, dense=ui.dense_retriever(), k=k,
-                                       progress=ui.progress_callback(bar, "case "))
+                                       progress=ui.progress_callback(bar, "case "), repeat=repeat)
         bar.empty()
-        st.session_state["dec_report"] = (chosen, decomposer, report)
+        st.session_state["dec_report"] = (chosen, split, decomposer, repeat, report)
     stored = st.session_state.get("dec_report")
     if stored is None:
         st.caption(f"{len(cases)} cases ready; press Run.")
         return
-    used_set, used, report = stored
-    results_section(report, f"{used} decomposer · {used_set} cases")
+    used_set, used_split, used, used_repeat, report = stored
+    label = f"{used} decomposer · {used_set} cases" + (f" · {SPLITS[used_split]}" if used_split != "all" else "")
+    if used_repeat > 1:
+        repeat_section(report, f"{label} · {used_repeat} runs")
+    else:
+        results_section(report, label)
 
 
 ui.run_page(main)

@@ -6,9 +6,11 @@ import pandas as pd
 import streamlit as st
 
 import dashboard_ui as ui
-from phenoforge.agent import audit, views, workflow
+from phenoforge.agent import audit, workflow
 from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
 from phenoforge.agent.state import AssemblyState
+from phenoforge.dashboard import assemble as views
+from phenoforge.dashboard.markdown import plain
 from phenoforge.errors import PhenoforgeError
 
 
@@ -39,6 +41,7 @@ def start_section(reviewer: str) -> None:
     libraries = ui.libraries()
     with st.form("as_new"):
         description = st.text_area("Population description", key="as_description",
+                                   max_chars=workflow.MAX_DESCRIPTION_CHARS,
                                    placeholder="e.g. adults hospitalized with heart failure and type 2 diabetes")
         cols = st.columns([1, 2, 1])
         options = ["offline", "claude"] if views.claude_available() else ["offline"]
@@ -52,7 +55,7 @@ def start_section(reviewer: str) -> None:
         return
     paths = [lib.path for lib in libraries if lib.library_id in chosen]
     with st.spinner("Decomposing and searching"), ui.cursor() as con:
-        state = workflow.start(con, description, workflow.get_decomposer(decomposer), reviewer=reviewer,
+        state = workflow.start(con, description, views.decomposer_for(decomposer, con), reviewer=reviewer,
                                decomposer_name=decomposer, library_paths=paths,
                                dense=ui.dense_retriever(), k=k)
     _open(state)
@@ -75,12 +78,12 @@ def resume_section() -> None:
 def terms_section(state: AssemblyState) -> None:
     st.subheader("Seed terms")
     for note in state.notes:
-        st.info(note)
+        st.info(plain(note))
     st.dataframe(pd.DataFrame(views.term_rows(state)), hide_index=True, width="stretch")
     for index, term in enumerate(state.terms):
         if term.status != "ambiguous":
             continue
-        st.warning(f"'{term.term}' matches several curated cohorts; it was not guessed. Pick one, or "
+        st.warning(f"'{plain(term.term)}' matches several curated cohorts; it was not guessed. Pick one, or "
                    "review the generated candidates below.")
         cols = st.columns([3, 1])
         ids = [m.cohort_id for m in term.ambiguous]
@@ -137,7 +140,7 @@ def result_section(state: AssemblyState) -> None:
         st.warning(f"{len(state.pending)} candidates are still pending and are not in the set.")
     st.dataframe(pd.DataFrame(views.concept_rows(concept_set)), hide_index=True, width="stretch")
     for item in concept_set.unmappable:
-        st.warning(f"Unmappable '{item.term}': {item.reason}")
+        st.warning(f"Unmappable '{plain(item.term)}': {plain(item.reason)}")
     with ui.cursor() as con:
         circe = concept_set_circe_json(con, concept_set)
     cols = st.columns(2)
@@ -172,7 +175,8 @@ def main() -> None:
             return
     else:
         cols = st.columns([4, 1])
-        cols[0].markdown(f"**Session {state.session_id}** · {state.description} · decomposer {state.decomposer}")
+        cols[0].markdown(f"**Session {state.session_id}** · {plain(state.description)} · "
+                         f"decomposer {state.decomposer}")
         if cols[1].button("New session", key="as_new_session"):
             st.session_state.pop("as_state", None)
             st.query_params.clear()

@@ -21,8 +21,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from phenoforge.config import app_state_db_path
-from phenoforge.errors import PhenoforgeError
+from phenoforge.errors import DiskFullError, PhenoforgeError
 from phenoforge.eval.models import BenchmarkReport
+from phenoforge.storage import is_disk_full
 
 APP_STATE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS benchmark_run (
@@ -97,6 +98,8 @@ def connect_app_state(path: Path | None = None) -> Iterator[sqlite3.Connection]:
         path.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(str(path), timeout=30.0)
     except (OSError, sqlite3.Error) as error:
+        if is_disk_full(error):
+            raise _disk_full(path) from None
         raise AppStateError(
             f"cannot open the app-state database at {path} ({error}); check that the data "
             "directory (PHENOFORGE_DATA_DIR) is writable"
@@ -107,13 +110,28 @@ def connect_app_state(path: Path | None = None) -> Iterator[sqlite3.Connection]:
         con.execute("PRAGMA busy_timeout=30000")
         con.executescript(APP_STATE_SCHEMA)
         yield con
-    except sqlite3.DatabaseError as error:
+    except (sqlite3.DatabaseError, OSError) as error:
+        if is_disk_full(error):  # the database is intact: blaming it would send users to delete it
+            raise _disk_full(path) from None
+        if isinstance(error, OSError):
+            raise
         raise AppStateError(
             f"the app-state database at {path} is unreadable ({error}); move it aside and the "
             "dashboard starts a fresh one"
         ) from error
     finally:
         con.close()
+
+
+class AppStateDiskFullError(AppStateError, DiskFullError):
+    """The app-state database could not be written for lack of space; it is intact."""
+
+
+def _disk_full(path: Path) -> AppStateDiskFullError:
+    return AppStateDiskFullError(
+        f"disk full while writing the app-state database ({path}): the last change was not saved and "
+        "everything saved before is intact (do not move the database aside); free some space and try again"
+    )
 
 
 def report_means(report: BenchmarkReport) -> dict[str, dict[str, float]]:

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from phenoforge.config import ProgressCallback, vocab_db_path
@@ -64,15 +64,25 @@ def _dense_or_none(con, wanted: bool, build: bool = False, progress: ProgressCal
         return dense_module.ensure_dense_index(con, progress=progress)
     retriever = dense_module.load_dense_if_ready(con)
     if retriever is None:
-        print("note: the dense index is not built; dense methods are skipped "
-              "(build it with `python -m phenoforge build`)", file=sys.stderr)
+        print(f"note: {dense_unavailable_message(dense_module.dense_index_status(con))}", file=sys.stderr)
     return retriever
 
 
+def dense_unavailable_message(status, consequence: str = "dense methods are skipped") -> str:  # noqa: ANN001
+    """Why the dense index cannot be used, in its own words (not built, stale, corrupt), and how to rebuild."""
+    if status.state in ("corrupt", "stale"):
+        return (f"the dense index is {status.state} ({status.reason}); {consequence}: "
+                "rebuild it with `python -m phenoforge build`")
+    return f"the dense index is not built; {consequence} (build it with `python -m phenoforge build`)"
+
+
 def is_bundled(library) -> bool:  # noqa: ANN001 - a curated Library
-    """Whether a library was built from a pinned package by ``build`` (not imported or fetched)."""
-    build = library.manifest.report.get("build", {})
-    return isinstance(build, dict) and "format_version" in build and "imported_from" not in build
+    """Whether a library is one ``build`` writes from a pinned package (its folder; imports may not use those)."""
+    from phenoforge.config import libraries_dir
+    from phenoforge.libraries.bundled import BUNDLED_DIRS
+
+    path = Path(library.path).resolve()
+    return path.parent == libraries_dir().resolve() and path.name in BUNDLED_DIRS
 
 
 def resolve_library_dirs(names: list[str] | None, bundled_only: bool = False) -> list[Path]:
@@ -84,8 +94,8 @@ def resolve_library_dirs(names: list[str] | None, bundled_only: bool = False) ->
     broken: list[str] = []
     installed = list_libraries(errors=broken)
     if not names:
-        if broken:
-            raise PhenoforgeError(broken[0])
+        for problem in broken:  # a broken library is reported and skipped; the others still run
+            print(f"warning: skipped a broken library: {problem}", file=sys.stderr)
         chosen = [library for library in installed if is_bundled(library)] if bundled_only else installed
         if not installed:
             raise PhenoforgeError("no cohort library is installed: run `python -m phenoforge build`")
@@ -109,7 +119,7 @@ def resolve_library_dirs(names: list[str] | None, bundled_only: bool = False) ->
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from phenoforge.engine.db import connect, ensure_vocabulary, vocabulary_info
+    from phenoforge.engine.db import connect, database_state, ensure_vocabulary, vocabulary_info
 
     started = time.perf_counter()
     with progress_bar(not args.quiet) as progress:
@@ -119,13 +129,18 @@ def cmd_build(args: argparse.Namespace) -> int:
             report = load_athena(Path(args.athena), vocab_db_path(), progress=progress)
             print(report.summary())
         else:
+            was_corrupt = database_state(vocab_db_path()) == "corrupt"
             ensure_vocabulary(progress=progress, force=args.force)
+            if was_corrupt:
+                print("note: the vocabulary database was corrupt and has been rebuilt with a new build id; "
+                      + ("run `python -m phenoforge build` without --no-dense to rebuild the dense index"
+                         if args.no_dense else "the bundled libraries and the dense index are rebuilt next"))
         con = connect()
         info = vocabulary_info(con)
         print(f"vocabulary: {info.vocabulary_release}, {info.n_icd10cm:,} ICD-10-CM nodes "
               f"({info.n_billable:,} billable), built {info.built_at}")
         if not args.skip_libraries:
-            from phenoforge.engine.libraries import build_bundled_libraries
+            from phenoforge.libraries import build_bundled_libraries
 
             for manifest in build_bundled_libraries(con, progress=progress, force=args.force):
                 print(f"library {manifest.library_id}: {manifest.stats.n_cohorts} cohorts, "
@@ -395,17 +410,26 @@ def _unit_interval(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive whole number")
-    return value
+def _positive_int(name: str) -> Callable[[str], int]:
+    """An argparse type whose error names the option: "k must be a positive integer, got 'abc'"."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
     from phenoforge.agent.cli import register_cli as register_agent_commands
     from phenoforge.athena import register_cli as register_athena_commands
-    from phenoforge.engine.libraries import register_cli as register_library_commands
+    from phenoforge.eval.agreement import register_cli as register_agreement_commands
+    from phenoforge.libraries.cli import register_cli as register_library_commands
 
     parser = argparse.ArgumentParser(prog="python -m phenoforge", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -421,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="search the vocabulary")
     search.add_argument("query")
     search.add_argument("--method", choices=["bm25", "dense", "hybrid", "all"], default="hybrid")
-    search.add_argument("-k", type=_positive_int, default=10)
+    search.add_argument("-k", type=_positive_int("k"), default=10)
     search.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)
@@ -439,9 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "module:function (default: bm25 dense hybrid expand_descendants)")
     bench.add_argument("--measures", nargs="+", metavar="MEASURE",
                        help="measures to record, e.g. hierarchical 'coverage(max_distance=4)' (default: all)")
-    bench.add_argument("-k", type=_positive_int, default=25)
+    bench.add_argument("-k", type=_positive_int("k"), default=25)
     bench.add_argument("--dense-weight", type=_unit_interval, default=0.5)
-    bench.add_argument("--fanout-threshold", type=_positive_int, default=100)
+    bench.add_argument("--fanout-threshold", type=_positive_int("fanout-threshold"), default=100)
     bench.add_argument("--no-dense", action="store_true", help="run without the dense index")
     bench.add_argument("--json", action="store_true", help="the full report as JSON")
     bench.add_argument("--quiet", action="store_true")
@@ -451,10 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--library", action="append")
     sweep.add_argument("--cohorts", nargs="+")
     sweep.add_argument("--weights", type=_weights, default=DEFAULT_SWEEP_WEIGHTS)
-    sweep.add_argument("-k", type=_positive_int, default=25)
-    sweep.add_argument("--folds", type=_positive_int, default=5,
+    sweep.add_argument("-k", type=_positive_int("k"), default=25)
+    sweep.add_argument("--folds", type=_positive_int("folds"), default=5,
                        help="cross-validation folds over cohorts for the out-of-sample figure (default: 5)")
-    sweep.add_argument("--fanout-threshold", type=_positive_int, default=100)
+    sweep.add_argument("--fanout-threshold", type=_positive_int("fanout-threshold"), default=100)
     sweep.add_argument("--json", action="store_true")
     sweep.add_argument("--quiet", action="store_true")
     sweep.set_defaults(func=cmd_sweep)
@@ -472,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_import.add_argument("--name", help="the run's name (default: the file name)")
     run_import.add_argument("--compare", nargs="*", default=["hybrid"], metavar="METHOD",
                             help="built-in methods scored on the same cohorts, with paired tests (default: hybrid)")
-    run_import.add_argument("-k", type=_positive_int, default=25)
+    run_import.add_argument("-k", type=_positive_int("k"), default=25)
     run_import.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     run_import.add_argument("--json", action="store_true")
     run_import.add_argument("--quiet", action="store_true")
@@ -488,6 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     library_sub = library.add_subparsers(dest="library_command", required=True)
     # sub-command groups owned by other modules add their own commands
     register_agent_commands(sub)
+    register_agreement_commands(sub)
     register_library_commands(library_sub)
     register_athena_commands(library_sub)
     return parser

@@ -21,3 +21,15 @@ class IndexError_(PhenoforgeError):
 
 class ImportRowError(PhenoforgeError):
     """A row of an imported file is bad; the message names the line and the problem."""
+
+
+class CrosswalkError(PhenoforgeError):
+    """The cohort crosswalk is malformed or names a cohort a library does not have (the message names the line)."""
+
+
+class DataDirError(PhenoforgeError):
+    """The data directory (``PHENOFORGE_DATA_DIR``) is a file or cannot be written."""
+
+
+class DiskFullError(PhenoforgeError):
+    """A write ran out of disk space; what was there before is kept."""

@@ -26,6 +26,7 @@ def write_icd_library(
     name: str = "Fixture library",
     description: str = "cohorts over the fixture vocabulary",
     citation: Citation | None = None,
+    group: str | None = None,
 ) -> Path:
     manifest = LibraryManifest(
         library_id=library_id,
@@ -33,6 +34,7 @@ def write_icd_library(
         description=description,
         citation=citation or Citation(source="tests", version="1", licence="CC0"),
         created_at="2026-12-02T00:00:00+00:00",
+        group=group,
         stats=LibraryStats(n_cohorts=len(cohorts),
                            n_listed_codes=sum(len(codes) for _n, codes, _d in cohorts.values())),
         cohorts=[CohortEntry(cohort_id=cid, cohort_name=cohort_name, file=cohort_file_name(cid))

@@ -133,7 +133,10 @@ def test_benchmark_json_on_a_library_given_by_path(tmp_path: Path, capsys: pytes
     assert {(r["cohort_id"], r["method"]) for r in report["results"]} == {
         (cid, m) for cid in COHORTS for m in expected_methods
     }
-    assert sorted(report["skipped"]) == sorted(f"{cid}/dense: no dense retriever" for cid in COHORTS)
+    assert sorted(report["skipped"]) == sorted(
+        f"{cid}/dense: no dense retriever (switched off (--no-dense))" for cid in COHORTS
+    )
+    assert report["methods"]["hybrid"]["degraded"] == "no dense retriever (switched off (--no-dense))"
     dm2 = next(r for r in report["results"] if r["cohort_id"] == "dm2" and r["method"] == "expand_descendants")
     assert dm2["coverage"] == 1.0 and dm2["over_inclusion_penalty"] == 0.0
 
@@ -151,16 +154,18 @@ def test_benchmark_json_uses_the_installed_library_by_id(capsys: pytest.CaptureF
 
 def test_benchmark_table(capsys: pytest.CaptureFixture[str]) -> None:
     write_fixture_library(libraries_dir() / "cli-lib")
-    code, out, _err = run(capsys, "benchmark", "--no-dense", "--quiet")
+    code, out, _err = run(capsys, "benchmark", "--library", "cli-lib", "--no-dense", "--quiet")
     assert code == 0
     assert "CLI fixture library (cli-lib): 3 cohorts, k=25" in out
     header = next(line for line in out.splitlines() if line.startswith("method"))
-    assert header.split() == ["method", "cohorts", "coverage", "over-incl", "hier.", "exact", "F1"]
+    # column heads are the measures' own labels, with their direction
+    assert header.split() == ["method", "cohorts", "Coverage", "↑", "Over-inclusion", "↓", "Hierarchical", "score",
+                              "↑", "Exact-match", "F1", "↑"]
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()
             and line.split()[0] in ("bm25", "hybrid", "expand_descendants", "dense")}
     assert set(rows) == {"bm25", "hybrid", "expand_descendants"}
     assert all(row[1] == "3" for row in rows.values())
-    assert all(0.0 <= float(value) <= 1.0 for row in rows.values() for value in row[2:])
+    assert all(0.0 <= float(value) <= 1.0 for row in rows.values() for value in row[2:6])
     assert "skipped: 3" in out
 
 
@@ -183,7 +188,7 @@ def test_benchmark_with_no_library_installed(capsys: pytest.CaptureFixture[str])
 
 def test_benchmark_unknown_cohort_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     write_fixture_library(libraries_dir() / "cli-lib")
-    code, _out, err = run(capsys, "benchmark", "--no-dense", "--cohorts", "zzz", "--quiet")
+    code, _out, err = run(capsys, "benchmark", "--library", "cli-lib", "--no-dense", "--cohorts", "zzz", "--quiet")
     assert code == 2
     assert "'zzz'" in err and "Traceback" not in err
 
@@ -218,7 +223,19 @@ def test_a_broken_installed_library_does_not_block_one_given_by_path(
     assert list(json.loads(out)) == ["cli-lib"]
 
 
-def test_a_broken_installed_library_is_named_in_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_broken_installed_library_is_named_and_skipped(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 12 item 7: the full benchmark reports the broken library and runs the others."""
+    broken = libraries_dir() / "broken"
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("{not json")
+    write_fixture_library(libraries_dir() / "elixhauser")  # where `build` puts a bundled library
+    code, out, err = run(capsys, "benchmark", "--no-dense", "--quiet", "--json")
+    assert code == 0, err
+    assert list(json.loads(out)) == ["cli-lib"]
+    assert "skipped a broken library" in err and str(broken / "manifest.json") in err and "Traceback" not in err
+
+
+def test_only_broken_libraries_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
     broken = libraries_dir() / "broken"
     broken.mkdir(parents=True)
     (broken / "manifest.json").write_text("{not json")

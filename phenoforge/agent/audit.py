@@ -9,16 +9,19 @@ and the state can never disagree. Connections are short-lived, WAL mode (via
 
 from __future__ import annotations
 
-import csv
 import io
 import json
+import sqlite3
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from phenoforge.agent.state import AssemblyState
 from phenoforge.app_state import AppStateError, connect_app_state
+from phenoforge.csv_safe import SafeDictWriter
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS assembly_session (
@@ -40,11 +43,17 @@ CREATE TABLE IF NOT EXISTS assembly_decision (
     code TEXT NOT NULL,
     decision TEXT NOT NULL,
     expand_descendants INTEGER NOT NULL DEFAULT 0,
-    terms TEXT NOT NULL DEFAULT '',
-    description TEXT NOT NULL
+    terms TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS idx_assembly_decision_session ON assembly_decision (session_id, decision_id);
+CREATE TABLE IF NOT EXISTS assembly_decision_legacy_description (
+    decision_id INTEGER PRIMARY KEY REFERENCES assembly_decision (decision_id),
+    description TEXT NOT NULL
+);
 """
+"""The description lives once, on the session; a decision row reads it from there. Databases from
+before kept a copy per decision: ``_ensure_schema`` drops that column, and a copy that ever differed
+from its session's description is kept in ``assembly_decision_legacy_description``."""
 
 
 class DecisionRecord(BaseModel):
@@ -74,8 +83,36 @@ def new_session_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def _open(path: Path | None):
-    return connect_app_state(path)
+@contextmanager
+def _open(path: Path | None) -> Iterator[sqlite3.Connection]:
+    with connect_app_state(path) as con:
+        _ensure_schema(con)
+        yield con
+
+
+def _ensure_schema(con: sqlite3.Connection) -> None:
+    """Create the tables; move a pre-existing per-decision description copy out, losing nothing."""
+    con.executescript(SCHEMA)
+    if not _has_decision_description(con):
+        return
+    con.execute("BEGIN IMMEDIATE")  # one migrator at a time; the others find it done
+    try:
+        if _has_decision_description(con):
+            con.execute(
+                "INSERT OR REPLACE INTO assembly_decision_legacy_description (decision_id, description) "
+                "SELECT d.decision_id, d.description FROM assembly_decision d "
+                "LEFT JOIN assembly_session s ON s.session_id = d.session_id "
+                "WHERE s.session_id IS NULL OR s.description IS NOT d.description"
+            )
+            con.execute("ALTER TABLE assembly_decision DROP COLUMN description")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _has_decision_description(con: sqlite3.Connection) -> bool:
+    return any(row[1] == "description" for row in con.execute("PRAGMA table_info(assembly_decision)").fetchall())
 
 
 def save_state(
@@ -84,33 +121,29 @@ def save_state(
     path: Path | None = None,
 ) -> None:
     """Upsert the session and insert its new decisions, atomically (one transaction)."""
-    with _open(path) as con:
-        con.executescript(SCHEMA)
-        with con:
+    with _open(path) as con, con:
+        con.execute(
+            "INSERT INTO assembly_session (session_id, description, reviewer, decomposer, stage, created_at, "
+            "updated_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+            "reviewer = excluded.reviewer, stage = excluded.stage, updated_at = excluded.updated_at, "
+            "state = excluded.state",
+            [state.session_id, state.description, state.reviewer, state.decomposer, state.stage,
+             state.created_at, state.updated_at, state.model_dump_json()],
+        )
+        for code, decision, expand in decisions or []:
+            candidate = state.candidate(code)
+            if candidate is None or candidate.reviewer is None:
+                raise AppStateError(f"decision for {code} is not applied to the session state")
             con.execute(
-                "INSERT INTO assembly_session (session_id, description, reviewer, decomposer, stage, created_at, "
-                "updated_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
-                "reviewer = excluded.reviewer, stage = excluded.stage, updated_at = excluded.updated_at, "
-                "state = excluded.state",
-                [state.session_id, state.description, state.reviewer, state.decomposer, state.stage,
-                 state.created_at, state.updated_at, state.model_dump_json()],
+                "INSERT INTO assembly_decision (session_id, decided_at, reviewer, code, decision, "
+                "expand_descendants, terms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [state.session_id, candidate.decided_at, candidate.reviewer, code, decision,
+                 int(bool(expand) and candidate.expand_descendants), "; ".join(candidate.terms)],
             )
-            for code, decision, expand in decisions or []:
-                candidate = state.candidate(code)
-                if candidate is None or candidate.reviewer is None:
-                    raise AppStateError(f"decision for {code} is not applied to the session state")
-                con.execute(
-                    "INSERT INTO assembly_decision (session_id, decided_at, reviewer, code, decision, "
-                    "expand_descendants, terms, description) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [state.session_id, candidate.decided_at, candidate.reviewer, code, decision,
-                     int(bool(expand) and candidate.expand_descendants), "; ".join(candidate.terms),
-                     state.description],
-                )
 
 
 def load_state(session_id: str, path: Path | None = None) -> AssemblyState:
     with _open(path) as con:
-        con.executescript(SCHEMA)
         rows = con.execute("SELECT state FROM assembly_session WHERE session_id = ?", [session_id]).fetchall()
     if not rows:
         raise AppStateError(f"no assembly session {session_id!r}; list sessions with `assemble --list`")
@@ -119,7 +152,6 @@ def load_state(session_id: str, path: Path | None = None) -> AssemblyState:
 
 def list_sessions(path: Path | None = None, limit: int = 50) -> list[SessionSummary]:
     with _open(path) as con:
-        con.executescript(SCHEMA)
         rows = con.execute(
             "SELECT s.session_id, s.description, s.reviewer, s.decomposer, s.stage, s.created_at, s.updated_at, "
             "(SELECT count(*) FROM assembly_decision d WHERE d.session_id = s.session_id) AS n_decisions "
@@ -131,10 +163,12 @@ def list_sessions(path: Path | None = None, limit: int = 50) -> list[SessionSumm
 
 def decisions(session_id: str, path: Path | None = None) -> list[DecisionRecord]:
     with _open(path) as con:
-        con.executescript(SCHEMA)
         rows = con.execute(
-            "SELECT decision_id, session_id, decided_at, reviewer, code, decision, expand_descendants, terms, "
-            "description FROM assembly_decision WHERE session_id = ? ORDER BY decision_id",
+            "SELECT d.decision_id, d.session_id, d.decided_at, d.reviewer, d.code, d.decision, "
+            "d.expand_descendants, d.terms, COALESCE(l.description, s.description, '') AS description "
+            "FROM assembly_decision d LEFT JOIN assembly_session s ON s.session_id = d.session_id "
+            "LEFT JOIN assembly_decision_legacy_description l ON l.decision_id = d.decision_id "
+            "WHERE d.session_id = ? ORDER BY d.decision_id",
             [session_id],
         ).fetchall()
     return [DecisionRecord(**{**dict(row), "expand_descendants": bool(row["expand_descendants"])}) for row in rows]
@@ -143,7 +177,7 @@ def decisions(session_id: str, path: Path | None = None) -> list[DecisionRecord]
 def audit_csv(records: list[DecisionRecord]) -> str:
     out = io.StringIO()
     fields = list(DecisionRecord.model_fields)
-    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer = SafeDictWriter(out, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for record in records:
         writer.writerow(record.model_dump())

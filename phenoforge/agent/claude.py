@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -124,29 +125,25 @@ def resolve_model(model: str | None = None) -> str:
     return model or os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
 
 
-def _translate(error: anthropic.AnthropicError, model: str) -> DecomposerError:
+def _translate(error: anthropic.AnthropicError, model: str, timeout: float | None = None) -> DecomposerError:
     """SDK exception -> our typed error. Built from status codes only, so no body or header leaks."""
     if isinstance(error, anthropic.APITimeoutError):
-        return ClaudeTimeoutError("the Anthropic API did not answer in time; try again, or raise --timeout")
+        waited = f" within {timeout:g} s" if timeout else " in time"
+        return ClaudeTimeoutError(f"the Anthropic API did not answer{waited}; try again, or raise --timeout")
     if isinstance(error, anthropic.APIConnectionError):
         return ClaudeNetworkError(
-            "could not reach the Anthropic API (network error); check the connection or use the "
-            "offline decomposer"
+            "could not reach the Anthropic API (network error); check the connection or use the offline decomposer"
         )
     if isinstance(error, anthropic.APIStatusError):
         status = error.status_code
         if status in (401, 403):
-            return ClaudeAuthError(
-                f"the Anthropic API rejected the API key (HTTP {status}); check ANTHROPIC_API_KEY"
-            )
+            return ClaudeAuthError(f"the Anthropic API rejected the API key (HTTP {status}); check ANTHROPIC_API_KEY")
         if status == 429:
             return ClaudeRateLimitError("the Anthropic API rate limit was hit (HTTP 429); wait a minute and retry")
         if status == 529:
             return ClaudeOverloadedError("the Anthropic API is overloaded (HTTP 529); retry shortly")
         if status == 404:
-            return ClaudeAPIError(
-                f"model {model!r} was not found (HTTP 404); set {MODEL_ENV} to a current model id"
-            )
+            return ClaudeAPIError(f"model {model!r} was not found (HTTP 404); set {MODEL_ENV} to a current model id")
         if status >= 500:
             return ClaudeOverloadedError(f"the Anthropic API failed (HTTP {status}); retry shortly")
         return ClaudeAPIError(f"the Anthropic API refused the request (HTTP {status})")
@@ -180,7 +177,13 @@ def _clean(terms: list[str]) -> list[str]:
 
 
 class ClaudeDecomposer:
-    """Callable ``str -> list[str]`` backed by the Messages API, with an on-disk cache."""
+    """Callable ``str -> list[str]`` backed by the Messages API, with an on-disk cache.
+
+    ``budget`` (seconds, from the first call) bounds the whole run, not one request: each request's
+    timeout is cut so that it and the SDK's retries fit in what is left, and once the budget is
+    spent every further call fails at once with :class:`ClaudeTimeoutError` instead of waiting
+    ``timeout`` again per case (a server that accepts connections and never answers).
+    """
 
     def __init__(
         self,
@@ -189,13 +192,39 @@ class ClaudeDecomposer:
         cache: DecompositionCache | None,
         max_tokens: int = 512,
         output_retries: int = 2,
+        budget: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if budget is not None and budget <= 0:
+            raise ValueError("budget must be positive (seconds)")
         self.client = client
         self.model = model
         self.cache = cache
         self.max_tokens = max_tokens
         self.output_retries = output_retries
         self.last_from_cache = False
+        self.budget = budget
+        self._clock = clock
+        self._deadline: float | None = None
+
+    def _request_client(self) -> tuple[anthropic.Anthropic, float | None]:
+        """The client for one request, its timeout cut to the run's remaining budget."""
+        if self.budget is None:
+            return self.client, None
+        now = self._clock()
+        if self._deadline is None:
+            self._deadline = now + self.budget
+        remaining = self._deadline - now
+        if remaining <= 0:
+            raise ClaudeTimeoutError(
+                f"the run's time budget of {self.budget:g} s (--budget) is spent; no further request was sent. "
+                "Raise --budget, or run fewer cases"
+            )
+        configured = self.client.timeout if isinstance(self.client.timeout, int | float) else None
+        attempts = self.client.max_retries + 1
+        per_attempt = remaining / attempts
+        timeout = min(float(configured), per_attempt) if configured is not None else per_attempt
+        return self.client.with_options(timeout=timeout), timeout
 
     def __repr__(self) -> str:  # never show the client (it holds the key)
         return f"ClaudeDecomposer(model={self.model!r}, prompt_version={PROMPT_VERSION!r})"
@@ -216,13 +245,12 @@ class ClaudeDecomposer:
         return terms
 
     def _ask(self, description: str) -> list[str]:
-        messages: list[dict[str, Any]] = [
-            {"role": "user", "content": f"Population description:\n{description}"}
-        ]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": f"Population description:\n{description}"}]
         problem = ""
         for _attempt in range(self.output_retries + 1):
+            client, timeout = self._request_client()
             try:
-                message = self.client.messages.create(
+                message = client.messages.create(
                     model=self.model,
                     max_tokens=self.max_tokens,
                     system=SYSTEM_PROMPT,
@@ -231,7 +259,7 @@ class ClaudeDecomposer:
                     messages=messages,
                 )
             except anthropic.AnthropicError as error:
-                raise _translate(error, self.model) from None
+                raise _translate(error, self.model, timeout) from None
             except ValueError:  # a 200 whose body is not JSON (truncated by a proxy, say): ask again
                 problem = "the API response body was not valid JSON"
                 continue
@@ -250,9 +278,14 @@ class ClaudeDecomposer:
                 f"'terms' list of at most {MAX_TERMS} short clinical terms."
             )
             if tool_id is not None:
-                messages.append({"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": tool_id, "is_error": True, "content": feedback}
-                ]})
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": tool_id, "is_error": True, "content": feedback}
+                        ],
+                    }
+                )
             else:
                 messages.append({"role": "user", "content": feedback})
         raise ClaudeOutputError(
@@ -278,15 +311,17 @@ def default_decomposer(
     timeout: float = 30.0,
     max_retries: int = 2,
     output_retries: int = 2,
-) -> Callable[[str], list[str]]:
+    budget: float | None = None,
+) -> ClaudeDecomposer:
     """The real decomposer: a Claude call per (uncached) description.
 
     ``client`` lets tests pass ``anthropic.Anthropic(http_client=httpx2.Client(transport=...))``;
-    without it a client is built from the resolved key, ``timeout`` (seconds) and ``max_retries``.
+    without it a client is built from the resolved key, ``timeout`` (seconds per request) and
+    ``max_retries``. ``budget`` (seconds) is one deadline for every call this decomposer makes.
     """
     resolved_model = resolve_model(model)
     if client is None:
         key = resolve_api_key(api_key)
         client = anthropic.Anthropic(api_key=key, timeout=timeout, max_retries=max_retries)
     cache = DecompositionCache(cache_dir) if use_cache else None
-    return ClaudeDecomposer(client, resolved_model, cache, output_retries=output_retries)
+    return ClaudeDecomposer(client, resolved_model, cache, output_retries=output_retries, budget=budget)

@@ -10,7 +10,6 @@ candidate without prompting, for scripts. Every answer is recorded in the audit 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +20,25 @@ from phenoforge.agent.state import AssemblyState, Candidate, Decision
 from phenoforge.errors import PhenoforgeError
 
 PROMPT = "[a]ccept [r]eject [e]xpand+accept [A]ccept rest [R]eject rest [s]kip [q]uit: "
-ANSWERS = {"a": "accept", "accept": "accept", "y": "accept", "yes": "accept",
-           "r": "reject", "reject": "reject", "n": "reject", "no": "reject",
-           "e": "expand", "expand": "expand", "s": "skip", "skip": "skip", "": "skip",
-           "q": "quit", "quit": "quit", "A": "accept-rest", "R": "reject-rest"}
+ANSWERS = {
+    "a": "accept",
+    "accept": "accept",
+    "y": "accept",
+    "yes": "accept",
+    "r": "reject",
+    "reject": "reject",
+    "n": "reject",
+    "no": "reject",
+    "e": "expand",
+    "expand": "expand",
+    "s": "skip",
+    "skip": "skip",
+    "": "skip",
+    "q": "quit",
+    "quit": "quit",
+    "A": "accept-rest",
+    "R": "reject-rest",
+}
 
 
 def _connect():  # noqa: ANN202
@@ -40,7 +54,10 @@ def _dense(con, wanted: bool):  # noqa: ANN001, ANN202
 
     retriever = load_dense_if_ready(con)
     if retriever is None:
-        print("note: no dense index; hybrid runs as BM25 alone (build it with `python -m phenoforge build`)",
+        from phenoforge.cli import dense_unavailable_message
+        from phenoforge.engine.dense import dense_index_status
+
+        print(f"note: {dense_unavailable_message(dense_index_status(con), 'hybrid runs as BM25 alone')}",
               file=sys.stderr)
     return retriever
 
@@ -54,8 +71,9 @@ def _library_paths(names: list[str] | None) -> list[Path] | None:
 
 
 def describe_candidate(candidate: Candidate) -> str:
-    sources = "; ".join(f"'{s.term}' {s.retriever} #{s.rank}" + (f" ({s.detail})" if s.detail else "")
-                        for s in candidate.sources)
+    sources = "; ".join(
+        f"'{s.term}' {s.retriever} #{s.rank}" + (f" ({s.detail})" if s.detail else "") for s in candidate.sources
+    )
     return f"{candidate.code:10} {candidate.name}\n           from {sources}\n           {candidate.hierarchy_hint}"
 
 
@@ -66,16 +84,17 @@ def print_terms(state: AssemblyState, out: TextIO) -> None:
     for term in state.terms:
         if term.status == "curated" and term.curated:
             m = term.curated
-            print(f"  term '{term.term}': curated -> {m.library_id}/{m.cohort_id} {m.cohort_name} "
-                  f"(names {m.name_overlap:.0%}, retrieval {m.retrieval_overlap:.0%})", file=out)
+            print(
+                f"  term '{term.term}': curated -> {m.library_id}/{m.cohort_id} {m.cohort_name} "
+                f"(names {m.name_overlap:.0%}, retrieval {m.retrieval_overlap:.0%})",
+                file=out,
+            )
         elif term.status == "ambiguous":
-            print(f"  term '{term.term}': AMBIGUOUS, not guessed: {term.note}; generated candidates follow",
-                  file=out)
+            print(f"  term '{term.term}': AMBIGUOUS, not guessed: {term.note}; generated candidates follow", file=out)
         elif term.status == "unmappable":
             print(f"  term '{term.term}': nothing found ({term.search_reason})", file=out)
         else:
-            print(f"  term '{term.term}': no curated match; {len(term.candidate_codes)} generated candidates",
-                  file=out)
+            print(f"  term '{term.term}': no curated match; {len(term.candidate_codes)} generated candidates", file=out)
 
 
 def settle_ambiguous(
@@ -88,8 +107,11 @@ def settle_ambiguous(
     for term in [t for t in state.terms if t.status == "ambiguous"]:
         print(f"\n'{term.term}' matches several curated cohorts:", file=out)
         for number, match in enumerate(term.ambiguous, start=1):
-            print(f"  {number}. {match.library_id}/{match.cohort_id} {match.cohort_name} "
-                  f"(names {match.name_overlap:.0%}, retrieval {match.retrieval_overlap:.0%})", file=out)
+            print(
+                f"  {number}. {match.library_id}/{match.cohort_id} {match.cohort_name} "
+                f"(names {match.name_overlap:.0%}, retrieval {match.retrieval_overlap:.0%})",
+                file=out,
+            )
         while True:
             try:
                 raw = read(f"use cohort [1-{len(term.ambiguous)}], or Enter to review generated candidates: ")
@@ -101,8 +123,7 @@ def settle_ambiguous(
             if text.isdigit() and 1 <= int(text) <= len(term.ambiguous):
                 state = workflow.choose(state, term.term, term.ambiguous[int(text) - 1].cohort_id, app_state_path)
                 break
-            print(f"  {text!r} is not a choice; type a number from 1 to {len(term.ambiguous)} or press Enter",
-                  file=out)
+            print(f"  {text!r} is not a choice; type a number from 1 to {len(term.ambiguous)} or press Enter", file=out)
     return state
 
 
@@ -144,23 +165,44 @@ def review(
     return state, not state.pending
 
 
+def check_output_path(flag: str, value: str | None) -> None:
+    """Refuse an output path that cannot be written before any work is done, in one line."""
+    if not value:
+        return
+    path = Path(value)
+    if path.is_dir():
+        raise PhenoforgeError(f"{flag} {path} is a folder; give a file name, e.g. {path / 'concept_set.csv'}")
+    if not path.parent.is_dir():
+        raise PhenoforgeError(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another")
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise PhenoforgeError(
+            f"cannot write {path} ({error.strerror or error}); the session is saved: write it again with --resume"
+        ) from None
+    print(f"wrote {path}")
+
+
 def _write_outputs(state: AssemblyState, con, args: argparse.Namespace) -> None:  # noqa: ANN001
     from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
 
     assert state.concept_set is not None
     if args.csv:
-        Path(args.csv).write_text(concept_set_csv(state.concept_set), encoding="utf-8")
-        print(f"wrote {args.csv}")
+        _write(Path(args.csv), concept_set_csv(state.concept_set))
     if args.circe:
-        Path(args.circe).write_text(concept_set_circe_json(con, state.concept_set), encoding="utf-8")
-        print(f"wrote {args.circe}")
+        _write(Path(args.circe), concept_set_circe_json(con, state.concept_set))
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
     if args.list:
         for session in audit.list_sessions():
-            print(f"{session.session_id}  {session.updated_at}  {session.stage:10} "
-                  f"{session.n_decisions:3} decisions  {session.reviewer or '-':10} {session.description}")
+            print(
+                f"{session.session_id}  {session.updated_at}  {session.stage:10} "
+                f"{session.n_decisions:3} decisions  {session.reviewer or '-':10} {session.description}"
+            )
         return 0
     if args.audit:
         records = audit.decisions(args.audit)
@@ -169,6 +211,12 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         return 0
     if args.yes and args.no_input:
         raise PhenoforgeError("--yes and --no-input contradict each other; pick one")
+    check_output_path("--csv", args.csv)
+    check_output_path("--circe", args.circe)
+    if not args.resume:
+        if not args.description:
+            raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
+        workflow.check_description(args.description)
     reviewer = (args.reviewer or "").strip()
     con = _connect()
     if args.resume:
@@ -176,10 +224,25 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     else:
         if not args.description:
             raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
-        decompose_fn = workflow.get_decomposer(args.decomposer, model=args.model)
-        state = workflow.start(con, args.description, decompose_fn, reviewer=reviewer,
-                               decomposer_name=args.decomposer, library_paths=_library_paths(args.library),
-                               dense=_dense(con, not args.no_dense), k=args.k)
+        decompose_fn: Callable[[str], list[str]]
+        if args.decomposer == "claude":
+            from phenoforge.agent.claude import default_decomposer
+
+            decompose_fn = default_decomposer(model=args.model, timeout=args.timeout)
+        else:
+            from phenoforge.agent.offline import offline_decomposer
+
+            decompose_fn = offline_decomposer(con)
+        state = workflow.start(
+            con,
+            args.description,
+            decompose_fn,
+            reviewer=reviewer,
+            decomposer_name=args.decomposer,
+            library_paths=_library_paths(args.library),
+            dense=_dense(con, not args.no_dense),
+            k=args.k,
+        )
     print_terms(state, sys.stdout)
     if state.pending:
         if not reviewer:
@@ -200,9 +263,11 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     state = workflow.finish(state, con)
     concept_set = state.concept_set
     assert concept_set is not None
-    print(f"\nconcept set: {len(concept_set.entries)} codes "
-          f"({sum(1 for e in concept_set.entries if e.tier == 'curated')} curated, "
-          f"{sum(1 for e in concept_set.entries if e.tier == 'generated')} generated)")
+    print(
+        f"\nconcept set: {len(concept_set.entries)} codes "
+        f"({sum(1 for e in concept_set.entries if e.tier == 'curated')} curated, "
+        f"{sum(1 for e in concept_set.entries if e.tier == 'generated')} generated)"
+    )
     for item in concept_set.unmappable:
         print(f"  unmappable '{item.term}': {item.reason}")
     if args.json:
@@ -213,90 +278,168 @@ def cmd_assemble(args: argparse.Namespace) -> int:
 
 
 def _print_report(report, out: TextIO) -> None:  # noqa: ANN001
+
     print(f"decomposer: {report.decomposer}   retrieval: {report.retrieval}   k={report.k}", file=out)
-    print(f"{'cohort':18} {'baseline':>8} {'decomp':>8} {'gap':>7}  seed terms -> where the curated check landed",
-          file=out)
+    print(
+        f"{'cohort':18} {'baseline':>8} {'decomp':>8} {'gap':>7}  seed terms -> where the curated check landed",
+        file=out,
+    )
     for r in report.results:
         if r.error:
-            print(f"{r.cohort_id:18} {'':8} {'':8} {'':7}  ERROR {r.error}", file=out)
+            print(f"{r.cohort_id:18} {'':8} {'':8} {'':7}  ERROR {r.error_type}: {r.error}", file=out)
             continue
-        landed = "; ".join(
-            f"{t.term} -> {t.landed}" + (f" {','.join(t.matched_cohort_ids)}" if t.matched_cohort_ids else "")
-            for t in r.term_resolutions
-        ) or "(no terms)"
-        print(f"{r.cohort_id:18} {r.baseline_hierarchical_score:8.3f} {r.decomposed_hierarchical_score:8.3f} "
-              f"{r.gap:+7.3f}  {landed}", file=out)
-    print(f"\ncases scored: {report.n_scored}   mean baseline {report.mean_baseline_hierarchical_score:.4f}   "
-          f"mean decomposed {report.mean_decomposed_hierarchical_score:.4f}   mean gap {report.mean_gap:+.4f}",
-          file=out)
-    print("terms landed: " + ", ".join(f"{k} {v}" for k, v in sorted(report.landed_counts.items())), file=out)
+        landed = (
+            "; ".join(
+                f"{t.term} -> {t.landed}" + (f" {','.join(t.matched_cohort_ids)}" if t.matched_cohort_ids else "")
+                for t in r.term_resolutions
+            )
+            or "(no terms)"
+        )
+        print(
+            f"{r.cohort_id:18} {r.baseline_hierarchical_score:8.3f} {r.decomposed_hierarchical_score:8.3f} "
+            f"{r.gap:+7.3f}  {landed}",
+            file=out,
+        )
+    _print_summary(report, out)
+
+
+def _print_summary(report, out: TextIO) -> None:  # noqa: ANN001
+    from phenoforge.eval.decomposition import landing_rate, ran_summary
+
+    print(f"\n{ran_summary(report)}", file=out)
+    if report.n_scored:
+        print(
+            f"mean baseline {report.mean_baseline_hierarchical_score:.4f}   "
+            f"mean decomposed {report.mean_decomposed_hierarchical_score:.4f}   mean gap {report.mean_gap:+.4f}   "
+            f"cases with a term on the target {landing_rate(report):.0%}",
+            file=out,
+        )
+        print("terms landed: " + ", ".join(f"{k} {v}" for k, v in sorted(report.landed_counts.items())), file=out)
     for line in report.skipped:
         print(f"skipped {line}", file=out)
 
 
-def cmd_decompose_eval(args: argparse.Namespace) -> int:
-    from phenoforge.config import libraries_dir
-    from phenoforge.eval.decomposition import CASE_SETS, repeat_decomposition, score_decomposition
+def _cases(args: argparse.Namespace, library_dir: Path) -> list:
+    from phenoforge.eval.decomposition import CASE_SETS, cases_for_split, load_cases_csv
 
-    cases = CASE_SETS[args.cases]
+    if args.cases.lower().endswith(".csv") or Path(args.cases).is_file():
+        if args.split:
+            raise PhenoforgeError("--split picks a half of the built-in cases; it does not apply to a CSV file")
+        return load_cases_csv(Path(args.cases), libraries_root=library_dir)
+    if args.cases not in CASE_SETS:
+        raise PhenoforgeError(
+            f"--cases {args.cases!r} is neither a built-in set ({', '.join(CASE_SETS)}) nor a CSV file"
+        )
+    if args.split == "new":
+        return cases_for_split("new")
+    if args.split:
+        return [case for case in CASE_SETS[args.cases] if case.split == args.split]
+    return list(CASE_SETS[args.cases])
+
+
+def _decomposer(args: argparse.Namespace, con):  # noqa: ANN001, ANN202
     if args.decomposer == "claude":
         from phenoforge.agent.claude import default_decomposer
 
-        decompose_fn = default_decomposer(model=args.model, use_cache=args.repeat <= 1)
-    else:
-        decompose_fn = workflow.get_decomposer("offline")
-    con = _connect()
+        return default_decomposer(
+            model=args.model, use_cache=args.repeat <= 1, timeout=args.timeout, budget=args.budget
+        )
+    from phenoforge.agent.offline import offline_decomposer
+
+    return offline_decomposer(con)
+
+
+def cmd_decompose_eval(args: argparse.Namespace) -> int:
+    from phenoforge.config import libraries_dir
+    from phenoforge.eval.decomposition import RepeatReport, repeat_decomposition, score_decomposition
+    from phenoforge.eval.models import DecompositionReport
+
+    if args.repeat < 1:
+        raise PhenoforgeError("--repeat must be 1 or more")
+    if args.timeout <= 0 or (args.budget is not None and args.budget <= 0):
+        raise PhenoforgeError("--timeout and --budget are seconds and must be positive")
     library_dir = Path(args.library) if args.library else libraries_dir()
     if args.library and not (library_dir / "manifest.json").is_file():
         paths = _library_paths([args.library])
         library_dir = paths[0] if paths else library_dir
+    cases = _cases(args, library_dir)
+    con = _connect()
+    decompose_fn = _decomposer(args, con)
     dense = _dense(con, not args.no_dense)
     from phenoforge.cli import progress_bar
 
+    report: DecompositionReport | RepeatReport
     with progress_bar(not args.quiet) as progress:
         if args.repeat > 1:
-            repeated = repeat_decomposition(con, library_dir, decompose_fn, args.repeat, dense=dense, k=args.k,
-                                            test_cases=cases, progress=progress)
+            report = repeat_decomposition(
+                con, library_dir, decompose_fn, args.repeat, dense=dense, k=args.k, test_cases=cases, progress=progress
+            )
         else:
-            report = score_decomposition(con, library_dir, decompose_fn, dense=dense, k=args.k,
-                                         test_cases=cases, progress=progress)
-    if args.repeat > 1:
-        if args.json:
-            print(repeated.model_dump_json(indent=1))
-            return 0
-        print(f"{args.repeat} runs; mean gap per run: {', '.join(f'{g:+.4f}' for g in repeated.mean_gap_per_run)}")
-        print(f"mean gap {repeated.mean_gap:+.4f} (sd across runs {repeated.stdev_mean_gap:.4f})")
-        for case in repeated.cases:
-            print(f"{case.cohort_id:18} gap mean {case.mean_gap:+.3f} range [{case.min_gap:+.3f}, {case.max_gap:+.3f}]"
-                  f" sd {case.stdev_gap:.3f}  {len(case.distinct_term_sets)} distinct term sets"
-                  + (f", {case.n_errors} errors" if case.n_errors else ""))
-        return 0
+            report = score_decomposition(
+                con, library_dir, decompose_fn, dense=dense, k=args.k, test_cases=cases, progress=progress
+            )
     if args.json:
         print(report.model_dump_json(indent=1))
-        return 0
-    _print_report(report, sys.stdout)
-    if not report.results:
-        print(json.dumps({"note": "no case ran: install the libraries the cases need"}), file=sys.stderr)
+    elif args.repeat > 1:
+        _print_repeat(report, sys.stdout)
+    else:
+        _print_report(report, sys.stdout)
+    runs = report.runs if isinstance(report, RepeatReport) else [report]
+    if all(run.n_scored == 0 for run in runs):
+        from phenoforge.eval.decomposition import ran_summary
+
+        print(ran_summary(runs[0]), file=sys.stderr)
         return 1
     return 0
 
 
+def _print_repeat(report, out: TextIO) -> None:  # noqa: ANN001
+    from phenoforge.eval.decomposition import ran_summary
+
+    print(f"{report.n} runs ({report.n_runs_scored} with at least one case scored)", file=out)
+    for number, run in enumerate(report.runs, start=1):
+        print(
+            f"  run {number}: {ran_summary(run)}" + (f"; mean gap {run.mean_gap:+.4f}" if run.n_scored else ""),
+            file=out,
+        )
+    print(
+        f"mean gap {report.mean_gap:+.4f}, 95% CI [{report.mean_gap_ci_low:+.4f}, {report.mean_gap_ci_high:+.4f}] "
+        f"(bootstrap over cases of each case's mean); sd of the per-run means {report.stdev_mean_gap:.4f}",
+        file=out,
+    )
+    for case in report.cases:
+        print(
+            f"{case.cohort_id:18} gap mean {case.mean_gap:+.3f} range [{case.min_gap:+.3f}, {case.max_gap:+.3f}]"
+            f" sd {case.stdev_gap:.3f}  {len(case.distinct_term_sets)} distinct term sets"
+            + (f", {case.n_errors} errors" if case.n_errors else ""),
+            file=out,
+        )
+
+
 def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     assemble = subparsers.add_parser(
-        "assemble", help="assemble a concept set from a population description (curated first, human gate)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "assemble",
+        help="assemble a concept set from a population description (curated first, human gate)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     assemble.add_argument("description", nargs="?", help='e.g. "adults hospitalized with heart failure"')
     assemble.add_argument("--reviewer", help="your name, recorded with every decision")
     assemble.add_argument("--decomposer", choices=["offline", "claude"], default="offline")
     assemble.add_argument("--model", help="Claude model id (default: $PHENOFORGE_CLAUDE_MODEL or built-in)")
+    assemble.add_argument(
+        "--timeout", type=float, default=30.0, help="Claude: seconds to wait for one request (default 30)"
+    )
     assemble.add_argument("--library", action="append", help="library id/folder to check (repeatable; default all)")
     assemble.add_argument("--k", type=int, default=10, help="hits per term (default 10)")
     assemble.add_argument("--no-dense", action="store_true", help="BM25 only even when a dense index exists")
     gate = assemble.add_mutually_exclusive_group()
     gate.add_argument("--yes", action="store_true", help="accept every generated candidate without prompting")
-    gate.add_argument("--no-input", action="store_true",
-                      help="reject every generated candidate without prompting (curated codes only)")
+    gate.add_argument(
+        "--no-input",
+        action="store_true",
+        help="reject every generated candidate without prompting (curated codes only)",
+    )
     assemble.add_argument("--resume", metavar="SESSION", help="continue a saved session")
     assemble.add_argument("--list", action="store_true", help="list saved sessions")
     assemble.add_argument("--audit", metavar="SESSION", help="print a session's decision trail (CSV; --json)")
@@ -306,16 +449,39 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     assemble.set_defaults(func=cmd_assemble)
 
     evaluate = subparsers.add_parser(
-        "decompose-eval", help="score a decomposer on the decomposition test cases",
+        "decompose-eval",
+        help="score a decomposer on the decomposition test cases",
         description="For each case: hybrid search with the cohort's own name (baseline) vs. the "
         "decompose -> curated/generated pipeline from the description, both against the cohort's "
         "curated codes. Prints per-case scores, where each seed term landed, and the mean gap.",
     )
     evaluate.add_argument("--decomposer", choices=["offline", "claude"], default="offline")
     evaluate.add_argument("--model", help="Claude model id")
-    evaluate.add_argument("--cases", choices=["default", "ohdsi"], default="default")
+    evaluate.add_argument(
+        "--cases",
+        default="default",
+        metavar="SET|FILE.csv",
+        help="built-in set (default, new, ohdsi) or a CSV with columns population_description, "
+        "cohort_id and optionally library, source",
+    )
+    evaluate.add_argument(
+        "--split",
+        choices=["dev", "test", "new"],
+        help="dev or test half of the built-in cases, or the held-out 'new' cases",
+    )
     evaluate.add_argument("--library", help="one library (id, folder name or path); default: all installed")
-    evaluate.add_argument("--repeat", type=int, default=1, help="run N times and report the spread (uncached)")
+    evaluate.add_argument(
+        "--repeat", type=int, default=1, help="run N times (uncached) and report per-case spread and the mean's 95%% CI"
+    )
+    evaluate.add_argument(
+        "--timeout", type=float, default=30.0, help="Claude: seconds to wait for one request (default 30)"
+    )
+    evaluate.add_argument(
+        "--budget",
+        type=float,
+        default=600.0,
+        help="Claude: seconds for the whole run, retries included (default 600); cases after it is spent fail at once",
+    )
     evaluate.add_argument("--k", type=int, default=10)
     evaluate.add_argument("--no-dense", action="store_true")
     evaluate.add_argument("--json", action="store_true")

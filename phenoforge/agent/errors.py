@@ -39,3 +39,7 @@ class ClaudeTimeoutError(ClaudeNetworkError):
 
 class ClaudeOutputError(DecomposerError):
     """Claude's reply did not validate after the bounded number of corrective retries."""
+
+
+class DescriptionError(PhenoforgeError):
+    """The population description is empty or too long to assemble from."""

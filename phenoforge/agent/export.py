@@ -7,7 +7,6 @@ would have built it in ATLAS.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import duckdb
 
 from phenoforge.agent.state import ConceptSet
+from phenoforge.csv_safe import SafeWriter
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.engine.schema import ICD10CM
 
@@ -24,7 +24,7 @@ CSV_FIELDS = ["code", "name", "tier", "source", "evidence", "terms", "via_descen
 def concept_set_csv(concept_set: ConceptSet) -> str:
     """One row per code, then one ``UNMAPPABLE`` row per term that produced nothing, with why."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = SafeWriter(out, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
     for entry in concept_set.entries:
         writer.writerow([entry.code, entry.name, entry.tier, entry.source, entry.evidence,

@@ -96,25 +96,34 @@ class IndexedCohort:
     words: frozenset[str]
 
 
-_INDEX: dict[tuple[str, str, str], list[IndexedCohort]] = {}
+_INDEX: dict[tuple[str, str, str], tuple[list[IndexedCohort], list[str]]] = {}
 _INDEX_LOCK = threading.Lock()
 
 
-def index_library(con: duckdb.DuckDBPyConnection, library: Library, fanout_threshold: int = 100) -> list[IndexedCohort]:
-    """Every cohort of ``library`` with its resolved codes; cached per library build and vocabulary."""
+def index_library(
+    con: duckdb.DuckDBPyConnection, library: Library, fanout_threshold: int = 100, problems: list[str] | None = None
+) -> list[IndexedCohort]:
+    """Every cohort of ``library`` with its resolved codes; cached per library build and vocabulary.
+
+    A cohort whose file is broken cannot match: it is left out and its error appended to ``problems``.
+    """
     cursor = con.cursor()
     try:
         key = (str(library.path.resolve()), library.manifest.created_at, build_id(cursor))
         with _INDEX_LOCK:
             cached = _INDEX.get(key)
         if cached is not None:
-            return cached
+            if problems is not None:
+                problems.extend(cached[1])
+            return cached[0]
         cohorts: list[IndexedCohort] = []
+        broken: list[str] = []
         for entry in library.manifest.cohorts:
             try:
                 curated = load_curated_concept_set(cursor, library.path, entry.cohort_id, fanout_threshold)
-            except LibraryError:
-                continue  # a broken cohort file cannot match; the library page reports it
+            except LibraryError as error:
+                broken.append(f"cohort {library.library_id}/{entry.cohort_id} is skipped: {error}")
+                continue
             cohorts.append(IndexedCohort(
                 library_id=library.library_id,
                 library_path=str(library.path),
@@ -127,7 +136,9 @@ def index_library(con: duckdb.DuckDBPyConnection, library: Library, fanout_thres
     finally:
         cursor.close()
     with _INDEX_LOCK:
-        _INDEX[key] = cohorts
+        _INDEX[key] = (cohorts, broken)
+    if problems is not None:
+        problems.extend(broken)
     return cohorts
 
 
@@ -142,10 +153,10 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _libraries(state: AssemblyState) -> list[Library]:
+def _libraries(state: AssemblyState, problems: list[str] | None = None) -> list[Library]:
     if state.library_paths:
         return [load_library(path) for path in state.library_paths]
-    return list_libraries()
+    return list_libraries(errors=problems if problems is not None else [])
 
 
 # --- nodes ---------------------------------------------------------------------------------
@@ -225,8 +236,9 @@ def check_curated(
     fanout_threshold: int = 100,
 ) -> AssemblyState:
     """Curated first: each term either matches one bundled cohort, several (ambiguous), or none."""
-    libraries = libraries if libraries is not None else _libraries(state)
-    cohorts = [cohort for library in libraries for cohort in index_library(con, library, fanout_threshold)]
+    problems: list[str] = []
+    libraries = libraries if libraries is not None else _libraries(state, problems)
+    cohorts = [cohort for library in libraries for cohort in index_library(con, library, fanout_threshold, problems)]
     terms: list[TermState] = []
     for term_state in state.terms:
         result = hybrid_search(con, term_state.term, k=state.k, dense=dense)
@@ -246,7 +258,9 @@ def check_curated(
         else:
             update |= {"status": "pending", "curated": None, "ambiguous": []}
         terms.append(term_state.model_copy(update=update))
-    return state.model_copy(update={"terms": terms, "stage": "checked", "updated_at": _now()})
+    notes = list(state.notes) + [f"{problem} (its terms fall through to generated candidates)"
+                                 for problem in problems if problem not in state.notes]
+    return state.model_copy(update={"terms": terms, "stage": "checked", "updated_at": _now(), "notes": notes})
 
 
 def _hint(con: duckdb.DuckDBPyConnection, code: str) -> tuple[str, int, str, bool]:
@@ -269,7 +283,11 @@ def generate(
     dense: DenseRetriever | None = None,
 ) -> AssemblyState:
     """Hybrid retrieval (plus hierarchy hints) for every term the curated check did not settle."""
-    by_code: dict[str, Candidate] = {candidate.code: candidate for candidate in state.candidates}
+    # copies: appending a source below must not reach the caller's state (nodes never mutate their input)
+    by_code: dict[str, Candidate] = {
+        candidate.code: candidate.model_copy(update={"sources": list(candidate.sources)})
+        for candidate in state.candidates
+    }
     terms: list[TermState] = []
     for term_state in state.terms:
         if term_state.status not in ("pending", "ambiguous", "generated"):

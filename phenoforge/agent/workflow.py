@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from phenoforge.agent import audit, nodes
+from phenoforge.agent.errors import DescriptionError
 from phenoforge.agent.state import AssemblyState, Decision
 from phenoforge.engine.curated import Library, list_libraries, load_library
 
@@ -22,6 +23,22 @@ if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
 
 Decomposer = Callable[[str], list[str]]
+
+MAX_DESCRIPTION_CHARS = 4000
+"""A population description is a few sentences; the session stores it once, so it is bounded."""
+
+
+def check_description(description: object) -> str:
+    """The description with its spacing tidied, or a ``DescriptionError`` that says what to type."""
+    text = " ".join(description.split()) if isinstance(description, str) else ""
+    if not text:
+        raise DescriptionError("describe the population first, e.g. 'adults hospitalized with heart failure'")
+    if len(text) > MAX_DESCRIPTION_CHARS:
+        raise DescriptionError(
+            f"the description is {len(text):,} characters long; keep it under {MAX_DESCRIPTION_CHARS:,} "
+            "(a few sentences naming the population's conditions)"
+        )
+    return text
 
 
 def get_decomposer(name: str, model: str | None = None) -> Decomposer:
@@ -49,15 +66,16 @@ def start(
     app_state_path: Path | None = None,
 ) -> AssemblyState:
     """A new session up to the confirmation gate, saved."""
-    if not description.strip():
-        raise ValueError("describe the population first, e.g. 'adults with heart failure'")
+    description = check_description(description)
+    broken: list[str] = []  # a broken library is reported in the session's notes and skipped
     libraries: list[Library] = (  # None: every installed library; []: no curated check at all
-        list_libraries() if library_paths is None else [load_library(path) for path in library_paths]
+        list_libraries(errors=broken) if library_paths is None else [load_library(path) for path in library_paths]
     )
     state = nodes.new_state(
         description, audit.new_session_id(), reviewer=reviewer, decomposer=decomposer_name,
         library_paths=[library.path for library in libraries], k=k,
     )
+    state.notes.extend(f"library skipped: {problem}" for problem in broken)
     if not libraries:
         state.notes.append("no cohort library is checked: every term goes to generated retrieval")
     state = nodes.decompose(state, decompose_fn)

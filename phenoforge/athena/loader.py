@@ -24,6 +24,7 @@ from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.schema import ICD10CM, INDEXES
 from phenoforge.engine.vocab_build import create_schema, write_metadata
 from phenoforge.errors import VocabularyError
+from phenoforge.storage import remove_stale_temporaries
 
 SNOMED = "SNOMED"
 LOADED_VOCABULARIES: tuple[str, ...] = (ICD10CM, SNOMED)
@@ -437,6 +438,7 @@ def load_athena(
     db_path = Path(db_path).expanduser()
     files = _table_files(athena_dir)
     db_path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(db_path.parent)  # what a killed load or build left behind
     tag = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
     tmp = db_path.with_name(f".{db_path.name}.{tag}.tmp")
     spill = db_path.with_name(f".{db_path.name}.{tag}.spill")

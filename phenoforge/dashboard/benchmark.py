@@ -6,21 +6,24 @@ these functions compute for the same inputs.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
+import threading
 from pathlib import Path
 from urllib.parse import urlencode
 
+import altair as alt
 import duckdb
 from pydantic import BaseModel
 
 from phenoforge import app_state
 from phenoforge.app_state import BenchmarkParameters
 from phenoforge.config import ProgressCallback
+from phenoforge.csv_safe import SafeWriter
 from phenoforge.engine.curated import Library
 from phenoforge.engine.db import vocabulary_info
+from phenoforge.eval.agreement import LibraryAgreement, agreement_lines
 from phenoforge.eval.harness import run_benchmark, run_methods
 from phenoforge.eval.measures import DEFAULT_MEASURES, measure
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
@@ -132,6 +135,70 @@ def method_summaries(
     return summaries
 
 
+_AGREEMENT: dict[tuple[object, ...], dict[str, LibraryAgreement]] = {}
+_AGREEMENT_LOCK = threading.Lock()
+
+
+def expert_agreement_lines(con: duckdb.DuckDBPyConnection, libraries: list[Library]) -> dict[str, LibraryAgreement]:
+    """Per library id, how well two expert lists for the same condition agree: the ceiling a method
+    can be expected to reach (computed once per vocabulary build and set of library files)."""
+    key = (
+        vocabulary_info(con).build_id,
+        tuple(sorted((str(lib.path), (Path(lib.path) / "manifest.json").stat().st_mtime_ns) for lib in libraries)),
+    )
+    with _AGREEMENT_LOCK:
+        cached = _AGREEMENT.get(key)
+    if cached is None:
+        cached = agreement_lines(con, libraries)
+        with _AGREEMENT_LOCK:
+            _AGREEMENT.clear()  # one set of libraries at a time: the page shows the installed ones
+            _AGREEMENT[key] = cached
+    return cached
+
+
+def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:
+    """Per cohort and method, coverage against precision; clicking a method in the legend (or a point)
+    highlights that method's cohorts, and a brushed region filters the cohort list beside it."""
+    rows = [
+        {
+            "method": r.method,
+            "cohort": f"{r.cohort_id} · {r.cohort_name}",
+            "coverage": r.coverage,
+            "precision": 1.0 - r.over_inclusion_penalty,
+            "hierarchical": r.hierarchical_score,
+        }
+        for r in report.results
+    ]
+    data = alt.Data(values=rows)
+    pick = alt.selection_point(fields=["method"], bind="legend")
+    brush = alt.selection_interval(encodings=["x", "y"])
+    points = (
+        alt.Chart(data)
+        .mark_circle(size=70)
+        .encode(
+            x=alt.X("coverage:Q", scale=alt.Scale(domain=[0, 1]), title="coverage"),
+            y=alt.Y("precision:Q", scale=alt.Scale(domain=[0, 1]), title="precision = 1 − over-inclusion"),
+            color=alt.Color("method:N"),
+            opacity=alt.condition(pick, alt.value(0.9), alt.value(0.08)),
+            tooltip=["cohort:N", "method:N", alt.Tooltip("hierarchical:Q", format=".3f")],
+        )
+        .add_params(pick, brush)
+        .properties(title="Coverage vs precision (click a method in the legend; drag to select cohorts)", height=340)
+    )
+    listing = (
+        alt.Chart(data)
+        .mark_text(align="left")
+        .encode(y=alt.Y("row_number:O", axis=None), text="label:N", color="method:N")
+        .transform_filter(brush)
+        .transform_filter(pick)
+        .transform_calculate(label="datum.cohort + ' (' + datum.method + ')'")
+        .transform_window(row_number="row_number()")
+        .transform_filter("datum.row_number <= 20")
+        .properties(title="Selected cohorts (first 20)", width=260, height=340)
+    )
+    return alt.hconcat(points, listing)  # type: ignore[return-value]  # an HConcatChart renders like a Chart
+
+
 def scores_by_method(report: BenchmarkReport, metric: str = "hierarchical") -> dict[str, dict[str, float]]:
     scores: dict[str, dict[str, float]] = {}
     for result in report.results:
@@ -193,7 +260,7 @@ CSV_COLUMNS = [
 def report_csv(report: BenchmarkReport) -> str:
     """One row per cohort and method; code lists space-separated."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeWriter(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in report.results:
         writer.writerow([

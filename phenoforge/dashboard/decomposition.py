@@ -1,67 +1,163 @@
-"""The Decomposition page: score a decomposer on a set of test cases, against curated cohorts."""
+"""The Decomposition page's logic: which cases, which decomposer, one run or repeats, and how it went.
+
+The page only lays these out. A run where every case failed is reported as a failure with its
+typed error, a partial run says how many cases ran and that the means are over those only.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
+from pydantic import BaseModel
 
+from phenoforge.agent.claude import default_decomposer
+from phenoforge.agent.offline import offline_decomposer
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import list_libraries
 from phenoforge.errors import PhenoforgeError
 from phenoforge.eval import decomposition
+from phenoforge.eval.decomposition import DecompositionTestCase, RepeatReport
 from phenoforge.eval.models import DecompositionReport
 
 if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
 
 DECOMPOSERS = ("offline", "claude")
+UPLOADED = "uploaded file"
+SPLITS = {"all": "all cases", "dev": "development half", "test": "test half"}
 
 
-def case_sets() -> dict[str, list[Any]]:
+def case_sets() -> dict[str, list[DecompositionTestCase]]:
+    """The built-in case sets: ``default`` (with its dev/test split), ``new`` (held out), ``ohdsi``."""
     return dict(decomposition.CASE_SETS)
 
 
-def runnable_cases(cases: list[Any], root: Path | None = None) -> list[Any]:
-    """The cases whose library (by folder name or id prefix) and cohort are installed."""
-    libraries = list_libraries(root)
+def cases_of(cases: list[DecompositionTestCase], split: str) -> list[DecompositionTestCase]:
+    """One half of a set (``dev``/``test``), or all of it."""
+    return list(cases) if split == "all" else [case for case in cases if case.split == split]
+
+
+def split_options(cases: list[DecompositionTestCase]) -> list[str]:
+    """``all``, plus ``dev``/``test`` when the set declares a split."""
+    return list(SPLITS) if any(case.split == "dev" for case in cases) else ["all"]
+
+
+def runnable_cases(cases: list[DecompositionTestCase], root: Path | None = None) -> list[DecompositionTestCase]:
+    """The cases whose library (by folder name or id prefix; none named: the one holding the cohort) is installed."""
+    libraries = list_libraries(root, errors=[])  # a broken library's cases are simply not runnable
     by_name = {lib.path.name: lib for lib in libraries}
     out = []
     for case in cases:
+        if not case.library_id:
+            holding = [lib for lib in libraries if case.cohort_id in lib.cohort_ids]
+            if len(holding) == 1:
+                out.append(case)
+            continue
         library = by_name.get(case.library_id) or next(
-            (lib for lib in libraries if lib.library_id.startswith(case.library_id)), None)
+            (lib for lib in libraries if lib.library_id.startswith(case.library_id)), None
+        )
         if library is not None and case.cohort_id in library.cohort_ids:
             out.append(case)
     return out
 
 
-def make_decomposer(name: str) -> Callable[[str], list[str]]:
-    """The offline decomposer, or Claude (raises a PhenoforgeError saying what to set)."""
+def uploaded_cases(data: bytes, name: str, root: Path | None = None) -> list[DecompositionTestCase]:
+    """A user's case CSV, checked against the installed libraries; errors name the line."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise PhenoforgeError(f"{name}: not UTF-8 text; save the CSV as UTF-8") from None
+    return decomposition.parse_cases_csv(text, name=name, libraries_root=root)
+
+
+def make_decomposer(
+    name: str, con: duckdb.DuckDBPyConnection, repeat: int = 1, budget: float | None = 600.0
+) -> Callable[[str], list[str]]:
+    """The offline decomposer, or Claude (uncached when repeating; raises a PhenoforgeError saying what to set)."""
     if name == "offline":
-        from phenoforge.agent.offline import offline_decomposer
-
-        return offline_decomposer()
+        return offline_decomposer(con)
     if name == "claude":
-        from phenoforge.agent.claude import default_decomposer
-
-        return default_decomposer()
+        return default_decomposer(use_cache=repeat <= 1, budget=budget)
     raise PhenoforgeError(f"unknown decomposer {name!r}; choose one of {', '.join(DECOMPOSERS)}")
 
 
 def run_decomposition(
-    con: duckdb.DuckDBPyConnection, cases: list[Any], decomposer: str,
-    dense: DenseRetriever | None = None, k: int = 10,
-    progress: Callable[[int, int, str], None] | None = None, root: Path | None = None,
-) -> DecompositionReport:
+    con: duckdb.DuckDBPyConnection,
+    cases: list[DecompositionTestCase],
+    decomposer: str,
+    dense: DenseRetriever | None = None,
+    k: int = 10,
+    progress: Callable[[int, int, str], None] | None = None,
+    root: Path | None = None,
+    repeat: int = 1,
+) -> DecompositionReport | RepeatReport:
     """Every case against the library its ``library_id`` names under the libraries folder."""
     if not cases:
         raise PhenoforgeError(
             "none of these test cases' libraries and cohorts is installed: build the bundled "
             "libraries on the Home page, or fetch the OHDSI library for the 'ohdsi' set"
         )
+    library_dir = Path(root) if root is not None else libraries_dir()
+    decompose_fn = make_decomposer(decomposer, con, repeat=repeat)
+    if repeat > 1:
+        return decomposition.repeat_decomposition(
+            con, library_dir, decompose_fn, repeat, dense=dense, k=k, test_cases=cases, progress=progress
+        )
     return decomposition.score_decomposition(
-        con, Path(root) if root is not None else libraries_dir(), make_decomposer(decomposer),
-        dense=dense, k=k, test_cases=cases, progress=progress,
+        con, library_dir, decompose_fn, dense=dense, k=k, test_cases=cases, progress=progress
     )
+
+
+class RunStatus(BaseModel):
+    """How a run went, for the page's banner: ``error`` when nothing ran, ``warning`` when some failed."""
+
+    level: Literal["ok", "warning", "error"]
+    message: str
+
+
+def run_status(report: DecompositionReport) -> RunStatus:
+    failed = sum(1 for result in report.results if result.error is not None)
+    level: Literal["ok", "warning", "error"] = "error" if report.n_scored == 0 else "warning" if failed else "ok"
+    return RunStatus(level=level, message=decomposition.ran_summary(report))
+
+
+def landing_share(report: DecompositionReport) -> float:
+    return decomposition.landing_rate(report)
+
+
+def case_rows(report: DecompositionReport) -> list[dict[str, Any]]:
+    return [
+        {
+            "cohort": r.cohort_id,
+            "library": r.library_id,
+            "name": r.cohort_name,
+            "description": r.population_description,
+            "seed terms": "; ".join(r.seed_terms),
+            "baseline": r.baseline_hierarchical_score,
+            "decomposed": None if r.error else r.decomposed_hierarchical_score,
+            "gap": None if r.error else r.gap,
+            "error": f"{r.error_type}: {r.error}" if r.error else "",
+        }
+        for r in report.results
+    ]
+
+
+def spread_rows(report: RepeatReport) -> list[dict[str, Any]]:
+    """Per case over the repeats: mean gap, range, standard deviation, how many distinct answers."""
+    return [
+        {
+            "cohort": case.cohort_id,
+            "description": case.population_description,
+            "runs scored": len(case.gaps),
+            "mean gap": case.mean_gap if case.gaps else None,
+            "min gap": case.min_gap if case.gaps else None,
+            "max gap": case.max_gap if case.gaps else None,
+            "sd": case.stdev_gap if case.gaps else None,
+            "distinct term sets": len(case.distinct_term_sets),
+            "errors": case.n_errors,
+        }
+        for case in report.cases
+    ]

@@ -8,6 +8,7 @@ import duckdb
 
 from phenoforge import app_state
 from phenoforge.dashboard.benchmark import BenchmarkRun
+from phenoforge.dashboard.markdown import plain
 from phenoforge.engine.curated import Library
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
@@ -54,3 +55,22 @@ def method_means(library_id: str, run: BenchmarkRun | None = None) -> dict[str, 
                 "hierarchical": hierarchical,
             }
     return means
+
+
+def deep_link_notices(
+    wanted_library: str | None, shown_library: str, installed: list[str],
+    wanted_cohort: str | None, shown_cohort: str | None, cohort_ids: list[str],
+) -> list[str]:
+    """What a deep link asked for and could not get, so another cohort is never shown silently.
+
+    The cohort is checked only against the library the link named: once the reader picks another
+    library, the link's cohort no longer applies. Link values are user text, escaped for Markdown.
+    """
+    notices: list[str] = []
+    if wanted_library and wanted_library not in installed:
+        notices.append(f"The link asks for library '{plain(wanted_library)}', which is not installed; "
+                       f"showing '{plain(shown_library)}' instead.")
+    elif wanted_cohort and wanted_library in (None, "", shown_library) and wanted_cohort not in cohort_ids:
+        notices.append(f"The link asks for cohort '{plain(wanted_cohort)}', which library "
+                       f"'{plain(shown_library)}' does not have; showing '{plain(shown_cohort or '')}' instead.")
+    return notices

@@ -123,7 +123,7 @@ RECHECK_SECONDS = 5.0
 class DenseState(BaseModel):
     """What a page needs to say about the dense index right now."""
 
-    state: str  # "ready" | "building" | "missing" | "failed"
+    state: str  # "ready" | "building" | "missing" | "corrupt" | "stale" | "failed"
     done: int = 0
     total: int = 0
     message: str = ""
@@ -172,10 +172,20 @@ class DenseManager:
             with self._lock:
                 self._state = DenseState(state="failed", error=str(error))
             return None
+        unusable = None
+        if retriever is None:  # say whether it is missing, stale or corrupt: "not built" would mislead
+            unusable = dense_module.dense_index_status(self.pool.con.cursor(), index_dir=self.index_dir)
         with self._lock:
             if retriever is not None:
                 self._retriever = retriever
                 self._state = DenseState(state="ready", message="dense index ready")
+            elif unusable is not None and self._state.state in ("missing", "corrupt", "stale"):
+                self._state = DenseState(state="missing") if unusable.state == "missing" else DenseState(
+                    state=unusable.state,
+                    message=f"the dense index is {unusable.state} ({unusable.reason}); dense methods are "
+                    "unavailable and hybrid runs as BM25 alone: rebuild it from the Home page or with "
+                    "`python -m phenoforge build`",
+                )
             return self._retriever
 
     def status(self) -> DenseState:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import duckdb
 from pydantic import BaseModel
 
+from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.db import VocabularyInfo, vocabulary_info
-from phenoforge.errors import LibraryError
+from phenoforge.libraries.bundled import BUNDLED_DIRS
+from phenoforge.libraries.common import FORMAT_VERSION
 
 
 class LibrarySummary(BaseModel):
@@ -36,12 +41,28 @@ def library_summary(library: Library) -> LibrarySummary:
 
 def library_summaries() -> tuple[list[LibrarySummary], list[str]]:
     """Every readable library, and a message per library that could not be read."""
-    try:
-        libraries = list_libraries()
-    except LibraryError as error:
-        return [], [str(error)]
-    return [library_summary(library) for library in libraries], []
+    problems: list[str] = []
+    libraries = list_libraries(errors=problems)
+    return [library_summary(library) for library in libraries], problems
 
 
 def describe_vocabulary(con: duckdb.DuckDBPyConnection) -> VocabularyInfo:
     return vocabulary_info(con)
+
+
+def bundled_libraries_current(root: Path | None = None) -> bool:
+    """Whether every bundled library is built in the current format (a cheap check of manifests only).
+
+    Home builds what is missing or older on first run, so a data directory from an earlier release
+    gains new bundled libraries without a manual ``build``.
+    """
+    root = root or libraries_dir()
+    for name in BUNDLED_DIRS:
+        try:
+            manifest = json.loads((root / name / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        build = manifest.get("report", {}).get("build", {}) if isinstance(manifest, dict) else {}
+        if not isinstance(build, dict) or build.get("format_version") != FORMAT_VERSION:
+            return False
+    return True

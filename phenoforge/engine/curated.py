@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,8 @@ from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.engine.models import ConceptItem, Resolution, SkippedItem
 from phenoforge.engine.schema import ICD10CM
 from phenoforge.engine.standard_mapping import map_standard_items
-from phenoforge.errors import LibraryError
+from phenoforge.errors import DiskFullError, LibraryError
+from phenoforge.storage import disk_full_error, is_disk_full, remove_stale_temporaries, temporary_sibling
 
 MANIFEST = "manifest.json"
 
@@ -58,9 +58,23 @@ class LibraryManifest(BaseModel):
     citation: Citation
     created_at: str
     vocabulary: str = ICD10CM
+    group: str | None = Field(
+        default=None,
+        description="libraries that are versions or recodings of one source share a group; "
+        "leave-one-group-out evaluation holds a whole group out (default: the library id)",
+    )
     stats: LibraryStats
     cohorts: list[CohortEntry]
     report: dict[str, Any] = Field(default_factory=dict)
+
+
+def library_group(manifest: LibraryManifest) -> str:
+    """The group a library is held out with: near-duplicates (CMS-HCC V24/V28) must leave together.
+
+    Training on one member of a group and scoring another would leak the shared codes, so a
+    library without a declared group is its own group.
+    """
+    return manifest.group or manifest.library_id
 
 
 class Library:
@@ -123,22 +137,38 @@ def load_library(path: Path | str) -> Library:
 def list_libraries(root: Path | None = None, errors: list[str] | None = None) -> list[Library]:
     """Every library below ``root`` (default: the data directory's libraries folder).
 
-    A broken library raises LibraryError, unless ``errors`` is given: then its message is appended
-    there and the others are still listed.
+    A broken library, or a second library with an id already listed (ids resolve libraries, so a
+    duplicate would be shadowed), raises LibraryError, unless ``errors`` is given: then its message
+    is appended there and the others are still listed.
     """
     root = Path(root) if root is not None else libraries_dir()
     if not root.is_dir():
         return []
-    libraries = []
+    loaded: list[Library] = []
     for child in sorted(root.iterdir()):
         if not child.is_dir() or child.name.startswith(".") or not (child / MANIFEST).is_file():
             continue
         try:
-            libraries.append(load_library(child))
+            loaded.append(load_library(child))
         except LibraryError as error:
             if errors is None:
                 raise
             errors.append(str(error))
+    # A bundled or fetched library keeps its id over a user import that took it; otherwise the first folder.
+    owner: dict[str, Library] = {}
+    for library in sorted(loaded, key=lambda lib: "imported_from" in lib.manifest.report.get("build", {})):
+        owner.setdefault(library.library_id, library)
+    libraries: list[Library] = []
+    for library in loaded:
+        first = owner[library.library_id]
+        if first is library:
+            libraries.append(library)
+            continue
+        message = (f"{library.path}: library id {library.library_id!r} is already used by {first.path}; "
+                   "this copy is skipped: re-import it with another --id")
+        if errors is None:
+            raise LibraryError(message)
+        errors.append(message)
     return libraries
 
 
@@ -164,17 +194,24 @@ def write_library(
     files = [entry.file for entry in manifest.cohorts]
     if len(set(files)) != len(files):
         raise LibraryError(f"{dest}: two cohorts share one file name; give them distinct ids")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    old = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.old")
     try:
-        (tmp / "cohorts").mkdir(parents=True)
-        for entry in manifest.cohorts:
-            (tmp / entry.file).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / entry.file).write_text(
-                json.dumps(definitions[entry.cohort_id], indent=1), encoding="utf-8"
-            )
-        (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=1), encoding="utf-8")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _write_error(dest, error) from None
+    remove_stale_temporaries(dest.parent)  # what a killed import or build left behind
+    tmp = temporary_sibling(dest, "tmp")
+    old = temporary_sibling(dest, "old")
+    try:
+        try:
+            (tmp / "cohorts").mkdir(parents=True)
+            for entry in manifest.cohorts:
+                (tmp / entry.file).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / entry.file).write_text(
+                    json.dumps(definitions[entry.cohort_id], indent=1), encoding="utf-8"
+                )
+            (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=1), encoding="utf-8")
+        except OSError as error:
+            raise _write_error(dest, error) from None
         if dest.exists():
             os.replace(dest, old)
         try:
@@ -187,6 +224,13 @@ def write_library(
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
     return dest
+
+
+def _write_error(dest: Path, error: OSError) -> LibraryError | DiskFullError:
+    kept = f"{dest} is kept as it was" if dest.exists() else "nothing was written"
+    if is_disk_full(error):
+        return disk_full_error("a cohort library", dest, kept)
+    return LibraryError(f"cannot write the library {dest} ({error.strerror or error}); {kept}")
 
 
 def icd_cohort_definition(

@@ -81,13 +81,30 @@ def _build_lock(path: Path) -> AbstractContextManager[None]:
     return file_lock(path.with_name(f".{path.name}.lock"))
 
 
+CORRUPT_CONSEQUENCES = (
+    "a rebuild gives the vocabulary a new build id, so the dense index must be rebuilt too and the bundled "
+    "libraries are re-checked; `python -m phenoforge build --force` does all of it (imported libraries keep "
+    "their codes)"
+)
+
+
+def corrupt_vocabulary_error(path: Path) -> VocabularyError:
+    return VocabularyError(
+        f"{path} is corrupt (not a readable DuckDB vocabulary) and was left as it is; {CORRUPT_CONSEQUENCES}"
+    )
+
+
 def ensure_vocabulary(
-    path: Path | None = None, progress: ProgressCallback = no_progress, force: bool = False
+    path: Path | None = None,
+    progress: ProgressCallback = no_progress,
+    force: bool = False,
+    repair: bool = True,
 ) -> Path:
     """Build the embedded ICD-10-CM database unless an up-to-date one is already there.
 
-    A missing, corrupt or outdated file is rebuilt (atomically); an Athena-built database at the
-    same path is kept as it is.
+    A missing or outdated file is rebuilt (atomically); an Athena-built database at the same path
+    is kept as it is. A corrupt one is rebuilt only with ``repair`` (what ``build`` asks for):
+    other commands say so instead of silently changing the build id under the dense index.
     """
     from phenoforge.engine.vocab_build import build_icd10cm
 
@@ -97,6 +114,8 @@ def ensure_vocabulary(
         return path
     if state == "locked":
         raise _in_use(path)
+    if state == "corrupt" and not (repair or force):
+        raise corrupt_vocabulary_error(path)
     if state == "foreign-outdated" and not force:
         raise VocabularyError(
             f"{path} was loaded from another source with an older schema; reload it "
@@ -116,7 +135,7 @@ def connect(path: Path | None = None, build: bool = True) -> duckdb.DuckDBPyConn
     """Open the vocabulary read-only, building the embedded default first when needed."""
     path = Path(path) if path is not None else vocab_db_path()
     if build and path == vocab_db_path():
-        ensure_vocabulary(path)
+        ensure_vocabulary(path, repair=False)
     if not path.exists():
         raise VocabularyError(
             f"no vocabulary database at {path}: run `python -m phenoforge build` to create it"
@@ -128,8 +147,7 @@ def connect(path: Path | None = None, build: bool = True) -> duckdb.DuckDBPyConn
         if _is_lock_error(error):
             raise _in_use(path) from error
         raise VocabularyError(
-            f"{path} is not a readable phenoforge vocabulary ({error}); "
-            "rebuild it with `python -m phenoforge build --force`"
+            f"{path} is not a readable phenoforge vocabulary ({error}); {CORRUPT_CONSEQUENCES}"
         ) from error
     return con
 

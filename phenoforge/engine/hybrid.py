@@ -133,6 +133,11 @@ def search_concepts(
     dense_weight: float = 0.5,
 ) -> SearchResult:
     """One entry point for every retriever; a dense search without an index says why it is empty."""
+    problem = query_problem(query)
+    if problem is not None and method in METHODS:  # every method gives the same answer to the same bad query
+        return SearchResult(
+            query=str(query)[:200], method=method, reason=problem, degraded=method != "bm25" and dense is None
+        )
     if method == "bm25":
         return get_bm25_index(con).search(query, k)
     if method == "dense":

@@ -35,8 +35,9 @@ def query_problem(query: object) -> str | None:
     """Why ``query`` cannot be searched, or None when it can."""
     if not isinstance(query, str):
         return "the query must be text"
-    if not query.strip():
-        return "the query is empty: type a condition, e.g. 'heart failure'"
+    if not "".join(ch for ch in query if ch.isspace() or unicodedata.category(ch) != "Cc").strip():
+        # only spaces or control characters (a NUL byte, say): nothing a person typed is left
+        return "the query is empty (spaces or control characters only): type a condition, e.g. 'heart failure'"
     if len(query) > MAX_QUERY_CHARS:
         return f"the query is {len(query):,} characters long; keep it under {MAX_QUERY_CHARS}"
     if _SQL.search(query):

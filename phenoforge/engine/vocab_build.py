@@ -19,6 +19,7 @@ import duckdb
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.codes import code_key
 from phenoforge.engine.schema import DDL, ICD10CM, INDEXES, SCHEMA_VERSION
+from phenoforge.storage import disk_full_error, is_disk_full, remove_stale_temporaries, temporary_sibling
 
 ICD_PACKAGE = "simple-icd-10-cm"
 ICD_PACKAGE_VERSION = "1.5.0"
@@ -110,23 +111,30 @@ def write_vocabulary(path: Path, rows: VocabularyRows) -> Path:
     """Write ``rows`` to a new database at ``path`` atomically (temp file, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    remove_stale_temporaries(path.parent)  # what a killed build left behind
+    tmp = temporary_sibling(path, "tmp")
     try:
-        con = duckdb.connect(str(tmp))
         try:
-            create_schema(con)
-            _insert(con, "concept", rows.concepts, 10)
-            _insert(con, "concept_parent", rows.parents, 2)
-            _insert(con, "concept_note", rows.notes, 3)
-            _insert(con, "concept_ancestor", rows.ancestors, 4)
-            _insert(con, "concept_map", rows.maps, 2)
-            write_metadata(con, rows.metadata)
-            for statement in INDEXES:
-                con.execute(statement)
-            con.execute("CHECKPOINT")
-        finally:
-            con.close()
-        os.replace(tmp, path)
+            con = duckdb.connect(str(tmp))
+            try:
+                create_schema(con)
+                _insert(con, "concept", rows.concepts, 10)
+                _insert(con, "concept_parent", rows.parents, 2)
+                _insert(con, "concept_note", rows.notes, 3)
+                _insert(con, "concept_ancestor", rows.ancestors, 4)
+                _insert(con, "concept_map", rows.maps, 2)
+                write_metadata(con, rows.metadata)
+                for statement in INDEXES:
+                    con.execute(statement)
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            os.replace(tmp, path)
+        except (OSError, duckdb.Error) as error:
+            if not is_disk_full(error):
+                raise
+            kept = "the previous vocabulary is kept as it was" if path.exists() else "nothing was written"
+            raise disk_full_error("the vocabulary database", path, kept) from None
     finally:
         for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
             leftover.unlink(missing_ok=True)

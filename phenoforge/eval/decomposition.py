@@ -16,6 +16,8 @@ that library), so near-duplicate cohorts inside one library are what make a term
 
 from __future__ import annotations
 
+import csv
+import io
 import statistics
 from collections import Counter
 from collections.abc import Callable
@@ -26,202 +28,44 @@ import duckdb
 from pydantic import BaseModel, Field
 
 from phenoforge.agent import nodes
-from phenoforge.config import ProgressCallback
+from phenoforge.config import ProgressCallback, libraries_dir
 from phenoforge.engine.curated import Library, list_libraries, load_curated_concept_set, load_library
 from phenoforge.engine.hybrid import hybrid_search
-from phenoforge.errors import PhenoforgeError
+from phenoforge.errors import ImportRowError, PhenoforgeError
+from phenoforge.eval.decomposition_cases import (  # noqa: F401  (re-exported: the reference API names them here)
+    CASE_SETS,
+    DEFAULT_TEST_CASES,
+    NEW_TEST_CASES,
+    OHDSI_TEST_CASES,
+    DecompositionTestCase,
+    cases_for_split,
+)
 from phenoforge.eval.harness import score_cohort
 from phenoforge.eval.models import DecompositionCaseResult, DecompositionReport, TermResolution
+from phenoforge.eval.stats import bootstrap_ci
 
 if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
 
 
-class DecompositionTestCase(BaseModel):
-    """A free-text population description mapped to the cohort it should resolve to."""
-
-    population_description: str = Field(description="phrased like a real study population, not the cohort name")
-    cohort_id: str
-    source: str = Field(description="where the phrasing pattern came from; documentation only")
-    library_id: str = Field(
-        default="ohdsi",
-        description="library directory the cohort belongs to: elixhauser, cms-hcc-v28, cms-hcc-v24, ohdsi",
-    )
-    pattern: str = Field(default="single", description="single, and, or, qualifiers, lay")
-
-
-def _case(library: str, cohort: str, description: str, source: str, pattern: str) -> DecompositionTestCase:
-    return DecompositionTestCase(
-        population_description=description, cohort_id=cohort, source=source, library_id=library, pattern=pattern
-    )
-
-
-E, V28, V24 = "elixhauser", "cms-hcc-v28", "cms-hcc-v24"
-
-DEFAULT_TEST_CASES: list[DecompositionTestCase] = [
-    # --- Elixhauser ---------------------------------------------------------------------------
-    _case(E, "elix-HF", "patients hospitalized for heart failure with reduced ejection fraction",
-          "HFrEF outcome-trial population phrasing (DAPA-HF / PARADIGM-HF style), hospitalisation qualifier",
-          "qualifiers"),
-    _case(E, "elix-HTN_UNCX", "adults with high blood pressure",
-          "lay-summary phrasing used in plain-language trial summaries (e.g. SPRINT)", "lay"),
-    _case(E, "elix-DIAB_UNCX", "adults with type 2 diabetes inadequately controlled on metformin",
-          "phase 3 glucose-lowering trial title pattern '... inadequately controlled on metformin'", "qualifiers"),
-    _case(E, "elix-DIAB_CX", "patients with type 2 diabetes and diabetic kidney disease",
-          "diabetic-kidney-disease outcome-trial population (CREDENCE / FIDELIO-DKD style)", "and"),
-    _case(E, "elix-OBESE", "adults with obesity (BMI of 30 or greater) without diabetes",
-          "weight-management trial inclusion pattern (STEP 1 style, BMI threshold, diabetes excluded)",
-          "qualifiers"),
-    _case(E, "elix-DEPRESS", "adult outpatients with major depressive disorder",
-          "antidepressant trial title pattern 'in adult outpatients with MDD'", "qualifiers"),
-    _case(E, "elix-NEURO_SEIZ", "patients with epilepsy or recurrent seizures",
-          "antiseizure-medication trial inclusion pattern joining diagnosis and seizure history with 'or'", "or"),
-    _case(E, "elix-LUNG_CHRONIC", "patients with COPD or asthma",
-          "inhaled-therapy pragmatic-trial population joining two obstructive airway diseases", "or"),
-    _case(E, "elix-DEMENTIA", "community-dwelling older adults with Alzheimer's disease or other dementia",
-          "dementia care trial phrasing with a setting qualifier", "or"),
-    _case(E, "elix-RENLFL_SEV", "patients with end-stage renal disease on maintenance hemodialysis",
-          "dialysis trial inclusion pattern (ESRD on maintenance hemodialysis)", "qualifiers"),
-    _case(E, "elix-ALCOHOL", "adults with alcohol use disorder",
-          "DSM-5 wording used by alcohol pharmacotherapy trials", "single"),
-    _case(E, "elix-THYROID_HYPO", "women with an underactive thyroid",
-          "lay wording for hypothyroidism in patient-facing study listings", "lay"),
-    _case(E, "elix-PERIVASC", "patients with symptomatic peripheral artery disease",
-          "PAD trial inclusion pattern ('symptomatic PAD')", "qualifiers"),
-    _case(E, "elix-CBVD", "patients with a recent ischemic stroke or transient ischemic attack",
-          "secondary-prevention trial population (stroke or TIA, e.g. POINT / CHANCE style)", "or"),
-    _case(E, "elix-VALVE", "patients with severe symptomatic aortic stenosis",
-          "transcatheter valve trial inclusion pattern", "qualifiers"),
-    _case(E, "elix-PSYCHOSES", "adults with schizophrenia or schizoaffective disorder",
-          "antipsychotic trial inclusion pattern", "or"),
-    _case(E, "elix-AIDS", "adults living with HIV infection",
-          "person-first phrasing used by HIV treatment trials", "lay"),
-    _case(E, "elix-HTN_CX", "patients with hypertension and chronic kidney disease",
-          "hypertensive-CKD trial population joining two diagnoses with 'and'", "and"),
-    _case(E, "elix-CANCER_METS", "patients with metastatic breast cancer",
-          "oncology trial title pattern 'in patients with metastatic <site> cancer'", "single"),
-    # --- CMS-HCC V28 --------------------------------------------------------------------------
-    _case(V28, "v28-HCC38", "Medicare beneficiaries with type 2 diabetes without complications",
-          "Medicare claims-study population phrasing", "qualifiers"),
-    _case(V28, "v28-HCC226", "older adults with chronic heart failure",
-          "geriatric heart-failure study phrasing", "qualifiers"),
-    _case(V28, "v28-HCC228", "patients admitted to hospital with a heart attack",
-          "lay wording for acute myocardial infarction in patient-facing listings", "lay"),
-    _case(V28, "v28-HCC280", "patients with chronic obstructive pulmonary disease or interstitial lung disease",
-          "chronic lung disease registry inclusion pattern", "or"),
-    _case(V28, "v28-HCC327", "adults with stage 4 chronic kidney disease",
-          "CKD trial inclusion by stage (eGFR 15-29) phrasing", "single"),
-    _case(V28, "v28-HCC238", "patients with atrial fibrillation or atrial flutter",
-          "anticoagulation trial inclusion pattern (ARISTOTLE / ROCKET AF style)", "or"),
-    _case(V28, "v28-HCC249", "patients hospitalized with acute ischemic stroke",
-          "acute stroke trial inclusion pattern", "qualifiers"),
-    _case(V28, "v28-HCC48", "adults with severe obesity (BMI of 40 or higher)",
-          "bariatric-surgery study inclusion pattern", "lay"),
-    _case(V28, "v28-HCC155", "adults with moderate to severe major depressive disorder",
-          "antidepressant trial inclusion by severity", "qualifiers"),
-    _case(V28, "v28-HCC93", "adults with active rheumatoid arthritis despite methotrexate",
-          "biologic DMARD trial title pattern ('inadequate response to methotrexate')", "qualifiers"),
-    _case(V28, "v28-HCC198", "patients with relapsing multiple sclerosis",
-          "disease-modifying therapy trial title pattern", "qualifiers"),
-    _case(V28, "v28-HCC2", "adults presenting to the emergency department with sepsis or septic shock",
-          "sepsis resuscitation trial inclusion pattern (ED presentation)", "or"),
-    _case(V28, "v28-HCC267", "patients with acute deep vein thrombosis or pulmonary embolism",
-          "venous thromboembolism treatment trial population (DVT or PE)", "or"),
-    _case(V28, "v28-HCC80", "adults with moderately to severely active Crohn's disease",
-          "IBD biologic trial title pattern", "qualifiers"),
-    _case(V28, "v28-HCC64", "patients with compensated liver cirrhosis",
-          "hepatology trial inclusion pattern", "qualifiers"),
-    _case(V28, "v28-HCC37", "adults with type 2 diabetes and diabetic peripheral neuropathy",
-          "painful diabetic neuropathy trial population ('type 2 diabetes and DPN')", "and"),
-    # --- CMS-HCC V24 --------------------------------------------------------------------------
-    _case(V24, "v24-HCC85", "adults hospitalized for acute decompensated heart failure",
-          "acute heart-failure trial inclusion pattern", "qualifiers"),
-    _case(V24, "v24-HCC19", "elderly patients with sugar diabetes",
-          "lay wording for diabetes mellitus", "lay"),
-    _case(V24, "v24-HCC111", "current or former smokers with COPD",
-          "COPD trial inclusion pattern with a smoking-history qualifier", "qualifiers"),
-    _case(V24, "v24-HCC96", "patients with newly diagnosed atrial fibrillation",
-          "early rhythm-control trial population (EAST-AFNET 4 style)", "qualifiers"),
-    _case(V24, "v24-HCC59", "patients with bipolar I disorder or major depression",
-          "mood-disorder trial inclusion joining two diagnoses", "or"),
-    _case(V24, "v24-HCC138", "patients with moderate chronic kidney disease (stage 3)",
-          "CKD progression study phrasing", "qualifiers"),
-    _case(V24, "v24-HCC100", "survivors of ischemic stroke",
-          "stroke rehabilitation study phrasing", "lay"),
-    _case(V24, "v24-HCC79", "children and adults with seizures",
-          "antiseizure trial phrasing with lay 'seizures'", "lay"),
-    _case(V24, "v24-HCC40", "patients with rheumatoid arthritis or systemic lupus erythematosus",
-          "inflammatory connective-tissue disease registry inclusion", "or"),
-    _case(V24, "v24-HCC18", "patients with type 1 diabetes and diabetic retinopathy",
-          "diabetic eye disease study population joining diabetes type and complication", "and"),
-    _case(V24, "v24-HCC28", "adults with alcohol-related liver cirrhosis and a history of heavy drinking",
-          "alcohol-associated liver disease study phrasing", "and"),
-]
-
-_O = "ohdsi"
-OHDSI_TEST_CASES: list[DecompositionTestCase] = [
-    _case(_O, "503", "adults with type 2 diabetes mellitus",
-          'ClinicalTrials.gov NCT03985293, "...in Adults With Type 2 Diabetes Mellitus"', "qualifiers"),
-    _case(_O, "40", "patients with type 2 diabetes or a documented history of diabetes",
-          "common trial inclusion phrasing combining current diagnosis with history of diabetes", "or"),
-    _case(_O, "288", "type 2 diabetes mellitus confirmed by diagnosis, treatment, or laboratory testing",
-          "phrasing pattern from diagnosis/treatment/lab-indexed diabetes ascertainment algorithms", "qualifiers"),
-    _case(_O, "499", "adult patients with type 1 diabetes mellitus",
-          'ClinicalTrials.gov NCT01421147, "A Study in Adults With Type 1 Diabetes"', "qualifiers"),
-    _case(_O, "611", "patients presenting to the emergency department with diabetic ketoacidosis",
-          "common DKA trial inclusion phrasing (ED presentation with primary DKA diagnosis)", "qualifiers"),
-    _case(_O, "619", "pregnant women diagnosed with gestational diabetes mellitus",
-          "common GDM trial inclusion phrasing, e.g. ClinicalTrials.gov NCT02244814", "qualifiers"),
-    _case(_O, "647", "adults with diabetic retinopathy",
-          "common diabetic-retinopathy trial inclusion phrasing", "qualifiers"),
-    _case(_O, "687", "patients with chronic kidney disease",
-          "common CKD trial inclusion phrasing framed around a CKD diagnosis", "single"),
-    _case(_O, "510", "adult patients hospitalized with acute myocardial infarction",
-          "common AMI trial phrasing (diagnosis of acute MI, hospitalized within 48h of onset)", "qualifiers"),
-    _case(_O, "513", "adults diagnosed with atrial fibrillation",
-          "common AF trial inclusion phrasing, e.g. ClinicalTrials.gov NCT04357288", "qualifiers"),
-    _case(_O, "519", "adult patients with a diagnosis of heart failure",
-          "common heart failure trial inclusion phrasing", "qualifiers"),
-    _case(_O, "507", "adults hospitalized with community-acquired pneumonia",
-          "common CAP trial inclusion phrasing (radiographic infiltrate plus symptoms)", "qualifiers"),
-    _case(_O, "521", "adults with a physician's diagnosis of asthma",
-          "common asthma trial inclusion phrasing", "qualifiers"),
-    _case(_O, "594", "adult patients with major depressive disorder",
-          'ClinicalTrials.gov NCT00795821, "A Study in Adult Patients With Major Depressive Disorder"',
-          "qualifiers"),
-    _case(_O, "602", "adults with generalized anxiety disorder",
-          "common GAD trial inclusion phrasing, e.g. ClinicalTrials.gov NCT03829241", "qualifiers"),
-    _case(_O, "457", "adult patients with a diagnosis of rheumatoid arthritis",
-          "common RA trial inclusion phrasing (ACR/EULAR 2010 classification criteria)", "qualifiers"),
-    _case(_O, "549", "adults with a diagnosis of epilepsy",
-          "common epilepsy trial inclusion phrasing", "qualifiers"),
-    _case(_O, "524", "adults with a history of migraine",
-          "common migraine trial inclusion phrasing (ICHD-3 diagnostic criteria)", "qualifiers"),
-    _case(_O, "463", "adult patients presenting to the emergency department with suspected sepsis",
-          "common sepsis trial inclusion phrasing (ED presentation, suspected infection)", "qualifiers"),
-    _case(_O, "775", "adults with a new diagnosis of inflammatory bowel disease",
-          "common IBD trial inclusion phrasing (Crohn's disease or ulcerative colitis)", "qualifiers"),
-    _case(_O, "626", "adult patients with a diagnosis of liver cirrhosis",
-          "common cirrhosis trial inclusion phrasing", "qualifiers"),
-    _case(_O, "558", "adults with a diagnosis of hyperlipidemia",
-          "common hyperlipidemia/dyslipidemia trial inclusion phrasing", "qualifiers"),
-    _case(_O, "563", "adults with obesity",
-          "common obesity trial inclusion phrasing (BMI-based eligibility)", "qualifiers"),
-]
-
-CASE_SETS: dict[str, list[DecompositionTestCase]] = {"default": DEFAULT_TEST_CASES, "ohdsi": OHDSI_TEST_CASES}
-
-
-def _libraries_for(library_dir: Path) -> tuple[dict[str, Library], Library | None]:
-    """``(libraries by directory name, the single library when library_dir is one)``."""
+def _libraries_for(
+    library_dir: Path, broken: list[str] | None = None
+) -> tuple[dict[str, Library], Library | None]:
+    """``(libraries by directory name, the single library when library_dir is one)``; a broken library
+    in a folder of libraries is skipped and its error appended to ``broken``."""
     library_dir = Path(library_dir)
     if (library_dir / "manifest.json").is_file():
         single = load_library(library_dir)
         return {library_dir.name: single}, single
-    return {library.path.name: library for library in list_libraries(library_dir)}, None
+    errors = broken if broken is not None else []
+    return {library.path.name: library for library in list_libraries(library_dir, errors=errors)}, None
 
 
 def _pick_library(case: DecompositionTestCase, by_name: dict[str, Library], single: Library | None) -> Library | None:
+    """The library a case runs against: by folder name, then id prefix; no name: the one holding its cohort."""
+    if not case.library_id:
+        holding = [lib for lib in by_name.values() if case.cohort_id in lib.cohort_ids]
+        return holding[0] if len(holding) == 1 else None
     library = by_name.get(case.library_id)
     if library is None:
         library = next((lib for lib in by_name.values() if lib.library_id.startswith(case.library_id)), None)
@@ -232,28 +76,59 @@ def _pick_library(case: DecompositionTestCase, by_name: dict[str, Library], sing
     return library
 
 
+def _skip_reason(case: DecompositionTestCase, by_name: dict[str, Library]) -> str:
+    if not case.library_id:
+        holding = [lib.path.name for lib in by_name.values() if case.cohort_id in lib.cohort_ids]
+        if holding:
+            return f"{case.cohort_id}: cohort is in several libraries ({', '.join(holding)}); name one in 'library'"
+        return f"{case.cohort_id}: no installed library holds this cohort"
+    return f"{case.cohort_id}: library {case.library_id!r} or its cohort is not installed"
+
+
+class NoCaseRanError(PhenoforgeError):
+    """No test case's library and cohort exist where the evaluation looked."""
+
+
 def _resolutions(con: duckdb.DuckDBPyConnection, state, target: str) -> list[TermResolution]:
     out: list[TermResolution] = []
     for term in state.terms:
         if term.status == "curated" and term.curated is not None:
             match = term.curated
-            out.append(TermResolution(
-                term=term.term, landed="target" if match.cohort_id == target else "other",
-                matched_cohort_ids=[match.cohort_id], matched_cohort_names=[match.cohort_name], tier="curated",
-                codes=nodes.cohort_codes(con, match.library_path, match.cohort_id),
-                retrieval_overlap=match.retrieval_overlap, name_overlap=match.name_overlap, note=term.note,
-            ))
+            out.append(
+                TermResolution(
+                    term=term.term,
+                    landed="target" if match.cohort_id == target else "other",
+                    matched_cohort_ids=[match.cohort_id],
+                    matched_cohort_names=[match.cohort_name],
+                    tier="curated",
+                    codes=nodes.cohort_codes(con, match.library_path, match.cohort_id),
+                    retrieval_overlap=match.retrieval_overlap,
+                    name_overlap=match.name_overlap,
+                    note=term.note,
+                )
+            )
         elif term.status == "ambiguous":
-            out.append(TermResolution(
-                term=term.term, landed="ambiguous", tier="generated", codes=term.candidate_codes,
-                matched_cohort_ids=[m.cohort_id for m in term.ambiguous],
-                matched_cohort_names=[m.cohort_name for m in term.ambiguous], note=term.note,
-            ))
+            out.append(
+                TermResolution(
+                    term=term.term,
+                    landed="ambiguous",
+                    tier="generated",
+                    codes=term.candidate_codes,
+                    matched_cohort_ids=[m.cohort_id for m in term.ambiguous],
+                    matched_cohort_names=[m.cohort_name for m in term.ambiguous],
+                    note=term.note,
+                )
+            )
         else:
-            out.append(TermResolution(
-                term=term.term, landed="none", tier="generated", codes=term.candidate_codes,
-                note=term.search_reason,
-            ))
+            out.append(
+                TermResolution(
+                    term=term.term,
+                    landed="none",
+                    tier="generated",
+                    codes=term.candidate_codes,
+                    note=term.search_reason,
+                )
+            )
     return out
 
 
@@ -279,49 +154,83 @@ def score_decomposition(
     the case (``error``) and left out of the means.
     """
     cases = test_cases if test_cases is not None else DEFAULT_TEST_CASES
-    by_name, single = _libraries_for(Path(library_dir))
+    broken: list[str] = []
+    by_name, single = _libraries_for(Path(library_dir), broken)
     results: list[DecompositionCaseResult] = []
-    skipped: list[str] = []
+    skipped: list[str] = [f"broken library skipped: {problem}" for problem in broken]
     landed: Counter[str] = Counter()
     for index, case in enumerate(cases):
         if progress is not None:
             progress(index, len(cases), f"{case.cohort_id}: {case.population_description[:60]}")
         library = _pick_library(case, by_name, single)
         if library is None:
-            skipped.append(f"{case.cohort_id}: library {case.library_id!r} or its cohort is not installed")
+            skipped.append(_skip_reason(case, by_name))
             continue
         truth = load_curated_concept_set(con, library.path, case.cohort_id, fanout_threshold)
         baseline_codes = hybrid_search(con, truth.cohort_name, k=k, dense=dense).codes
         baseline = score_cohort(con, case.cohort_id, truth.cohort_name, truth.codes, baseline_codes, "baseline")
-        common = {"cohort_id": case.cohort_id, "cohort_name": truth.cohort_name,
-                  "population_description": case.population_description, "library_id": library.library_id,
-                  "source": case.source, "baseline_hierarchical_score": baseline.hierarchical_score,
-                  "baseline_coverage": baseline.coverage, "baseline_over_inclusion": baseline.over_inclusion_penalty,
-                  "n_ground_truth": len(truth.codes)}
+        common = {
+            "cohort_id": case.cohort_id,
+            "cohort_name": truth.cohort_name,
+            "population_description": case.population_description,
+            "library_id": library.library_id,
+            "source": case.source,
+            "baseline_hierarchical_score": baseline.hierarchical_score,
+            "baseline_coverage": baseline.coverage,
+            "baseline_over_inclusion": baseline.over_inclusion_penalty,
+            "n_ground_truth": len(truth.codes),
+        }
         try:
-            state = nodes.run_ungated(con, case.population_description, decompose_fn, [library], dense=dense,
-                                      k=k, fanout_threshold=fanout_threshold)
+            state = nodes.run_ungated(
+                con,
+                case.population_description,
+                decompose_fn,
+                [library],
+                dense=dense,
+                k=k,
+                fanout_threshold=fanout_threshold,
+            )
         except PhenoforgeError as error:
-            results.append(DecompositionCaseResult(
-                **common, seed_terms=[], decomposed_hierarchical_score=0.0, gap=0.0, error=str(error)))
+            results.append(
+                DecompositionCaseResult(
+                    **common,
+                    seed_terms=[],
+                    decomposed_hierarchical_score=0.0,
+                    gap=0.0,
+                    error=str(error),
+                    error_type=type(error).__name__,
+                )
+            )
             continue
         predicted = state.concept_set.codes if state.concept_set else []
         scored = score_cohort(con, case.cohort_id, truth.cohort_name, truth.codes, predicted, "decomposed")
         resolutions = _resolutions(con, state, case.cohort_id)
         landed.update(resolution.landed for resolution in resolutions)
-        results.append(DecompositionCaseResult(
-            **common,
-            seed_terms=[term.term for term in state.terms],
-            decomposed_hierarchical_score=scored.hierarchical_score,
-            decomposed_coverage=scored.coverage,
-            decomposed_over_inclusion=scored.over_inclusion_penalty,
-            gap=baseline.hierarchical_score - scored.hierarchical_score,
-            term_resolutions=resolutions,
-            predicted_codes=predicted,
-        ))
+        results.append(
+            DecompositionCaseResult(
+                **common,
+                seed_terms=[term.term for term in state.terms],
+                decomposed_hierarchical_score=scored.hierarchical_score,
+                decomposed_coverage=scored.coverage,
+                decomposed_over_inclusion=scored.over_inclusion_penalty,
+                gap=baseline.hierarchical_score - scored.hierarchical_score,
+                term_resolutions=resolutions,
+                predicted_codes=predicted,
+            )
+        )
     if progress is not None:
         progress(len(cases), len(cases), "done")
+    if cases and not results:
+        wanted = sorted({case.library_id or "(any)" for case in cases})
+        raise NoCaseRanError(
+            f"none of the {len(cases)} test cases can run against {library_dir}: "
+            f"{len(skipped)} skipped ({'; '.join(skipped[:3])}{'; ...' if len(skipped) > 3 else ''}). "
+            f"Cases name the libraries {', '.join(wanted)}; found here: "
+            f"{', '.join(sorted(by_name)) or 'no library'}. Pass the folder holding those libraries "
+            "(default: the data directory's libraries folder) or install them"
+        )
     ok = [result for result in results if result.error is None]
+
     def mean(values: list[float]) -> float:
         return sum(values) / len(values) if values else 0.0
 
@@ -360,6 +269,9 @@ class RepeatReport(BaseModel):
     stdev_mean_gap: float
     cases: list[CaseSpread]
     runs: list[DecompositionReport] = Field(default_factory=list)
+    mean_gap_ci_low: float = Field(default=0.0, description="95% bootstrap interval over cases of the per-case mean")
+    mean_gap_ci_high: float = 0.0
+    n_runs_scored: int = Field(default=0, description="runs in which at least one case ran")
 
 
 def repeat_decomposition(
@@ -380,10 +292,22 @@ def repeat_decomposition(
     for run in range(n):
         inner: ProgressCallback | None = None
         if progress is not None:
+
             def inner(done: int, total: int, message: str, run: int = run) -> None:
                 progress(run * total + done, n * total, f"run {run + 1}/{n}: {message}")
-        runs.append(score_decomposition(con, library_dir, decompose_fn, dense=dense, k=k,
-                                        fanout_threshold=fanout_threshold, test_cases=test_cases, progress=inner))
+
+        runs.append(
+            score_decomposition(
+                con,
+                library_dir,
+                decompose_fn,
+                dense=dense,
+                k=k,
+                fanout_threshold=fanout_threshold,
+                test_cases=test_cases,
+                progress=inner,
+            )
+        )
     cases: list[CaseSpread] = []
     for index, first in enumerate(runs[0].results):
         per_run = [run.results[index] for run in runs]
@@ -392,14 +316,128 @@ def repeat_decomposition(
         for r in per_run:
             if r.error is None and r.seed_terms not in sets:
                 sets.append(r.seed_terms)
-        cases.append(CaseSpread(
-            cohort_id=first.cohort_id, population_description=first.population_description, gaps=gaps,
-            mean_gap=statistics.fmean(gaps) if gaps else 0.0, min_gap=min(gaps, default=0.0),
-            max_gap=max(gaps, default=0.0), stdev_gap=statistics.pstdev(gaps) if len(gaps) > 1 else 0.0,
-            distinct_term_sets=sets, n_errors=sum(1 for r in per_run if r.error is not None),
-        ))
-    per_run_means = [run.mean_gap for run in runs]
+        cases.append(
+            CaseSpread(
+                cohort_id=first.cohort_id,
+                population_description=first.population_description,
+                gaps=gaps,
+                mean_gap=statistics.fmean(gaps) if gaps else 0.0,
+                min_gap=min(gaps, default=0.0),
+                max_gap=max(gaps, default=0.0),
+                stdev_gap=statistics.pstdev(gaps) if len(gaps) > 1 else 0.0,
+                distinct_term_sets=sets,
+                n_errors=sum(1 for r in per_run if r.error is not None),
+            )
+        )
+    per_run_means = [run.mean_gap for run in runs if run.n_scored]  # a run where nothing ran has no mean
+    case_means = [case.mean_gap for case in cases if case.gaps]
+    interval = bootstrap_ci(case_means) if case_means else None
     return RepeatReport(
-        n=n, mean_gap_per_run=per_run_means, mean_gap=statistics.fmean(per_run_means),
-        stdev_mean_gap=statistics.pstdev(per_run_means) if n > 1 else 0.0, cases=cases, runs=runs,
+        n=n,
+        mean_gap_per_run=per_run_means,
+        mean_gap=statistics.fmean(case_means) if case_means else 0.0,
+        stdev_mean_gap=statistics.stdev(per_run_means) if len(per_run_means) > 1 else 0.0,
+        cases=cases,
+        runs=runs,
+        mean_gap_ci_low=interval.low if interval else 0.0,
+        mean_gap_ci_high=interval.high if interval else 0.0,
+        n_runs_scored=len(per_run_means),
     )
+
+
+def ran_summary(report: DecompositionReport) -> str:
+    """ "N of M cases ran" plus, when some failed, the first typed error: failure is never a 0.0 mean."""
+    attempted = len(report.results)
+    failed = [result for result in report.results if result.error is not None]
+    if not failed:
+        return f"{report.n_scored} of {attempted} cases ran"
+    kinds = Counter(result.error_type or "error" for result in failed)
+    first = failed[0]
+    which = ", ".join(f"{count} {kind}" for kind, count in kinds.most_common())
+    if report.n_scored == 0:
+        return f"0 of {attempted} cases ran: {first.error_type or 'error'}: {first.error}"
+    return (
+        f"{report.n_scored} of {attempted} cases ran ({len(failed)} failed: {which}; first: {first.error}); "
+        f"means are over the {report.n_scored} that ran"
+    )
+
+
+def landing_rate(report: DecompositionReport) -> float:
+    """Share of the cases that ran in which at least one seed term's curated check landed on the target."""
+    ran = [result for result in report.results if result.error is None]
+    if not ran:
+        return 0.0
+    return sum(1 for result in ran if any(t.landed == "target" for t in result.term_resolutions)) / len(ran)
+
+
+CSV_COLUMNS = ("population_description", "cohort_id", "library", "source")
+
+
+def load_cases_csv(path: Path | str, libraries_root: Path | None = None) -> list[DecompositionTestCase]:
+    """A user's case file (``population_description, cohort_id[, library, source]``), checked line by line.
+
+    Each case is checked against ``libraries_root`` (one library or a folder of them, as
+    :func:`score_decomposition` takes; default the data directory's libraries): the named library
+    exists and holds the cohort; without a library exactly one holds it. Every problem is reported
+    with its line number, and nothing is returned unless all lines pass.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ImportRowError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ImportRowError(f"{path}: not UTF-8 text; save the CSV as UTF-8") from None
+    return parse_cases_csv(text, name=str(path), libraries_root=libraries_root)
+
+
+def parse_cases_csv(
+    text: str, name: str = "cases.csv", libraries_root: Path | None = None
+) -> list[DecompositionTestCase]:
+    """:func:`load_cases_csv` on text already read (the dashboard upload)."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = [column.strip().lower() for column in reader.fieldnames or []]
+    missing = [column for column in CSV_COLUMNS[:2] if column not in header]
+    if missing:
+        raise ImportRowError(
+            f"{name} line 1: missing column(s) {', '.join(missing)}; the header must name "
+            "population_description, cohort_id and optionally library, source"
+        )
+    reader.fieldnames = header
+    by_name, single = _libraries_for(Path(libraries_root) if libraries_root is not None else libraries_dir())
+    problems: list[str] = []
+    cases: list[DecompositionTestCase] = []
+    for row in reader:
+        line = reader.line_num
+        description = (row.get("population_description") or "").strip()
+        cohort_id = (row.get("cohort_id") or "").strip()
+        library_name = (row.get("library") or "").strip()
+        if not description and not cohort_id:
+            continue  # a blank line
+        if not description:
+            problems.append(f"line {line}: population_description is empty")
+            continue
+        if not cohort_id:
+            problems.append(f"line {line}: cohort_id is empty")
+            continue
+        case = DecompositionTestCase(
+            population_description=description,
+            cohort_id=cohort_id,
+            source=(row.get("source") or "").strip() or f"{name} line {line}",
+            library_id=library_name,
+            pattern="user",
+            split="test",
+        )
+        if _pick_library(case, by_name, single) is None:
+            problems.append(
+                f"line {line}: {_skip_reason(case, by_name).split(': ', 1)[1]}"
+                + (f" (installed: {', '.join(sorted(by_name)) or 'none'})" if library_name else "")
+            )
+            continue
+        cases.append(case)
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+        raise ImportRowError(f"{name}: {len(problems)} bad line(s): {shown}")
+    if not cases:
+        raise ImportRowError(f"{name}: no cases (the file has a header but no rows)")
+    return cases

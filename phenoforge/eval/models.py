@@ -113,6 +113,7 @@ class DecompositionCaseResult(BaseModel):
     term_resolutions: list[TermResolution] = Field(default_factory=list)
     predicted_codes: list[str] = Field(default_factory=list)
     error: str | None = None
+    error_type: str | None = Field(default=None, description="the typed error's class, e.g. ClaudeTimeoutError")
     library_id: str = ""
     source: str = ""
     baseline_coverage: float = 0.0

@@ -117,3 +117,23 @@ def test_unknown_session_link_starts_fresh(app: Callable[[str], AppTest], dash: 
     assert not at.exception
     assert any("no assembly session" in warning.value for warning in at.warning)
     assert at.button(key="as_start") is not None and "as_state" not in at.session_state
+
+
+def test_blank_description_is_a_message_not_an_exception(app: Callable[[str], AppTest], dash: Path) -> None:
+    """Issue 12 item 9: Streamlit's redacted exception box became a message that says what to type."""
+    at = app(PAGE).run()
+    at.text_input(key="as_reviewer").input("ann")
+    at.text_area(key="as_description").input("   ")
+    at.button(key="as_start").click().run()
+    assert not at.exception
+    assert any("describe the population" in error.value for error in at.error)
+    assert "as_state" not in at.session_state and audit.list_sessions() == []
+
+
+def test_session_description_is_shown_as_text_not_markdown(app: Callable[[str], AppTest], dash: Path) -> None:
+    """Issue 12 item 4 (the browser test checks the rendered page): the Markdown source is escaped."""
+    at = app(PAGE).run()
+    start(at, "adults with **asthma** ![](http://127.0.0.1:9/pixel.png)").run()  # the header shows once open
+    header = next(m.value for m in at.markdown if m.value.startswith("**Session "))
+    assert "\\*\\*asthma\\*\\*" in header and "\\!\\[\\]\\(http\\:" in header
+    assert "**asthma**" not in header and "![](" not in header

@@ -265,3 +265,83 @@ def test_built_client_has_timeout_and_bounded_retries(monkeypatch: pytest.Monkey
     assert decompose.client.timeout == 12.5
     assert decompose.client.max_retries == 1
     assert KEY not in repr(decompose)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_budget_is_one_deadline_for_every_call(tmp_path: Path) -> None:
+    """Once the run's budget is spent, calls fail at once without touching the network."""
+    clock = FakeClock()
+    server = Server([ok(tool_reply(["asthma"]))])
+    client = anthropic.Anthropic(api_key=KEY, http_client=httpx2.Client(transport=httpx2.MockTransport(server)),
+                                 max_retries=2, timeout=30.0)
+    decompose = claude.ClaudeDecomposer(client, "claude-sonnet-5", cache=None, budget=10.0, clock=clock)
+    assert decompose("adults with asthma") == ["asthma"]
+    clock.now += 11.0
+    with pytest.raises(ClaudeTimeoutError, match="budget of 10 s .--budget. is spent"):
+        decompose("adults with heart failure")
+    assert len(server.requests) == 1
+    with pytest.raises(ValueError):
+        claude.ClaudeDecomposer(client, "m", cache=None, budget=0)
+
+
+def test_request_timeout_is_cut_to_the_remaining_budget(tmp_path: Path) -> None:
+    clock = FakeClock()
+    client = anthropic.Anthropic(api_key=KEY, max_retries=2, timeout=30.0)
+    decompose = claude.ClaudeDecomposer(client, "m", cache=None, budget=9.0, clock=clock)
+    per_request, timeout = decompose._request_client()
+    assert timeout == pytest.approx(3.0) and per_request.timeout == pytest.approx(3.0)  # 3 attempts share 9 s
+    unbounded = claude.ClaudeDecomposer(client, "m", cache=None)
+    assert unbounded._request_client() == (client, None)
+
+
+@pytest.fixture
+def hung_server():
+    """A server that accepts connections and never answers."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                connection, _address = listener.accept()
+            except OSError:
+                continue
+            accepted.append(connection)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    stop.set()
+    thread.join(timeout=2)
+    for connection in accepted:
+        connection.close()
+    listener.close()
+
+
+def test_hung_server_is_bounded_by_the_budget(hung_server, tmp_path: Path) -> None:
+    import time
+
+    url, accepted = hung_server
+    client = anthropic.Anthropic(api_key=KEY, base_url=url, timeout=30.0, max_retries=1)
+    decompose = default_decomposer(client=client, cache_dir=tmp_path, budget=1.0)
+    started = time.monotonic()
+    for description in ("adults with asthma", "adults with heart failure", "adults with gout"):
+        with pytest.raises(ClaudeTimeoutError):
+            decompose(description)
+    elapsed = time.monotonic() - started
+    assert accepted, "the client did connect"
+    assert elapsed < 5.0, f"three calls took {elapsed:.1f} s against a 1 s budget (a 30 s timeout each would be 180 s)"

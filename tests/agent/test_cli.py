@@ -125,3 +125,83 @@ def test_ambiguous_term_can_be_settled_interactively(monkeypatch, fixture_librar
     state = audit.load_state(audit.list_sessions()[0].session_id)
     assert state.terms[0].status == "curated" and state.terms[0].curated.cohort_id == "fix-AF2"
     assert state.stage == "assembled" and set(state.concept_set.codes) == {"I48.0", "I48.91"}
+
+
+ASTHMA_AND_HF = [
+    DecompositionTestCase(population_description="adults with asthma", cohort_id="fix-ASTHMA", source="t",
+                          library_id="fixlib"),
+    DecompositionTestCase(population_description="adults with heart failure", cohort_id="fix-HF", source="t",
+                          library_id="fixlib"),
+]
+
+
+def mock_claude(monkeypatch: pytest.MonkeyPatch, handler) -> list[dict]:
+    """Route the CLI's real Claude client through a mock HTTP transport; returns the client's settings."""
+    import anthropic
+    import httpx2
+
+    from phenoforge.agent import claude
+
+    real = anthropic.Anthropic
+    built: list[dict] = []
+
+    def client(**kwargs):
+        built.append(kwargs)
+        return real(**kwargs, http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-KEY")
+    monkeypatch.setattr(claude.anthropic, "Anthropic", client)
+    return built
+
+
+def test_decompose_eval_claude_all_failing_exits_non_zero(monkeypatch, fixture_library: Path, capsys) -> None:
+    import httpx2
+
+    monkeypatch.setitem(decomposition.CASE_SETS, "default", ASTHMA_AND_HF)
+    built = mock_claude(monkeypatch, lambda request: httpx2.Response(
+        401, json={"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}))
+    code = main(["decompose-eval", "--decomposer", "claude", "--library", str(fixture_library), "--quiet",
+                 "--timeout", "7", "--budget", "60"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "0 of 2 cases ran: ClaudeAuthError: the Anthropic API rejected the API key (HTTP 401)" in captured.err
+    assert "mean decomposed" not in captured.out and "0.0000" not in captured.out
+    assert built[0]["timeout"] == 7.0
+    assert "sk-ant-test-KEY" not in captured.out + captured.err
+
+
+def test_decompose_eval_claude_partial_failure_is_labelled(monkeypatch, fixture_library: Path, capsys) -> None:
+    import httpx2
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if "asthma" in json.loads(request.content)["messages"][0]["content"]:
+            raise httpx2.ReadTimeout("timed out", request=request)
+        return httpx2.Response(200, json={
+            "id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-5",
+            "content": [{"type": "tool_use", "id": "t", "name": "record_conditions",
+                         "input": {"terms": ["heart failure"]}}],
+            "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}})
+
+    monkeypatch.setitem(decomposition.CASE_SETS, "default", ASTHMA_AND_HF)
+    mock_claude(monkeypatch, handler)
+    assert main(["decompose-eval", "--decomposer", "claude", "--library", str(fixture_library), "--quiet",
+                 "--repeat", "1", "--timeout", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 cases ran (1 failed: 1 ClaudeTimeoutError" in out
+    assert "means are over the 1 that ran" in out
+    assert "did not answer within" in out and "raise --timeout" in out
+
+
+def test_decompose_eval_cases_file_and_split(monkeypatch, fixture_library: Path, tmp_path: Path, capsys) -> None:
+    cases_file = tmp_path / "mine.csv"
+    cases_file.write_text("population_description,cohort_id,library,source\n"
+                          "children with asthma using inhaled steroids,fix-ASTHMA,fixlib,my trial\n",
+                          encoding="utf-8")
+    assert main(["decompose-eval", "--cases", str(cases_file), "--library", str(fixture_library), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "asthma -> target fix-ASTHMA" in out and "1 of 1 cases ran" in out
+    cases_file.write_text("population_description,cohort_id\nadults with gout,fix-GOUT\n", encoding="utf-8")
+    assert main(["decompose-eval", "--cases", str(cases_file), "--library", str(fixture_library), "--quiet"]) == 2
+    assert "line 2: no installed library holds this cohort" in capsys.readouterr().err
+    assert main(["decompose-eval", "--cases", str(cases_file), "--split", "dev", "--quiet"]) == 2
+    assert "--split" in capsys.readouterr().err

@@ -1,42 +1,84 @@
-"""The rule-based decomposer: qualifiers dropped, lists split, lay wording translated."""
+"""The vocabulary-grounded offline decomposer, on the fixture vocabulary.
+
+The fixture knows diabetes (types 1 and 2), obesity, heart failure, atrial fibrillation, peripheral
+vascular disease, asthma and femur fractures, and nothing about drugs, settings or procedures: every
+qualifier below is dropped because no diagnosis names it, not because a list does.
+"""
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 
-from phenoforge.agent.offline import offline_decompose
+from phenoforge.agent.lay_terms import LAY_TERMS, SPELLING
+from phenoforge.agent.offline import FRAMING_WORDS, GroundedDecomposer, get_grounding, normalise, offline_decomposer
+
+
+@pytest.fixture(scope="module")
+def decompose(fixture_con: duckdb.DuckDBPyConnection) -> GroundedDecomposer:
+    return offline_decomposer(fixture_con)  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize(
     ("description", "expected"),
     [
         ("adults with type 2 diabetes mellitus", ["type 2 diabetes mellitus"]),
-        ("patients presenting to the emergency department with diabetic ketoacidosis", ["diabetic ketoacidosis"]),
-        ("adult patients hospitalized with acute myocardial infarction", ["acute myocardial infarction"]),
-        ("adults with a history of migraine", ["migraine"]),
-        ("newly diagnosed atrial fibrillation in adults aged 65 and older", ["atrial fibrillation"]),
-        ("Adults with high blood pressure and type 2 diabetes", ["hypertension", "type 2 diabetes"]),
-        ("Medicare beneficiaries with a history of heart attack", ["myocardial infarction"]),
-        ("patients with COPD, asthma, or interstitial lung disease",
-         ["chronic obstructive pulmonary disease", "asthma", "interstitial lung disease"]),
+        # a drug, a lab threshold and a time window match no diagnosis
+        ("adults with type 2 diabetes inadequately controlled on metformin with an HbA1c of 7.5% for 3 months",
+         ["type 2 diabetes"]),
+        # settings and procedures
+        ("patients admitted to the icu with heart failure referred for catheter ablation", ["heart failure"]),
+        ("children with asthma using inhaled bronchodilators", ["asthma"]),
+        # lists keep every condition
+        ("patients with asthma, heart failure, or atrial fibrillation",
+         ["asthma", "heart failure", "atrial fibrillation"]),
         ("patients with type 1 or type 2 diabetes", ["type 1 diabetes", "type 2 diabetes"]),
-        ("adults with chronic kidney disease stage 4 or 5",
-         ["chronic kidney disease stage 4", "chronic kidney disease stage 5"]),
-        ("type 2 diabetes mellitus confirmed by diagnosis, treatment, or laboratory testing",
-         ["type 2 diabetes mellitus"]),
-        ("adults with obesity (BMI >= 30)", ["obesity"]),
-        ("adults with a physician's diagnosis of asthma", ["asthma"]),
-        ("Women with breast cancer receiving chemotherapy", ["breast cancer"]),
+        # severity modifiers stay attached to their condition
+        ("adults with mild intermittent asthma", ["mild intermittent asthma"]),
+        ("adults with chronic systolic heart failure", ["chronic systolic heart failure"]),
+        # an exclusion is not the population
+        ("adults with obesity (BMI of 30 or greater) without type 2 diabetes", ["obesity"]),
+        # a body site alone is not a condition; the fracture is
+        ("adults with a femur fracture after a fall", ["femur fracture"]),
+        # lay wording and abbreviations, then grounded like any span
+        ("patients with afib on warfarin", ["atrial fibrillation"]),
+        ("adults with T2DM", ["type 2 diabetes mellitus"]),
     ],
 )
-def test_decomposition(description: str, expected: list[str]) -> None:
-    assert offline_decompose(description) == expected
+def test_decomposition(decompose: GroundedDecomposer, description: str, expected: list[str]) -> None:
+    assert decompose(description) == expected
 
 
-def test_no_condition_gives_no_terms() -> None:
-    assert offline_decompose("adults aged 40 to 75 years") == []
-    assert offline_decompose("") == []
+def test_no_condition_gives_no_terms(decompose: GroundedDecomposer) -> None:
+    assert decompose("adults aged 40 to 75 years") == []
+    assert decompose("malignant") == []  # a severity word folded to a noun is still not a condition
+    assert decompose("patients in the emergency department") == []
+    assert decompose("") == []
 
 
-def test_protected_names_are_not_split() -> None:
-    assert offline_decompose("patients with overweight and obesity") == ["overweight and obesity"]
+def test_a_span_the_vocabulary_does_not_know_is_dropped(decompose: GroundedDecomposer) -> None:
+    """No phrase list: an invented qualifier is dropped because no diagnosis contains its words."""
+    assert decompose("adults with heart failure enrolled in the zorblax programme") == ["heart failure"]
+    assert decompose("patients with zorblax disease") == []
+
+
+def test_grounding_is_built_once_per_vocabulary(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    first = get_grounding(fixture_con)
+    assert get_grounding(fixture_con) is first
+    assert "asthma" in first.solo and "fracture" in first.heads
+    assert "femur" not in first.heads  # a site qualifies a fracture; it does not head a diagnosis
+    assert all(code[0] not in "TVWXYZ" for code in (first.index.codes[row] for rows in first.postings.values()
+                                                    for row in rows))
+
+
+def test_lay_terms_name_their_source() -> None:
+    for lay, (clinical, source) in LAY_TERMS.items():
+        assert lay == lay.lower() and clinical and clinical != lay
+        assert len(source) >= 8, lay
+    assert normalise("Ischaemic stroke in an oedematous patient") == "ischemic stroke in an edematous patient"
+    assert all(british != american for british, american in SPELLING.items())
+
+
+def test_framing_words_are_general_not_conditions() -> None:
+    clinical = {"diabetes", "asthma", "failure", "fracture", "obesity", "stroke", "infection", "pregnancy"}
+    assert not clinical & FRAMING_WORDS

@@ -13,6 +13,7 @@ import pytest
 
 from phenoforge import config
 from phenoforge.agent import audit, nodes, workflow
+from phenoforge.agent.errors import DescriptionError
 from phenoforge.agent.export import concept_set_circe, concept_set_csv
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import expand_descendants
@@ -163,12 +164,45 @@ def test_unknown_session(tmp_path: Path) -> None:
         workflow.resume("nope")
 
 
-def test_start_requires_a_description(fixture_con, fixture_library) -> None:
-    with pytest.raises(ValueError, match="describe"):
-        workflow.start(fixture_con, "  ", fixed(["asthma"]), library_paths=[fixture_library])
+@pytest.mark.parametrize("blank", ["", "  ", "\n\t "])
+def test_start_requires_a_description(fixture_con, fixture_library, blank: str) -> None:
+    """A user error with a message (shown on the page and by the CLI), not a ValueError traceback."""
+    with pytest.raises(DescriptionError, match="describe the population"):
+        workflow.start(fixture_con, blank, fixed(["asthma"]), library_paths=[fixture_library])
+    assert audit.list_sessions() == []
+
+
+def test_start_bounds_the_description(fixture_con, fixture_library) -> None:
+    too_long = "adults with asthma " * (workflow.MAX_DESCRIPTION_CHARS // 10)
+    with pytest.raises(DescriptionError, match=f"keep it under {workflow.MAX_DESCRIPTION_CHARS:,}"):
+        workflow.start(fixture_con, too_long, fixed(["asthma"]), library_paths=[fixture_library])
+    assert audit.list_sessions() == []
 
 
 def test_no_library_means_no_curated_check(fixture_con, fixture_library) -> None:
     state = workflow.start(fixture_con, "adults with asthma", fixed(["asthma"]), library_paths=[])
     assert state.terms[0].status == "generated" and state.candidates
     assert any("no cohort library is checked" in note for note in state.notes)
+
+
+def test_a_corrupt_cohort_file_is_named_not_silently_skipped(fixture_con, fixture_library) -> None:
+    """Issue 12 item 7: the term fell through to generated candidates with no word about why."""
+    library = load_library(fixture_library)
+    cohort_file = fixture_library / library.cohort("fix-ASTHMA").file
+    cohort_file.write_text('{"ConceptSets": [', encoding="utf-8")
+    state = workflow.start(fixture_con, "adults with asthma", fixed(["asthma"]), library_paths=[fixture_library])
+    assert any("fixlib/fix-ASTHMA is skipped" in note and str(cohort_file) in note for note in state.notes)
+    assert state.terms[0].status != "curated"
+
+
+def test_generate_leaves_its_input_state_alone(fixture_con, fixture_library) -> None:
+    """The module promises nodes return new states; generate used to append sources to the input's candidates."""
+    state = run(fixture_con, fixture_library, ["fracture of femur"])
+    again = state.model_copy(update={"terms": [*state.terms, state.terms[0].model_copy(
+        update={"term": "femur fracture", "status": "pending"})]})
+    before = again.model_dump()
+    after = nodes.generate(again, fixture_con)
+    assert again.model_dump() == before
+    shared = [c for c in after.candidates if len(c.sources) == 2]
+    assert shared, "the second term should add a source to candidates the first term found"
+    assert all(len(c.sources) == 1 for c in again.candidates)

@@ -135,3 +135,30 @@ def test_a_bad_module_function_says_so_on_the_page(app) -> None:  # type: ignore
     at.button[0].click().run()
     assert not at.exception
     assert any("cannot import module" in e.value for e in at.error)
+
+
+def test_the_cohort_scatter_links_legend_and_brush(dash_con: duckdb.DuckDBPyConnection, dash: Path) -> None:
+    from phenoforge.dashboard.benchmark import coverage_precision_chart
+
+    report = run_benchmark(dash_con, dash / "libraries" / LIBRARY_DIR, COHORTS, methods=["bm25", "expand_descendants"])
+    spec = coverage_precision_chart(report).to_dict()
+    _scatter, listing = spec["hconcat"]
+    params = {p["name"]: p for p in spec["params"]}
+    assert any(p.get("bind") == "legend" for p in params.values())  # click a method in the legend
+    assert any(p["select"]["type"] == "interval" for p in params.values())  # brush a region
+    filters = [t["filter"] for t in listing["transform"] if "filter" in t]
+    assert {"param": next(n for n, p in params.items() if p["select"]["type"] == "interval")} in filters
+    assert len(spec["data"]["values"]) == len(report.results)
+
+
+def test_the_expert_agreement_line_is_shown_beside_the_means(
+    app: Callable[[str], AppTest], dash_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phenoforge.dashboard import benchmark as service
+    from phenoforge.eval.agreement import LibraryAgreement
+
+    line = LibraryAgreement(library_id="ohdsi-fixture", n_pairs=3, mean_hierarchical_score=0.777, mean_exact_f1=0.5)
+    monkeypatch.setattr(service, "agreement_lines", lambda con, libraries: {"ohdsi-fixture": line})
+    service._AGREEMENT.clear()
+    at = _run_page(app)
+    assert any("Expert agreement for ohdsi-fixture: 0.777 hierarchical" in i.value for i in at.info)

@@ -96,3 +96,22 @@ def test_unknown_run_id_falls_back_with_a_message(app: Callable[[str], AppTest])
 def test_unknown_cohort_in_the_link_picks_the_first(app: Callable[[str], AppTest], cohort: str) -> None:
     at = _page(app, library="ohdsi-fixture", cohort=cohort, method="bm25")
     assert at.selectbox(key="dd_cohort_ohdsi-fixture").value == "503"
+
+
+def test_unknown_cohort_in_the_link_is_named_in_a_notice(app: Callable[[str], AppTest]) -> None:
+    """Issue 12 item 8: an invalid cohort in a deep link never shows another cohort silently."""
+    at = _page(app, library="ohdsi-fixture", cohort="999", method="bm25")
+    notices = [w.value for w in at.warning if "999" in w.value]
+    assert len(notices) == 1 and "does not have" in notices[0] and "showing '503'" in notices[0]
+
+
+def test_unknown_library_in_the_link_is_named_in_a_notice(app: Callable[[str], AppTest]) -> None:
+    at = _page(app, library="**no-such-library**", cohort="503", method="bm25")
+    notices = [w.value for w in at.warning if "is not installed" in w.value]
+    assert len(notices) == 1
+    assert "'\\*\\*no\\-such\\-library\\*\\*'" in notices[0]  # escaped: shown as typed, not as Markdown
+
+
+def test_a_valid_link_has_no_notice(app: Callable[[str], AppTest]) -> None:
+    at = _page(app, library="ohdsi-fixture", cohort="503", method="bm25")
+    assert not [w.value for w in at.warning if "The link asks" in w.value]

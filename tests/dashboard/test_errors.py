@@ -22,14 +22,25 @@ def broken_library(dash: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     return bad
 
 
-@pytest.mark.parametrize("page", ["app.py", "pages/1_Benchmark.py", "pages/3_Hybrid_weight.py"])
-def test_malformed_library_is_a_message(
-    app: Callable[[str], AppTest], broken_library: Path, page: str
+@pytest.mark.parametrize(
+    ("page", "picker"), [("app.py", None), ("pages/1_Benchmark.py", "bench_library"),
+                         ("pages/3_Hybrid_weight.py", "hw_library")]
+)
+def test_malformed_library_is_named_and_skipped(
+    app: Callable[[str], AppTest], broken_library: Path, page: str, picker: str | None
 ) -> None:
+    """Issue 12 item 7: one broken library is reported and skipped; the others still work."""
     at = app(page).run()
     assert not at.exception
-    assert any(str(broken_library / "manifest.json") in e.value and "not valid JSON" in e.value
-               for e in at.error)
+    messages = [m.value for m in [*at.error, *at.warning]]
+    assert any(str(broken_library / "manifest.json") in m and "not valid JSON" in m for m in messages)
+    if picker is None:
+        count = next(metric.value for metric in at.metric if metric.label == "Cohort libraries")
+        assert int(count) >= 1
+        assert not any("No cohort library yet" in str(m.value) for m in [*at.info, *at.warning])
+    else:
+        assert "broken" not in at.selectbox(key=picker).options
+        assert len(at.selectbox(key=picker).options) >= 1
 
 
 def test_missing_vocabulary_points_to_home(

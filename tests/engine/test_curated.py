@@ -20,6 +20,7 @@ from phenoforge.engine.curated import (
     LibraryStats,
     cohort_file_name,
     icd_cohort_definition,
+    library_group,
     list_libraries,
     load_curated_concept_set,
     load_library,
@@ -28,6 +29,7 @@ from phenoforge.engine.curated import (
 )
 from phenoforge.engine.models import ConceptItem
 from phenoforge.errors import LibraryError
+from tests.fixture_library import write_icd_library
 from tests.fixture_vocab import FIXTURE_NODES
 
 ORDER = {code: index for index, (code, *_rest) in enumerate(FIXTURE_NODES)}
@@ -431,3 +433,34 @@ def test_correlated_criteria_inside_primary_criteria_are_not_entry_sets(
     assert "E11.21" not in result.codes  # the forbidden set is subtracted, not merged
     assert "E11.9" in result.codes
     assert result.other_concept_sets == ["heart failure"]
+
+
+def test_library_group_defaults_to_the_library_id(tmp_path: Path) -> None:
+    manifest = manifest_for({"hf": "Heart failure"}, library_id="mine")
+    assert manifest.group is None and library_group(manifest) == "mine"
+    grouped = manifest.model_copy(update={"group": "cms-hcc"})
+    assert library_group(grouped) == "cms-hcc"
+    # the group survives a write and a read, and an old manifest without one still loads
+    write_library(tmp_path / "lib", grouped, {"hf": icd_cohort_definition("Heart failure", ["I50.9"])})
+    assert library_group(load_library(tmp_path / "lib").manifest) == "cms-hcc"
+    raw = json.loads((tmp_path / "lib" / "manifest.json").read_text(encoding="utf-8"))
+    del raw["group"]
+    (tmp_path / "lib" / "manifest.json").write_text(json.dumps(raw), encoding="utf-8")
+    assert library_group(load_library(tmp_path / "lib").manifest) == "mine"
+
+
+def test_a_duplicate_library_id_is_reported_and_the_bundled_one_kept(tmp_path: Path) -> None:
+    """Issue 12 item 2: an import that took a bundled id shadowed it; the id now resolves to one library."""
+    root = tmp_path / "libs"
+    cohorts = {"hf": ("Heart failure", ["I50.9"], False)}
+    write_icd_library(root / "elixhauser", cohorts, "elixhauser-2026.1", name="Bundled")
+    imported = write_icd_library(root / "aaa-mine", cohorts, "elixhauser-2026.1", name="Mine")
+    manifest = json.loads((imported / "manifest.json").read_text())
+    manifest["report"] = {"build": {"imported_from": "/somewhere/mine.csv"}}
+    (imported / "manifest.json").write_text(json.dumps(manifest))
+    errors: list[str] = []
+    found = list_libraries(root, errors=errors)
+    assert [(lib.path.name, lib.manifest.name) for lib in found] == [("elixhauser", "Bundled")]
+    assert len(errors) == 1 and "aaa-mine" in errors[0] and "already used by" in errors[0]
+    with pytest.raises(LibraryError, match="already used by"):
+        list_libraries(root)

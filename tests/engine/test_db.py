@@ -12,7 +12,7 @@ import pytest
 
 from phenoforge.config import REPO_ROOT, vocab_db_path
 from phenoforge.engine import vocab_build
-from phenoforge.engine.db import build_id, connect, database_state, read_metadata, vocabulary_info
+from phenoforge.engine.db import build_id, connect, database_state, ensure_vocabulary, read_metadata, vocabulary_info
 from phenoforge.engine.vocab_build import ICD_PACKAGE, ICD_PACKAGE_VERSION, ICD_RELEASE, VocabularyRows
 from phenoforge.errors import VocabularyError
 from tests.fixture_vocab import FIXTURE_NODES, build_fixture_vocab, fixture_rows
@@ -69,7 +69,8 @@ def test_connect_builds_the_default_on_first_use(monkeypatch: pytest.MonkeyPatch
     assert database_state(vocab_db_path()) == "current"
 
 
-def test_corrupt_default_database_is_rebuilt_on_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_corrupt_default_database_is_reported_not_rebuilt_on_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12 item 6: a silent rebuild changed the build id and quietly made the dense index unusable."""
     calls: list[int] = []
 
     def rows(progress=None) -> VocabularyRows:  # noqa: ANN001
@@ -80,7 +81,15 @@ def test_corrupt_default_database_is_rebuilt_on_connect(monkeypatch: pytest.Monk
         return built
 
     monkeypatch.setattr(vocab_build, "icd10cm_rows", rows)
-    vocab_db_path().write_bytes(b"\x00garbage" * 1000)
+    garbage = b"\x00garbage" * 1000
+    vocab_db_path().write_bytes(garbage)
+    with pytest.raises(VocabularyError) as caught:
+        connect()
+    message = str(caught.value)
+    assert "is corrupt" in message and "dense index must be rebuilt" in message and "build --force" in message
+    assert vocab_db_path().read_bytes() == garbage and calls == []
+    # `build` is what repairs it
+    ensure_vocabulary()
     con = connect()
     try:
         assert con.execute("SELECT count(*) FROM concept").fetchall()[0][0] == len(FIXTURE_NODES)

@@ -218,3 +218,17 @@ def test_negative_k_returns_no_hits_or_refuses(fixture_con: duckdb.DuckDBPyConne
     except ValueError:
         return
     assert result.hits == [] and result.reason
+
+
+@pytest.mark.parametrize("query", ["\x00", "\x00\x00 \x01", "\x1b\x7f", " \x00\t"])
+def test_control_characters_only_get_one_clear_reason_from_every_method(
+    fixture_con: duckdb.DuckDBPyConnection, query: str
+) -> None:
+    """Issue 12 item 13: a NUL-only query gave no hits and no reason; every method now says why, alike."""
+    dense = FixedDense(DENSE_ORDER)
+    results = {method: search_concepts(fixture_con, query, method=method, k=5, dense=dense)
+               for method in ("bm25", "dense", "hybrid")}
+    assert all(result.hits == [] for result in results.values())
+    reasons = {result.reason for result in results.values()}
+    assert len(reasons) == 1 and "control characters" in reasons.pop()
+    assert dense.calls == []  # the stand-in would have returned hits: nothing bad reaches a retriever

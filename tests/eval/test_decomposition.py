@@ -8,11 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from phenoforge.agent.errors import ClaudeRateLimitError
+from phenoforge.agent.errors import ClaudeRateLimitError, ClaudeTimeoutError
+from phenoforge.errors import ImportRowError
 from phenoforge.eval.decomposition import (
     DEFAULT_TEST_CASES,
+    NEW_TEST_CASES,
     OHDSI_TEST_CASES,
     DecompositionTestCase,
+    NoCaseRanError,
+    cases_for_split,
+    landing_rate,
+    load_cases_csv,
+    parse_cases_csv,
+    ran_summary,
     repeat_decomposition,
     score_decomposition,
 )
@@ -85,8 +93,79 @@ def test_errors_are_recorded_and_left_out_of_the_mean(fixture_con, library: Path
 
 def test_missing_cohort_is_skipped(fixture_con, library: Path) -> None:
     missing = DecompositionTestCase(population_description="x", cohort_id="nope", source="t", library_id="fixlib")
-    report = score_decomposition(fixture_con, library, table_decomposer, test_cases=[missing])
-    assert report.results == [] and report.skipped and "nope" in report.skipped[0]
+    report = score_decomposition(fixture_con, library, table_decomposer,
+                                 test_cases=[missing, case("adults with asthma", "fix-ASTHMA")])
+    assert report.n_scored == 1 and report.skipped and "nope" in report.skipped[0]
+
+
+def test_no_case_can_run_is_an_error_not_a_zero_mean(fixture_con, tmp_path: Path) -> None:
+    """Called as the reference shows, on a folder where no case's cohort exists: say what is missing."""
+    empty = tmp_path / "fetched"
+    empty.mkdir()
+    with pytest.raises(NoCaseRanError) as caught:
+        score_decomposition(fixture_con, empty, table_decomposer)
+    message = str(caught.value)
+    assert f"none of the {len(DEFAULT_TEST_CASES)} test cases" in message
+    assert "cms-hcc-v24, cms-hcc-v28, elixhauser" in message and "no library" in message
+    assert "elix-HF" in message
+
+
+def test_ran_summary_and_landing_rate(fixture_con, library: Path) -> None:
+    def fails_on_asthma(description: str) -> list[str]:
+        if "asthma" in description:
+            raise ClaudeTimeoutError("the Anthropic API did not answer within 5 s; try again, or raise --timeout")
+        return ["heart failure"]
+
+    cases = [case("adults with asthma", "fix-ASTHMA"), case("adults with heart failure", "fix-HF")]
+    partial = score_decomposition(fixture_con, library, fails_on_asthma, test_cases=cases)
+    summary = ran_summary(partial)
+    assert summary.startswith("1 of 2 cases ran (1 failed: 1 ClaudeTimeoutError")
+    assert "means are over the 1 that ran" in summary
+    assert partial.mean_decomposed_hierarchical_score == pytest.approx(partial.results[1].decomposed_hierarchical_score)
+    assert landing_rate(partial) == 1.0
+
+    def always_fails(description: str) -> list[str]:
+        raise ClaudeTimeoutError("the Anthropic API did not answer within 5 s; try again, or raise --timeout")
+
+    failed = score_decomposition(fixture_con, library, always_fails, test_cases=cases)
+    assert ran_summary(failed) == ("0 of 2 cases ran: ClaudeTimeoutError: the Anthropic API did not answer "
+                                   "within 5 s; try again, or raise --timeout")
+    assert landing_rate(failed) == 0.0
+    assert ran_summary(score_decomposition(fixture_con, library, table_decomposer,
+                                           test_cases=[case("adults with asthma", "fix-ASTHMA")])) == "1 of 1 cases ran"
+
+
+def test_cases_csv_reports_every_bad_line(library: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text(
+        "population_description,cohort_id,library,source\n"
+        "adults with asthma,fix-ASTHMA,fixlib,trial X\n"
+        ",fix-HF,fixlib,\n"
+        "adults with gout,fix-GOUT,fixlib,\n"
+        "adults with asthma,fix-ASTHMA,otherlib,\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ImportRowError) as caught:
+        load_cases_csv(bad, libraries_root=library.parent)
+    message = str(caught.value)
+    assert "3 bad line(s)" in message
+    assert "line 3: population_description is empty" in message
+    assert "line 4: library 'fixlib' or its cohort is not installed" in message
+    assert "line 5: library 'otherlib'" in message and "installed: fixlib" in message
+    with pytest.raises(ImportRowError, match="line 1: missing column"):
+        parse_cases_csv("description,cohort\nx,y\n", libraries_root=library.parent)
+    with pytest.raises(ImportRowError, match="no such file"):
+        load_cases_csv(tmp_path / "absent.csv")
+
+
+def test_cases_csv_without_library_finds_the_cohort(fixture_con, library: Path, tmp_path: Path) -> None:
+    good = tmp_path / "good.csv"
+    good.write_text("cohort_id,population_description\nfix-ASTHMA,children with asthma on inhaled steroids\n",
+                    encoding="utf-8")
+    cases = load_cases_csv(good, libraries_root=library.parent)
+    assert [(c.cohort_id, c.library_id, c.source) for c in cases] == [("fix-ASTHMA", "", f"{good} line 2")]
+    report = score_decomposition(fixture_con, library.parent, lambda description: ["asthma"], test_cases=cases)
+    assert report.n_scored == 1 and report.results[0].library_id == "fixlib"
 
 
 def test_library_root_selects_each_case_library(fixture_con, library: Path) -> None:
@@ -108,12 +187,14 @@ def test_repeat_reports_the_spread(fixture_con, library: Path) -> None:
     assert spread.distinct_term_sets == [["asthma"], ["fracture of femur"]]
     assert spread.max_gap > spread.min_gap and spread.stdev_gap > 0
     assert report.stdev_mean_gap > 0
+    assert report.mean_gap_ci_low <= report.mean_gap <= report.mean_gap_ci_high
+    assert report.n_runs_scored == 2
     with pytest.raises(ValueError):
         repeat_decomposition(fixture_con, library, wobbly, 0)
 
 
 def test_default_cases_cover_the_bundled_libraries_and_patterns() -> None:
-    from phenoforge.engine.libraries import read_cms_hcc, read_elixhauser
+    from phenoforge.libraries import read_cms_hcc, read_elixhauser
 
     names = {cohort.cohort_id: cohort.cohort_name for source in (read_elixhauser(), read_cms_hcc("V28"),
                                                                  read_cms_hcc("V24")) for cohort in source.cohorts}
@@ -138,3 +219,25 @@ def test_ohdsi_cases_are_the_reference_set() -> None:
     assert OHDSI_TEST_CASES[0].population_description == "adults with type 2 diabetes mellitus"
     assert OHDSI_TEST_CASES[12].population_description == "adults with a physician's diagnosis of asthma"
     assert all(c.library_id == "ohdsi" for c in OHDSI_TEST_CASES)
+
+
+def test_split_is_declared_and_disjoint() -> None:
+    dev, test = cases_for_split("dev"), cases_for_split("test")
+    assert len(dev) + len(test) == len(DEFAULT_TEST_CASES) and abs(len(dev) - len(test)) <= 1
+    assert not {c.population_description for c in dev} & {c.population_description for c in test}
+    for half in (dev, test):  # each half spans every bundled library
+        assert {c.library_id for c in half} == {"elixhauser", "cms-hcc-v28", "cms-hcc-v24"}
+    with pytest.raises(ValueError):
+        cases_for_split("train")
+
+
+def test_new_cases_are_eligibility_criteria_with_sources() -> None:
+    from phenoforge.libraries import read_cms_hcc, read_elixhauser
+
+    names = {cohort.cohort_id for source in (read_elixhauser(), read_cms_hcc("V28"), read_cms_hcc("V24"))
+             for cohort in source.cohorts}
+    assert len(NEW_TEST_CASES) >= 40 and cases_for_split("new") == NEW_TEST_CASES
+    assert all(c.split == "new" and len(c.source) > 20 and c.cohort_id in names for c in NEW_TEST_CASES)
+    assert set(Counter(c.pattern for c in NEW_TEST_CASES)) >= {"medication", "setting", "lab", "staging", "time", "lay"}
+    old = {c.population_description for c in DEFAULT_TEST_CASES}
+    assert not old & {c.population_description for c in NEW_TEST_CASES}

@@ -1,0 +1,18 @@
+"""User text inside Streamlit's Markdown, shown as the characters typed and never interpreted.
+
+``st.markdown``, ``st.info`` and friends render Markdown: a description such as ``**bold**`` would be
+bold, and ``![](http://host/pixel.png)`` would make every browser that opens the page fetch that
+image. Every ASCII punctuation character may be backslash-escaped in CommonMark, so escaping them
+all leaves nothing for the renderer to act on (links, images, emphasis, headings, HTML, maths).
+"""
+
+from __future__ import annotations
+
+import re
+
+_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def plain(text: object) -> str:
+    """``text`` escaped so Streamlit's Markdown shows it literally, on one line."""
+    return _PUNCTUATION.sub(r"\\\1", " ".join(str(text).split()))

@@ -1,0 +1,73 @@
+"""Writing files safely: temporary names that carry the writer's pid, their clean-up, and disk-full errors.
+
+Every atomic writer (a library folder, the vocabulary database) writes a temporary sibling named
+``.<name>.<pid>.<8 hex>.tmp`` (or ``.old`` for the copy it replaces) and renames it into place. A
+process killed mid-write leaves that sibling behind; the next writer in the same folder removes the
+ones whose process is gone, and never one of a live process.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+from phenoforge.errors import DiskFullError
+
+_TEMPORARY = re.compile(r"^\..+\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?:tmp|old|spill)(?:\.wal)?$")
+_DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+_DISK_FULL_TEXTS = ("no space left on device", "disk is full", "disk quota exceeded")
+
+
+def temporary_sibling(dest: Path, kind: str = "tmp") -> Path:
+    """A unique hidden sibling of ``dest`` that names this process: ``.<name>.<pid>.<hex>.<kind>``."""
+    return dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.{kind}")
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists (a pid reused by another process counts as alive)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Remove the temporaries in ``folder`` left by processes that no longer run; returns what went."""
+    removed: list[Path] = []
+    try:
+        children = list(Path(folder).iterdir())
+    except OSError:
+        return removed
+    for child in children:
+        match = _TEMPORARY.match(child.name)
+        if match is None or process_alive(int(match["pid"])):
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+        if not child.exists():
+            removed.append(child)
+    return removed
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """An OSError with ENOSPC/EDQUOT, or a database error that says the disk is full."""
+    if isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS:
+        return True
+    text = str(error).lower()
+    return any(phrase in text for phrase in _DISK_FULL_TEXTS)
+
+
+def disk_full_error(what: str, path: Path, kept: str) -> DiskFullError:
+    """The one message for a full disk: what could not be written, what was kept, what to do."""
+    return DiskFullError(f"disk full while writing {what} ({path}): {kept}; free some space and try again")
