@@ -71,9 +71,6 @@ def dense_section() -> None:
     if status.state == "ready":
         st.success("Dense index: ready")
         return
-    if status.state == "unavailable":
-        st.warning(f"Dense index: {status.message}")
-        return
     if status.state == "building":
         st.session_state["dense_was_building"] = True
         dense_progress()

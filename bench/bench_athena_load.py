@@ -25,9 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 
 def generate(folder: Path, n_relationships: int, n_ancestors: int) -> dict[str, int]:
     """Write the synthetic download with DuckDB's COPY (fast, and not what is measured)."""
@@ -119,7 +116,6 @@ def generate(folder: Path, n_relationships: int, n_ancestors: int) -> dict[str, 
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-sys.path.insert(0, {root!r})
 from phenoforge.athena.loader import load_athena
 started = time.perf_counter()
 report = load_athena(Path({folder!r}), Path({db!r}), memory_limit={limit!r}, threads={threads!r})
@@ -131,8 +127,7 @@ print(json.dumps({{"seconds": time.perf_counter() - started,
 
 def run_once(folder: Path, db: Path, limit: str, threads: int | None) -> dict:
     db.unlink(missing_ok=True)
-    code = CHILD.format(root=str(ROOT), folder=str(folder), db=str(db), limit=limit,
-                        threads=threads)
+    code = CHILD.format(folder=str(folder), db=str(db), limit=limit, threads=threads)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"load failed (memory_limit={limit}):\n{done.stderr.strip()[-2000:]}")
@@ -141,11 +136,8 @@ def run_once(folder: Path, db: Path, limit: str, threads: int | None) -> dict:
 
 def baseline_rss_kb() -> int:
     """Peak RSS of a child that only imports the loader: the interpreter + DuckDB + pydantic."""
-    code = (f"import sys, resource; sys.path.insert(0, {str(ROOT)!r}); "
-            "import phenoforge.athena.loader; "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
-    return int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                              text=True).stdout.strip())
+    code = "import resource; import phenoforge.athena.loader; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    return int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip())
 
 
 def main() -> None:
@@ -163,29 +155,39 @@ def main() -> None:
     try:
         started = time.perf_counter()
         sizes = generate(work / "athena", args.relationships, args.ancestors)
-        print(f"generated {sizes['concepts']:,} concepts, {sizes['relationships']:,} "
-              f"relationship rows, {sizes['ancestors']:,} ancestor rows "
-              f"({sizes['bytes'] / 1e6:,.0f} MB) in {time.perf_counter() - started:.1f} s "
-              f"under {work}")
-        runs = [run_once(work / "athena", work / "vocab.duckdb", args.memory_limit, args.threads)
-                for _ in range(args.runs)]
+        print(
+            f"generated {sizes['concepts']:,} concepts, {sizes['relationships']:,} "
+            f"relationship rows, {sizes['ancestors']:,} ancestor rows "
+            f"({sizes['bytes'] / 1e6:,.0f} MB) in {time.perf_counter() - started:.1f} s "
+            f"under {work}"
+        )
+        runs = [
+            run_once(work / "athena", work / "vocab.duckdb", args.memory_limit, args.threads) for _ in range(args.runs)
+        ]
         seconds = [run["seconds"] for run in runs]
         peak_mb = max(run["maxrss_kb"] for run in runs) / 1024
         base_mb = baseline_rss_kb() / 1024
         report = runs[-1]["report"]
-        print(f"load_athena x{args.runs} (memory_limit={args.memory_limit}, "
-              f"threads={args.threads or 'all'}): median {statistics.median(seconds):.2f} s "
-              f"(min {min(seconds):.2f}, max {max(seconds):.2f})")
-        print(f"peak RSS of the loading process: {peak_mb:,.0f} MB "
-              f"(interpreter + imports alone: {base_mb:,.0f} MB; input "
-              f"{sizes['bytes'] / 1e6:,.0f} MB)")
-        print(f"loaded: {report['n_icd10cm_concepts']:,} ICD-10-CM, "
-              f"{report['n_snomed_concepts']:,} SNOMED concepts, {report['n_is_a_edges']:,} "
-              f"'Is a' edges, {report['n_maps_to']:,} 'Maps to' edges, "
-              f"{report['n_ancestor_rows']:,} ancestor rows; database "
-              f"{(work / 'vocab.duckdb').stat().st_size / 1e6:,.0f} MB")
-        print(f"bench process peak RSS (generator): "
-              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
+        print(
+            f"load_athena x{args.runs} (memory_limit={args.memory_limit}, "
+            f"threads={args.threads or 'all'}): median {statistics.median(seconds):.2f} s "
+            f"(min {min(seconds):.2f}, max {max(seconds):.2f})"
+        )
+        print(
+            f"peak RSS of the loading process: {peak_mb:,.0f} MB "
+            f"(interpreter + imports alone: {base_mb:,.0f} MB; input "
+            f"{sizes['bytes'] / 1e6:,.0f} MB)"
+        )
+        print(
+            f"loaded: {report['n_icd10cm_concepts']:,} ICD-10-CM, "
+            f"{report['n_snomed_concepts']:,} SNOMED concepts, {report['n_is_a_edges']:,} "
+            f"'Is a' edges, {report['n_maps_to']:,} 'Maps to' edges, "
+            f"{report['n_ancestor_rows']:,} ancestor rows; database "
+            f"{(work / 'vocab.duckdb').stat().st_size / 1e6:,.0f} MB"
+        )
+        print(
+            f"bench process peak RSS (generator): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB"
+        )
     finally:
         if args.keep:
             print(f"kept {work}")

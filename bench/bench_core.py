@@ -21,8 +21,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 QUERIES = [
     "heart failure", "type 2 diabetes mellitus", "chronic kidney disease", "asthma",
     "major depressive disorder", "atrial fibrillation", "acute myocardial infarction", "sepsis",

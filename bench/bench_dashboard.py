@@ -28,9 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from phenoforge.config import REPO_ROOT  # noqa: E402
+from phenoforge.config import REPO_ROOT
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
@@ -62,8 +60,15 @@ def make_driver(profile: Path):  # type: ignore[no-untyped-def]
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                     "--disable-dev-shm-usage", "--window-size=1500,2200", f"--user-data-dir={profile}"):
+    for argument in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-dev-shm-usage",
+        "--window-size=1500,2200",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(argument)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
@@ -82,13 +87,17 @@ def has_text(driver, text: str) -> bool:  # type: ignore[no-untyped-def]
 def idle(driver) -> bool:  # type: ignore[no-untyped-def]
     """No script run in progress (Streamlit shows a status widget while one is)."""
     return not driver.execute_script(
-        "return document.querySelector('[data-testid=\"stStatusWidget\"] button') !== null")
+        "return document.querySelector('[data-testid=\"stStatusWidget\"] button') !== null"
+    )
 
 
 def legend_shows(driver, text: str) -> bool:  # type: ignore[no-untyped-def]
-    return bool(driver.execute_script(
-        "return Array.from(document.querySelectorAll('.legendtext'))"
-        ".some(e => e.textContent === arguments[0])", text))
+    return bool(
+        driver.execute_script(
+            "return Array.from(document.querySelectorAll('.legendtext')).some(e => e.textContent === arguments[0])",
+            text,
+        )
+    )
 
 
 def wait_for(driver, predicate, timeout: float = 300) -> float:  # type: ignore[no-untyped-def]
@@ -128,8 +137,10 @@ def apptest_slider(env: dict[str, str], steps: int) -> None:
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    print(f"Hybrid weight script run per new weight (server side, AppTest): median "
-          f"{statistics.median(times) * 1000:.0f} ms (n={len(times)})")
+    print(
+        f"Hybrid weight script run per new weight (server side, AppTest): median "
+        f"{statistics.median(times) * 1000:.0f} ms (n={len(times)})"
+    )
 
 
 def main() -> None:
@@ -160,7 +171,8 @@ def main() -> None:
 
     libraries = list_libraries(data_dir / "libraries")
     wanted = args.library or next(
-        (lib.library_id for lib in libraries if lib.library_id.startswith("elixhauser")), None)
+        (lib.library_id for lib in libraries if lib.library_id.startswith("elixhauser")), None
+    )
     library = next((lib for lib in libraries if lib.library_id == wanted), libraries[0])
     con = duckdb.connect(str(data_dir / "vocab.duckdb"), read_only=True)
     embed = None
@@ -170,8 +182,7 @@ def main() -> None:
         embed = FakeEmbedder()
     dense = load_dense_if_ready(con, index_dir=data_dir / "dense", embed_fn=embed)
     if dense is None:
-        raise SystemExit(f"no dense index under {data_dir}: build it first (Home page or "
-                         "`python -m phenoforge build`)")
+        raise SystemExit(f"no dense index under {data_dir}: build it first (Home page or `python -m phenoforge build`)")
     cache = collect_rankings(con, library.path, library.cohort_ids, dense=dense, depth=100)
     rescore = []
     for step in range(args.steps):
@@ -180,17 +191,34 @@ def main() -> None:
         rescore.append(time.perf_counter() - start)
     con.close()
     print(f"library {library.library_id}: {len(library.cohort_ids)} cohorts; data {data_dir}")
-    print(f"rescore_hybrid per new weight (in process): median {statistics.median(rescore) * 1000:.0f} ms "
-          f"over {len(rescore)} weights")
+    print(
+        f"rescore_hybrid per new weight (in process): median {statistics.median(rescore) * 1000:.0f} ms "
+        f"over {len(rescore)} weights"
+    )
     apptest_slider(env, args.steps)
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true",
-         "--server.fileWatcherType", "none"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+            "--server.fileWatcherType",
+            "none",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     driver = None
@@ -202,8 +230,11 @@ def main() -> None:
         pages = [
             ("Home", "", "Latest benchmark"),
             ("Benchmark", "/Benchmark", "Saved runs"),
-            ("Cohort drilldown", f"/Cohort_drilldown?library={lib}&cohort={first_cohort}&method=bm25",
-             "Tree distance to the nearest match"),
+            (
+                "Cohort drilldown",
+                f"/Cohort_drilldown?library={lib}&cohort={first_cohort}&method=bm25",
+                "Tree distance to the nearest match",
+            ),
             ("Hybrid weight", "/Hybrid_weight", "Cohorts gaining most"),
             ("Decomposition", "/Decomposition", "Decomposer"),
             ("Explore", "/Explore?q=heart%20failure&code=I50.9", "Cohorts that contain it"),
@@ -211,8 +242,10 @@ def main() -> None:
         for name, path, marker in pages:
             cold = load(driver, url + path, marker)
             warm = [load(driver, url + path, marker) for _ in range(args.runs)]
-            print(f"page {name:17s} cold {cold:6.2f} s   warm median {statistics.median(warm):5.2f} s "
-                  f"(min {min(warm):.2f}, max {max(warm):.2f}, n={len(warm)})")
+            print(
+                f"page {name:17s} cold {cold:6.2f} s   warm median {statistics.median(warm):5.2f} s "
+                f"(min {min(warm):.2f}, max {max(warm):.2f}, n={len(warm)})"
+            )
 
         from selenium.webdriver.common.action_chains import ActionChains
         from selenium.webdriver.common.keys import Keys
@@ -229,21 +262,22 @@ def main() -> None:
             wait_for(driver, lambda d: legend_shows(d, f"current ({expect})") and idle(d))
             return time.perf_counter() - start
 
-        weight = float(driver.find_element(
-            "css selector", '[data-testid="stSlider"] input[type="range"]').get_attribute("value"))
+        weight = float(
+            driver.find_element("css selector", '[data-testid="stSlider"] input[type="range"]').get_attribute("value")
+        )
         fresh = []
         for _ in range(args.steps):
             weight = round(weight + 0.01, 2)
             fresh.append(step(Keys.ARROW_RIGHT, f"{weight:.2f}"))
         memo = []
         for index in range(args.steps):
-            memo.append(step(Keys.HOME if index % 2 == 0 else Keys.END,
-                             "0.00" if index % 2 == 0 else "1.00"))
+            memo.append(step(Keys.HOME if index % 2 == 0 else Keys.END, "0.00" if index % 2 == 0 else "1.00"))
         memo = memo[2:]  # the first visit to 0 and to 1 are fresh weights
-        print(f"slider step to a new weight: median {statistics.median(fresh) * 1000:.0f} ms "
-              f"(max {max(fresh) * 1000:.0f} ms, n={len(fresh)})")
-        print(f"slider jump to a scored weight: median {statistics.median(memo) * 1000:.0f} ms "
-              f"(n={len(memo)})")
+        print(
+            f"slider step to a new weight: median {statistics.median(fresh) * 1000:.0f} ms "
+            f"(max {max(fresh) * 1000:.0f} ms, n={len(fresh)})"
+        )
+        print(f"slider jump to a scored weight: median {statistics.median(memo) * 1000:.0f} ms (n={len(memo)})")
     finally:
         if driver is not None:
             driver.quit()

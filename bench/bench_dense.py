@@ -20,18 +20,15 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from phenoforge.engine import dense  # noqa: E402
-from phenoforge.engine.db import connect, ensure_vocabulary  # noqa: E402
-from phenoforge.engine.dense import DenseRetriever, default_embed_fn  # noqa: E402
+from phenoforge.engine import dense
+from phenoforge.engine.db import connect, ensure_vocabulary
+from phenoforge.engine.dense import DenseRetriever, default_embed_fn
 
 QUERIES = [
     "heart failure",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import os
 import sys
@@ -434,17 +433,13 @@ def _positive_int(name: str) -> Callable[[str], int]:
     return parse
 
 
-OPTIONAL_GROUPS: list[tuple[str, str]] = [
-    # (module, role): each module's register_cli(subparsers) adds its own commands
-    ("phenoforge.agent.cli", "top"),
-    ("phenoforge.eval.agreement", "top"),
-    ("phenoforge.libraries.cli", "library"),
-    ("phenoforge.athena", "library"),
-    ("phenoforge.libraries.scale", "library"),
-]
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from phenoforge.agent.cli import register_cli as register_agent_commands
+    from phenoforge.athena import register_cli as register_athena_commands
+    from phenoforge.eval.agreement import register_cli as register_agreement_commands
+    from phenoforge.libraries.cli import register_cli as register_library_commands
+    from phenoforge.libraries.scale import register_cli as register_scale_commands
+
     parser = argparse.ArgumentParser(prog="python -m phenoforge", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -524,14 +519,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     library = sub.add_parser("library", help="cohort libraries: import, list, fetch-ohdsi")
     library_sub = library.add_subparsers(dest="library_command", required=True)
-    for module_name, role in OPTIONAL_GROUPS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        register: Callable[[argparse._SubParsersAction], None] | None = getattr(module, "register_cli", None)
-        if register is not None:
-            register(sub if role == "top" else library_sub)
+    # sub-command groups owned by other modules add their own commands
+    register_agent_commands(sub)
+    register_agreement_commands(sub)
+    register_library_commands(library_sub)
+    register_athena_commands(library_sub)
+    register_scale_commands(library_sub)
     return parser
 
 

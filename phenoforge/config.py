@@ -36,8 +36,7 @@ def data_dir() -> Path:
             _WRITABLE.add(path)
     except OSError as error:
         raise DataDirError(
-            f"the data directory {path} cannot be created or written ({error.strerror or error}): "
-            f"{_POINT_ELSEWHERE}"
+            f"the data directory {path} cannot be created or written ({error.strerror or error}): {_POINT_ELSEWHERE}"
         ) from None
     return path
 

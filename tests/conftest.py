@@ -1,4 +1,4 @@
-"""Shared fixtures: the tiny fixture vocabulary and a fixture cohort library."""
+"""Shared fixtures: the tiny fixture vocabulary, a fixture cohort library and a synthetic Athena download."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import duckdb
 import pytest
 from hypothesis import HealthCheck, settings
 
+from phenoforge.athena.loader import AthenaLoadReport, load_athena
+from tests.athena.athena_fixture import write_athena_fixture
 from tests.fixture_vocab import build_fixture_vocab
 
 # The machines are shared and noisy: a property test checks properties, not speed.
@@ -30,5 +32,25 @@ def fixture_db_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def fixture_con(fixture_db_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     con = duckdb.connect(str(fixture_db_path), read_only=True)
+    yield con
+    con.close()
+
+
+# The synthetic Athena download, loaded once (the loader's, the OHDSI path's and the engine's
+# standard-concept mapping tests share it).
+@pytest.fixture(scope="session")
+def athena_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_athena_fixture(tmp_path_factory.mktemp("athena") / "download")
+
+
+@pytest.fixture(scope="session")
+def athena_load(athena_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, AthenaLoadReport]:
+    db_path = tmp_path_factory.mktemp("athena-db") / "vocab.duckdb"
+    return db_path, load_athena(athena_dir, db_path)
+
+
+@pytest.fixture(scope="session")
+def athena_con(athena_load: tuple[Path, AthenaLoadReport]) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = duckdb.connect(str(athena_load[0]), read_only=True)
     yield con
     con.close()

@@ -27,7 +27,12 @@ FIXTURE_NODES: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("E11.22", "Type 2 diabetes mellitus with diabetic chronic kidney disease", "subcategory", ("E11.2",)),
     ("E11.29", "Type 2 diabetes mellitus with other diabetic kidney complication", "subcategory", ("E11.2",)),
     ("E11.5", "Type 2 diabetes mellitus with circulatory complications", "subcategory", ("E11",)),
-    ("E11.51", "Type 2 diabetes mellitus with diabetic peripheral angiopathy without gangrene", "subcategory", ("E11.5", "I73.9")),
+    (
+        "E11.51",
+        "Type 2 diabetes mellitus with diabetic peripheral angiopathy without gangrene",
+        "subcategory",
+        ("E11.5", "I73.9"),
+    ),
     ("E11.6", "Type 2 diabetes mellitus with other specified complications", "subcategory", ("E11",)),
     ("E11.65", "Type 2 diabetes mellitus with hyperglycemia", "subcategory", ("E11.6",)),
     ("E11.9", "Type 2 diabetes mellitus without complications", "subcategory", ("E11",)),
@@ -61,8 +66,18 @@ FIXTURE_NODES: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("S72.0", "Fracture of head and neck of femur", "subcategory", ("S72",)),
     ("S72.00", "Fracture of unspecified part of neck of femur", "subcategory", ("S72.0",)),
     ("S72.001", "Fracture of unspecified part of neck of right femur", "subcategory", ("S72.00",)),
-    ("S72.001A", "Fracture of unspecified part of neck of right femur, initial encounter for closed fracture", "extension", ("S72.001",)),
-    ("S72.001D", "Fracture of unspecified part of neck of right femur, subsequent encounter for closed fracture with routine healing", "extension", ("S72.001",)),
+    (
+        "S72.001A",
+        "Fracture of unspecified part of neck of right femur, initial encounter for closed fracture",
+        "extension",
+        ("S72.001",),
+    ),
+    (
+        "S72.001D",
+        "Fracture of unspecified part of neck of right femur, subsequent encounter for closed fracture with routine healing",
+        "extension",
+        ("S72.001",),
+    ),
 ]
 
 FIXTURE_NOTES: list[tuple[str, str, str]] = [
@@ -78,16 +93,16 @@ FIXTURE_NOTES: list[tuple[str, str, str]] = [
 def fixture_rows() -> VocabularyRows:
     ids = {code: index + 1 for index, (code, *_rest) in enumerate(FIXTURE_NODES)}
     children = {parent for _c, _n, _k, parents in FIXTURE_NODES for parent in parents}
-    rows = VocabularyRows(metadata={
-        "source": "fixture",
-        "source_version": "test",
-        "vocabulary_release": "phenoforge test fixture",
-    })
+    rows = VocabularyRows(
+        metadata={
+            "source": "fixture",
+            "source_version": "test",
+            "vocabulary_release": "phenoforge test fixture",
+        }
+    )
     for code, name, kind, parents in FIXTURE_NODES:
         billable = code not in children and kind in ("category", "subcategory", "extension")
-        rows.concepts.append(
-            (ids[code], ICD10CM, code, code_key(code), name, kind, billable, None, None, None)
-        )
+        rows.concepts.append((ids[code], ICD10CM, code, code_key(code), name, kind, billable, None, None, None))
         rows.parents.extend((ids[code], ids[parent]) for parent in parents)
     rows.notes = [(ids[code], note_type, text) for code, note_type, text in FIXTURE_NOTES]
     return rows

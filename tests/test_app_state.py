@@ -16,27 +16,43 @@ from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
 
 def _report(score: float) -> BenchmarkReport:
     results = [
-        CohortEvalResult(cohort_id=c, cohort_name=c.upper(), method=m, predicted_codes=["E11.9"],
-                         ground_truth_codes=["E11.9", "E11.21"], coverage=score,
-                         over_inclusion_penalty=1 - score, hierarchical_score=score)
-        for c in ("c1", "c2") for m in ("bm25", "hybrid")
+        CohortEvalResult(
+            cohort_id=c,
+            cohort_name=c.upper(),
+            method=m,
+            predicted_codes=["E11.9"],
+            ground_truth_codes=["E11.9", "E11.21"],
+            coverage=score,
+            over_inclusion_penalty=1 - score,
+            hierarchical_score=score,
+        )
+        for c in ("c1", "c2")
+        for m in ("bm25", "hybrid")
     ]
     means = {"bm25": score, "hybrid": score}
-    return BenchmarkReport(results=results, mean_coverage_by_method=means,
-                           mean_over_inclusion_by_method={m: 1 - score for m in means},
-                           mean_hierarchical_score_by_method=means)
+    return BenchmarkReport(
+        results=results,
+        mean_coverage_by_method=means,
+        mean_over_inclusion_by_method={m: 1 - score for m in means},
+        mean_hierarchical_score_by_method=means,
+    )
 
 
 def _params() -> BenchmarkParameters:
-    return BenchmarkParameters(methods=["bm25", "hybrid"], k=25, dense_weight=0.5,
-                               cohort_ids=["c1", "c2"])
+    return BenchmarkParameters(methods=["bm25", "hybrid"], k=25, dense_weight=0.5, cohort_ids=["c1", "c2"])
 
 
 def _save(score: float, finished: str, label: str = "") -> str:
     return app_state.save_benchmark_run(
-        _report(score), _params(), library_id="lib", library_path="/x/lib",
-        vocabulary_release="rel", vocabulary_build_id="b1", started_at=finished,
-        finished_at=finished, label=label,
+        _report(score),
+        _params(),
+        library_id="lib",
+        library_path="/x/lib",
+        vocabulary_release="rel",
+        vocabulary_build_id="b1",
+        started_at=finished,
+        finished_at=finished,
+        label=label,
     )
 
 
@@ -67,7 +83,10 @@ def test_compare_runs_side_by_side() -> None:
     b = _save(0.3, "2026-01-02T00:00:00+00:00")
     rows = app_state.compare_benchmark_runs([a, b])
     assert [(r.run_id, r.method, r.mean_hierarchical) for r in rows] == [
-        (a, "bm25", 0.1), (a, "hybrid", 0.1), (b, "bm25", 0.3), (b, "hybrid", 0.3)
+        (a, "bm25", 0.1),
+        (a, "hybrid", 0.1),
+        (b, "bm25", 0.3),
+        (b, "hybrid", 0.3),
     ]
     assert all(r.n_cohorts == 2 for r in rows)
 

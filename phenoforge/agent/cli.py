@@ -224,6 +224,7 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     else:
         if not args.description:
             raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
+        decompose_fn: Callable[[str], list[str]]
         if args.decomposer == "claude":
             from phenoforge.agent.claude import default_decomposer
 
@@ -350,7 +351,8 @@ def _decomposer(args: argparse.Namespace, con):  # noqa: ANN001, ANN202
 
 def cmd_decompose_eval(args: argparse.Namespace) -> int:
     from phenoforge.config import libraries_dir
-    from phenoforge.eval.decomposition import repeat_decomposition, score_decomposition
+    from phenoforge.eval.decomposition import RepeatReport, repeat_decomposition, score_decomposition
+    from phenoforge.eval.models import DecompositionReport
 
     if args.repeat < 1:
         raise PhenoforgeError("--repeat must be 1 or more")
@@ -366,6 +368,7 @@ def cmd_decompose_eval(args: argparse.Namespace) -> int:
     dense = _dense(con, not args.no_dense)
     from phenoforge.cli import progress_bar
 
+    report: DecompositionReport | RepeatReport
     with progress_bar(not args.quiet) as progress:
         if args.repeat > 1:
             report = repeat_decomposition(
@@ -381,7 +384,7 @@ def cmd_decompose_eval(args: argparse.Namespace) -> int:
         _print_repeat(report, sys.stdout)
     else:
         _print_report(report, sys.stdout)
-    runs = report.runs if args.repeat > 1 else [report]
+    runs = report.runs if isinstance(report, RepeatReport) else [report]
     if all(run.n_scored == 0 for run in runs):
         from phenoforge.eval.decomposition import ran_summary
 
@@ -413,7 +416,7 @@ def _print_repeat(report, out: TextIO) -> None:  # noqa: ANN001
         )
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     assemble = subparsers.add_parser(
         "assemble",
         help="assemble a concept set from a population description (curated first, human gate)",

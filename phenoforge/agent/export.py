@@ -49,7 +49,8 @@ def subtree_roots(con: duckdb.DuckDBPyConnection, codes: list[str]) -> tuple[lis
     covered: set[str] = set()
     for code in full:
         node = hierarchy.resolve(code)
-        covered.update(hierarchy.code[child] for child in hierarchy.descendants(node))  # type: ignore[arg-type]
+        if node is not None:  # always: ``full`` holds only codes that resolved above
+            covered.update(hierarchy.code[child] for child in hierarchy.descendants(node))
     items = [code for code in codes if code not in covered]
     return items, {code for code in items if code in full}
 

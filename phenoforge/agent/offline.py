@@ -405,10 +405,10 @@ class GroundedDecomposer:
                 pending_modifiers = []
                 terms.append(_Term(term, span.tokens, span.finding))
         if pregnancy:
-            for term in terms:
-                if any(code.startswith("O") for code in self._codes_with_all([*term.tokens, "pregnancy"])):
-                    term.text = f"{term.text} in pregnancy"
-                    term.finding = False
+            for found in terms:
+                if any(code.startswith("O") for code in self._codes_with_all([*found.tokens, "pregnancy"])):
+                    found.text = f"{found.text} in pregnancy"
+                    found.finding = False
         diseases = [term.text for term in terms if not term.finding]
         kept = diseases if diseases else [term.text for term in terms]
         out: list[str] = []

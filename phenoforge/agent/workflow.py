@@ -8,7 +8,7 @@ and leaves the saved session consistent, so a restart resumes with :func:`resume
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,7 +60,7 @@ def start(
     decompose_fn: Decomposer,
     reviewer: str = "",
     decomposer_name: str = "offline",
-    library_paths: list[Path | str] | None = None,
+    library_paths: Sequence[Path | str] | None = None,
     dense: DenseRetriever | None = None,
     k: int = nodes.DEFAULT_K,
     app_state_path: Path | None = None,

@@ -69,13 +69,22 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = {
 # Only these columns must be present; the others are read when there and ignored otherwise.
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "CONCEPT": (
-        "concept_id", "concept_name", "domain_id", "vocabulary_id", "concept_class_id",
-        "standard_concept", "concept_code", "valid_start_date", "invalid_reason",
+        "concept_id",
+        "concept_name",
+        "domain_id",
+        "vocabulary_id",
+        "concept_class_id",
+        "standard_concept",
+        "concept_code",
+        "valid_start_date",
+        "invalid_reason",
     ),
     "CONCEPT_RELATIONSHIP": ("concept_id_1", "concept_id_2", "relationship_id", "invalid_reason"),
     "CONCEPT_ANCESTOR": (
-        "ancestor_concept_id", "descendant_concept_id",
-        "min_levels_of_separation", "max_levels_of_separation",
+        "ancestor_concept_id",
+        "descendant_concept_id",
+        "min_levels_of_separation",
+        "max_levels_of_separation",
     ),
     "VOCABULARY": ("vocabulary_id", "vocabulary_version"),
 }
@@ -106,8 +115,7 @@ _KIND_SQL = f"""
     END
 """
 _BILLABLE_SQL = (
-    "(coalesce(concept_class_id, '') ILIKE '%billing%' "
-    "AND coalesce(concept_class_id, '') NOT ILIKE '%nonbill%')"
+    "(coalesce(concept_class_id, '') ILIKE '%billing%' AND coalesce(concept_class_id, '') NOT ILIKE '%nonbill%')"
 )
 
 
@@ -137,19 +145,14 @@ class AthenaLoadReport(BaseModel):
         """A few lines for the terminal."""
         kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.counts_by_kind.items()))
         lines = [
-            f"Loaded Athena vocabulary from {self.athena_dir} into {self.db_path} "
-            f"in {self.seconds:.1f} s",
+            f"Loaded Athena vocabulary from {self.athena_dir} into {self.db_path} in {self.seconds:.1f} s",
             f"  release: {self.vocabulary_release}",
-            f"  ICD-10-CM concepts: {self.n_icd10cm_concepts:,} ({kinds}); "
-            f"billable {self.n_billable:,}",
-            f"  SNOMED concepts: {self.n_snomed_concepts:,}; "
-            f"ancestor rows: {self.n_ancestor_rows:,}",
-            f"  ICD-10-CM 'Is a' edges: {self.n_is_a_edges:,} "
-            f"(roots without a parent: {self.n_icd10cm_roots:,})",
+            f"  ICD-10-CM concepts: {self.n_icd10cm_concepts:,} ({kinds}); billable {self.n_billable:,}",
+            f"  SNOMED concepts: {self.n_snomed_concepts:,}; ancestor rows: {self.n_ancestor_rows:,}",
+            f"  ICD-10-CM 'Is a' edges: {self.n_is_a_edges:,} (roots without a parent: {self.n_icd10cm_roots:,})",
             f"  ICD10CM 'Maps to' edges: {self.n_maps_to:,} from {self.n_mapped_icd10cm:,} codes "
             f"({self.n_maps_to_dropped:,} dropped: target not a loaded concept)",
-            f"  skipped invalid ICD10CM/SNOMED rows: {self.n_invalid_skipped:,} "
-            f"of {self.n_concept_rows_considered:,}",
+            f"  skipped invalid ICD10CM/SNOMED rows: {self.n_invalid_skipped:,} of {self.n_concept_rows_considered:,}",
         ]
         lines += [f"  warning: {warning}" for warning in self.warnings]
         return "\n".join(lines)
@@ -158,9 +161,7 @@ class AthenaLoadReport(BaseModel):
 def find_table_file(athena_dir: Path, table: str) -> Path | None:
     """``CONCEPT.csv`` in ``athena_dir``, matched case-insensitively (``.csv``, ``.tsv``, ``.txt``)."""
     wanted = {f"{table}.{ext}".lower() for ext in ("csv", "tsv", "txt")}
-    matches = sorted(
-        child for child in athena_dir.iterdir() if child.is_file() and child.name.lower() in wanted
-    )
+    matches = sorted(child for child in athena_dir.iterdir() if child.is_file() and child.name.lower() in wanted)
     return matches[0] if matches else None
 
 
@@ -182,9 +183,7 @@ def read_header(path: Path, table: str) -> list[str]:
         raise VocabularyError(f"{path}: empty file, expected a header row of {table} columns")
     if "\t" not in line:
         delimiter = next((d for d in (",", ";", "|") if d in line), None)
-        hint = (
-            f"it looks {delimiter!r}-delimited" if delimiter else "its header has one column"
-        )
+        hint = f"it looks {delimiter!r}-delimited" if delimiter else "its header has one column"
         raise VocabularyError(
             f"{path}: Athena files are tab-delimited, but {hint}; use the files exactly as "
             "Athena's download unpacks them"
@@ -206,8 +205,7 @@ def column_types(table: str, header: list[str]) -> dict[str, str]:
     """The ``columns`` argument for read_csv: known names typed, unknown ones kept as text."""
     known = TABLE_COLUMNS[table]
     return {
-        (name if name in known else f"extra_{index}"): known.get(name, "VARCHAR")
-        for index, name in enumerate(header)
+        (name if name in known else f"extra_{index}"): known.get(name, "VARCHAR") for index, name in enumerate(header)
     }
 
 
@@ -222,20 +220,17 @@ def _reader(alias: str) -> str:
 def _malformed(path: Path, error: duckdb.Error) -> VocabularyError:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     detail = "; ".join(lines[:3])[:400]
-    return VocabularyError(
-        f"{path}: malformed Athena file ({detail}); re-download or re-extract it from Athena"
-    )
+    return VocabularyError(f"{path}: malformed Athena file ({detail}); re-download or re-extract it from Athena")
 
 
 def _cannot_write(path: Path, error: duckdb.Error) -> VocabularyError:
     first = str(error).splitlines()[0][:200]
-    return VocabularyError(f"{path}: could not write the new database ({first}); check free disk "
-                           "space and permissions there")
+    return VocabularyError(
+        f"{path}: could not write the new database ({first}); check free disk space and permissions there"
+    )
 
 
-def _out_of_memory(
-    path: Path, memory_limit: str, error: duckdb.Error, doing: str = "loading it"
-) -> VocabularyError:
+def _out_of_memory(path: Path, memory_limit: str, error: duckdb.Error, doing: str = "loading it") -> VocabularyError:
     first = str(error).splitlines()[0][:200]
     return VocabularyError(
         f"{path}: ran out of memory {doing} with memory_limit={memory_limit} ({first}); "
@@ -267,9 +262,7 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None
     return int(con.execute(sql, params or []).fetchall()[0][0] or 0)
 
 
-def _stage_concepts(
-    con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]
-) -> dict[str, Any]:
+def _stage_concepts(con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]) -> dict[str, Any]:
     con.execute(
         "CREATE TEMP TABLE athena_concept AS SELECT concept_id, concept_name, domain_id, "
         "vocabulary_id, concept_class_id, standard_concept, concept_code, valid_start_date, "
@@ -314,9 +307,7 @@ def _renumber_chapters(con: duckdb.DuckDBPyConnection) -> None:
             )
 
 
-def _load_relationships(
-    con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]
-) -> dict[str, Any]:
+def _load_relationships(con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]) -> dict[str, Any]:
     # One streamed pass keeps only valid 'Is a' / 'Maps to' edges out of loaded ICD-10-CM codes
     # (a few hundred thousand of the tens of millions of rows).
     con.execute(
@@ -348,16 +339,13 @@ def _load_relationships(
         [ICD10CM],
     )
     maps_total = _scalar(
-        con, "SELECT count(DISTINCT (concept_id_1, concept_id_2)) FROM athena_rel "
-        "WHERE relationship_id = 'Maps to'"
+        con, "SELECT count(DISTINCT (concept_id_1, concept_id_2)) FROM athena_rel WHERE relationship_id = 'Maps to'"
     )
     con.execute("DROP TABLE athena_rel")
     return {"maps_total": maps_total}
 
 
-def _load_ancestors(
-    con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]
-) -> dict[str, Any]:
+def _load_ancestors(con: duckdb.DuckDBPyConnection, path: Path, types: dict[str, str]) -> dict[str, Any]:
     con.execute(
         "INSERT INTO concept_ancestor SELECT a.ancestor_concept_id, a.descendant_concept_id, "
         "coalesce(a.min_levels_of_separation, 0), coalesce(a.max_levels_of_separation, 0) "
@@ -370,7 +358,9 @@ def _load_ancestors(
 
 
 def _vocabulary_release(
-    con: duckdb.DuckDBPyConnection, vocabulary_file: Path | None, types: dict[str, str] | None,
+    con: duckdb.DuckDBPyConnection,
+    vocabulary_file: Path | None,
+    types: dict[str, str] | None,
     latest: str | None,
 ) -> tuple[str, dict[str, str]]:
     """A release label from VOCABULARY (Athena's 'None' row carries the download's version)."""
@@ -386,13 +376,12 @@ def _vocabulary_release(
             raise _malformed(vocabulary_file, error) from None
         versions = {str(vid): str(version) for vid, version in rows if version}
     extra = {
-        f"athena_{vid.lower()}_version": version
-        for vid, version in versions.items()
-        if vid in LOADED_VOCABULARIES
+        f"athena_{vid.lower()}_version": version for vid, version in versions.items() if vid in LOADED_VOCABULARIES
     }
     parts = [
         versions[vid] if versions[vid].startswith(vid) else f"{vid} {versions[vid]}"
-        for vid in LOADED_VOCABULARIES if vid in versions
+        for vid in LOADED_VOCABULARIES
+        if vid in versions
     ]
     if "None" in versions:
         label = f"Athena {versions['None']}"
@@ -400,8 +389,9 @@ def _vocabulary_release(
     if parts:
         return f"Athena ({'; '.join(parts)})", extra
     date = _iso_date(latest)
-    return (f"Athena download (concepts valid from {date} at the latest)" if date
-            else "Athena download (release unknown)"), extra
+    return (
+        f"Athena download (concepts valid from {date} at the latest)" if date else "Athena download (release unknown)"
+    ), extra
 
 
 def _table_files(athena_dir: Path) -> dict[str, tuple[Path, dict[str, str]]]:
@@ -460,8 +450,7 @@ def load_athena(
                 con.execute("SET memory_limit = ?", [memory_limit])
             except duckdb.Error:
                 raise VocabularyError(
-                    f"memory limit {memory_limit!r} is not a size like 512MB or 2GB "
-                    f"(check {MEMORY_LIMIT_ENV})"
+                    f"memory limit {memory_limit!r} is not a size like 512MB or 2GB (check {MEMORY_LIMIT_ENV})"
                 ) from None
             con.execute("SET temp_directory = ?", [str(spill)])
             con.execute("SET preserve_insertion_order = false")
@@ -491,16 +480,21 @@ def load_athena(
             progress(3, total_steps, "indexing")
             vocabulary = files.get("VOCABULARY")
             release, extra = _vocabulary_release(
-                con, vocabulary[0] if vocabulary else None, vocabulary[1] if vocabulary else None,
+                con,
+                vocabulary[0] if vocabulary else None,
+                vocabulary[1] if vocabulary else None,
                 stats.get("latest"),
             )
-            write_metadata(con, {
-                "source": "athena",
-                "source_version": release,
-                "vocabulary_release": release,
-                "athena_dir": str(athena_dir.resolve()),
-                **extra,
-            })
+            write_metadata(
+                con,
+                {
+                    "source": "athena",
+                    "source_version": release,
+                    "vocabulary_release": release,
+                    "athena_dir": str(athena_dir.resolve()),
+                    **extra,
+                },
+            )
             try:
                 for statement in INDEXES:
                     con.execute(statement)
@@ -532,12 +526,16 @@ def _check_concepts(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 
 def _report(
-    con: duckdb.DuckDBPyConnection, athena_dir: Path, db_path: Path, release: str,
-    started: float, stats: dict[str, Any],
+    con: duckdb.DuckDBPyConnection,
+    athena_dir: Path,
+    db_path: Path,
+    release: str,
+    started: float,
+    stats: dict[str, Any],
 ) -> AthenaLoadReport:
-    counts = dict(con.execute(
-        "SELECT kind, count(*) FROM concept WHERE vocabulary_id = ? GROUP BY kind", [ICD10CM]
-    ).fetchall())
+    counts = dict(
+        con.execute("SELECT kind, count(*) FROM concept WHERE vocabulary_id = ? GROUP BY kind", [ICD10CM]).fetchall()
+    )
     n_snomed = _scalar(con, "SELECT count(*) FROM concept WHERE vocabulary_id = ?", [SNOMED])
     n_maps = _scalar(con, "SELECT count(*) FROM concept_map")
     warnings = []
@@ -552,20 +550,19 @@ def _report(
         athena_dir=str(athena_dir),
         db_path=str(db_path),
         vocabulary_release=release,
-        build_id=str(con.execute(
-            "SELECT value FROM metadata WHERE key = 'build_id'").fetchall()[0][0]),
+        build_id=str(con.execute("SELECT value FROM metadata WHERE key = 'build_id'").fetchall()[0][0]),
         n_concept_rows_considered=stats["considered"],
         n_invalid_skipped=stats["invalid"],
         n_icd10cm_concepts=int(sum(counts.values())),
         n_snomed_concepts=n_snomed,
-        n_billable=_scalar(
-            con, "SELECT count(*) FROM concept WHERE vocabulary_id = ? AND billable", [ICD10CM]
-        ),
+        n_billable=_scalar(con, "SELECT count(*) FROM concept WHERE vocabulary_id = ? AND billable", [ICD10CM]),
         counts_by_kind={str(kind): int(n) for kind, n in counts.items()},
         n_is_a_edges=_scalar(con, "SELECT count(*) FROM concept_parent"),
         n_icd10cm_roots=_scalar(
-            con, "SELECT count(*) FROM concept WHERE vocabulary_id = ? "
-            "AND concept_id NOT IN (SELECT child_id FROM concept_parent)", [ICD10CM]
+            con,
+            "SELECT count(*) FROM concept WHERE vocabulary_id = ? "
+            "AND concept_id NOT IN (SELECT child_id FROM concept_parent)",
+            [ICD10CM],
         ),
         n_maps_to=n_maps,
         n_maps_to_dropped=stats["maps_total"] - n_maps,

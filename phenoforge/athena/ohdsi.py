@@ -47,8 +47,29 @@ LICENCE = "Apache License 2.0"
 LIBRARY_DIR_NAME = "ohdsi"
 
 DEFAULT_COHORT_IDS: tuple[str, ...] = (
-    "503", "40", "288", "499", "611", "619", "647", "687", "510", "513", "519", "507",
-    "521", "594", "602", "457", "549", "524", "463", "775", "626", "558", "563",
+    "503",
+    "40",
+    "288",
+    "499",
+    "611",
+    "619",
+    "647",
+    "687",
+    "510",
+    "513",
+    "519",
+    "507",
+    "521",
+    "594",
+    "602",
+    "457",
+    "549",
+    "524",
+    "463",
+    "775",
+    "626",
+    "558",
+    "563",
 )
 """The 23 cohorts of the reference's decomposition test cases."""
 
@@ -127,8 +148,10 @@ class _LocalSource:
     def __init__(self, root: Path) -> None:
         root = Path(root).expanduser()
         if not root.is_dir():
-            raise LibraryError(f"{root}: not a directory; pass a clone of {REPOSITORY} or the "
-                               "installed PhenotypeLibrary R package folder")
+            raise LibraryError(
+                f"{root}: not a directory; pass a clone of {REPOSITORY} or the "
+                "installed PhenotypeLibrary R package folder"
+            )
         layouts = (
             (root / "inst", "clone of the repository"),
             (root, "installed R package"),
@@ -170,8 +193,7 @@ class _LocalSource:
         for folder in (self.root, self.base, self.base.parent):
             description = _child(folder, "DESCRIPTION")
             if description is not None and description.is_file():
-                match = re.search(r"^Version:\s*(\S+)", description.read_text(errors="replace"),
-                                  re.MULTILINE)
+                match = re.search(r"^Version:\s*(\S+)", description.read_text(errors="replace"), re.MULTILINE)
                 if match:
                     return match.group(1)
         return "local copy (version unknown)"
@@ -188,8 +210,7 @@ def parse_cohorts_index(text: str, where: str) -> dict[str, dict[str, str]]:
         )
     rows: dict[str, dict[str, str]] = {}
     for row in reader:
-        clean = {key.strip().lower(): (value or "").strip()
-                 for key, value in row.items() if key is not None}
+        clean = {key.strip().lower(): (value or "").strip() for key, value in row.items() if key is not None}
         try:
             cohort_id = normalise_cohort_id(clean["cohortid"])
         except ValueError:
@@ -204,8 +225,7 @@ def _listed_concepts(definition: dict[str, Any]) -> set[tuple[str, int | str]]:
     found: set[tuple[str, int | str]] = set()
     for concept_set in parse_cohort(definition).concept_sets.values():
         for item in concept_set.items:
-            found.add((item.vocabulary_id, item.concept_id if item.concept_id is not None
-                       else item.code or ""))
+            found.add((item.vocabulary_id, item.concept_id if item.concept_id is not None else item.code or ""))
     return found
 
 
@@ -251,7 +271,9 @@ def fetch_ohdsi_library(
 
 
 def _requested_ids(
-    ids: Iterable[str | int] | None, all_: bool, index: dict[str, dict[str, str]],
+    ids: Iterable[str | int] | None,
+    all_: bool,
+    index: dict[str, dict[str, str]],
     failures: dict[str, str],
 ) -> list[str]:
     if all_:
@@ -309,28 +331,33 @@ def _fetch(
             failures[cohort_id] = f"{path}: not a usable Circe cohort definition ({error})"
             continue
         names[cohort_id] = row.get("cohortname", "")
-        entries.append(CohortEntry(
-            cohort_id=cohort_id,
-            cohort_name=display_name(row.get("cohortname", ""), row.get("cohortnamelong"),
-                                     cohort_id),
-            file=cohort_file_name(cohort_id),
-            description=row.get("logicdescription") or None,
-        ))
+        entries.append(
+            CohortEntry(
+                cohort_id=cohort_id,
+                cohort_name=display_name(row.get("cohortname", ""), row.get("cohortnamelong"), cohort_id),
+                file=cohort_file_name(cohort_id),
+                description=row.get("logicdescription") or None,
+            )
+        )
         definitions[cohort_id] = definition
         listed |= _listed_concepts(definition)
     progress(len(requested), len(requested), "writing the OHDSI library")
     if not entries:
-        detail = "; ".join(f"{cohort_id}: {reason}" for cohort_id, reason in
-                           list(failures.items())[:5]) or "no cohort was requested"
-        raise LibraryError(f"no OHDSI cohort could be fetched from {source.label} ({detail}); "
-                           f"nothing was written to {dest}")
+        detail = (
+            "; ".join(f"{cohort_id}: {reason}" for cohort_id, reason in list(failures.items())[:5])
+            or "no cohort was requested"
+        )
+        raise LibraryError(
+            f"no OHDSI cohort could be fetched from {source.label} ({detail}); nothing was written to {dest}"
+        )
     version = source.version()
     vocabularies: dict[str, int] = {}
     for vocabulary, _concept in listed:
         vocabularies[vocabulary] = vocabularies.get(vocabulary, 0) + 1
     manifest = LibraryManifest(
-        library_id=f"ohdsi-phenotype-library-{version.lstrip('v')}" if version[:1].isdigit()
-        or version.startswith("v") else "ohdsi-phenotype-library-local",
+        library_id=f"ohdsi-phenotype-library-{version.lstrip('v')}"
+        if version[:1].isdigit() or version.startswith("v")
+        else "ohdsi-phenotype-library-local",
         name="OHDSI Phenotype Library",
         description=(
             f"{len(entries)} cohort definitions from the OHDSI Phenotype Library ({version}). "
@@ -341,8 +368,7 @@ def _fetch(
             source="OHDSI Phenotype Library",
             version=version,
             licence=LICENCE,
-            url=TREE_URL.format(repository=REPOSITORY, tag=release_tag)
-            if isinstance(source, _HttpSource) else None,
+            url=TREE_URL.format(repository=REPOSITORY, tag=release_tag) if isinstance(source, _HttpSource) else None,
         ),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         vocabulary="OMOP",
@@ -356,11 +382,10 @@ def _fetch(
             "failures": failures,
             "original_names": names,
             "listed_concepts_by_vocabulary": dict(sorted(vocabularies.items())),
-            "name_rule": "display name = Cohorts.csv cohortName without its leading [..] "
-                         "status tags",
+            "name_rule": "display name = Cohorts.csv cohortName without its leading [..] status tags",
             "vocabulary_check": "concept ids are checked against the loaded Athena vocabulary "
-                                "when a cohort is resolved: absent ids are reported there as "
-                                "unresolvable (version drift)",
+            "when a cohort is resolved: absent ids are reported there as "
+            "unresolvable (version drift)",
         },
     )
     write_library(dest, manifest, definitions)
@@ -390,14 +415,16 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
         print(manifest.model_dump_json(indent=1))
         return 0
     failures = manifest.report.get("failures", {})
-    print(f"wrote {manifest.library_id} to {dest}: {manifest.stats.n_cohorts} cohorts, "
-          f"{manifest.stats.n_listed_codes} listed concepts, from {manifest.report['source']}")
+    print(
+        f"wrote {manifest.library_id} to {dest}: {manifest.stats.n_cohorts} cohorts, "
+        f"{manifest.stats.n_listed_codes} listed concepts, from {manifest.report['source']}"
+    )
     for cohort_id, reason in failures.items():
         print(f"  failed {cohort_id}: {reason}", file=sys.stderr)
     return 0
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``library fetch-ohdsi`` to the ``library`` command's subparsers."""
     fetch = subparsers.add_parser(
         "fetch-ohdsi",
@@ -407,14 +434,17 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         "Resolving them to ICD-10-CM needs an Athena vocabulary (`build --athena DIR`).",
     )
     choice = fetch.add_mutually_exclusive_group()
-    choice.add_argument("--ids", nargs="+", metavar="ID",
-                        help="cohort ids (space- or comma-separated)")
+    choice.add_argument("--ids", nargs="+", metavar="ID", help="cohort ids (space- or comma-separated)")
     choice.add_argument("--all", action="store_true", help="every cohort in Cohorts.csv")
-    fetch.add_argument("--from", dest="from_dir", type=Path, metavar="DIR",
-                       help="a local clone of the repository, or the installed R package folder")
+    fetch.add_argument(
+        "--from",
+        dest="from_dir",
+        type=Path,
+        metavar="DIR",
+        help="a local clone of the repository, or the installed R package folder",
+    )
     fetch.add_argument("--tag", default=PINNED_TAG, help=f"release tag (default {PINNED_TAG})")
-    fetch.add_argument("--dest", type=Path,
-                       help="library directory (default: <data>/libraries/ohdsi)")
+    fetch.add_argument("--dest", type=Path, help="library directory (default: <data>/libraries/ohdsi)")
     fetch.add_argument("--json", action="store_true", help="print the manifest as JSON")
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
     fetch.set_defaults(func=_cmd_fetch)

@@ -38,15 +38,18 @@ def term_rows(state: AssemblyState) -> list[dict[str, Any]]:
     rows = []
     for term in state.terms:
         match = term.curated
-        rows.append({
-            "term": term.term,
-            "status": term.status,
-            "cohort": f"{match.library_id}/{match.cohort_id} {match.cohort_name}" if match else
-            "; ".join(f"{m.library_id}/{m.cohort_id}" for m in term.ambiguous),
-            "name overlap": match.name_overlap if match else None,
-            "retrieval overlap": match.retrieval_overlap if match else None,
-            "note": term.note or term.search_reason or "",
-        })
+        rows.append(
+            {
+                "term": term.term,
+                "status": term.status,
+                "cohort": f"{match.library_id}/{match.cohort_id} {match.cohort_name}"
+                if match
+                else "; ".join(f"{m.library_id}/{m.cohort_id}" for m in term.ambiguous),
+                "name overlap": match.name_overlap if match else None,
+                "retrieval overlap": match.retrieval_overlap if match else None,
+                "note": term.note or term.search_reason or "",
+            }
+        )
     return rows
 
 
@@ -60,25 +63,34 @@ def candidate_label(state: AssemblyState, code: str) -> str:
 
 
 def candidate_rows(state: AssemblyState) -> list[dict[str, Any]]:
-    return [{
-        "code": c.code, "name": c.name, "terms": "; ".join(c.terms),
-        "retriever": "; ".join(sorted({s.retriever for s in c.sources})),
-        "rank": c.best_rank, "hierarchy": c.hierarchy_hint, "decision": c.decision or PENDING,
-        "descendants": c.expand_descendants, "reviewer": c.reviewer or "",
-    } for c in state.candidates]
+    return [
+        {
+            "code": c.code,
+            "name": c.name,
+            "terms": "; ".join(c.terms),
+            "retriever": "; ".join(sorted({s.retriever for s in c.sources})),
+            "rank": c.best_rank,
+            "hierarchy": c.hierarchy_hint,
+            "decision": c.decision or PENDING,
+            "descendants": c.expand_descendants,
+            "reviewer": c.reviewer or "",
+        }
+        for c in state.candidates
+    ]
 
 
-def changed_decisions(
-    state: AssemblyState, choices: dict[str, tuple[str, bool]]
-) -> list[tuple[str, Decision, bool]]:
+def changed_decisions(state: AssemblyState, choices: dict[str, tuple[str, bool]]) -> list[tuple[str, Decision, bool]]:
     """Decisions in ``choices`` (code -> (choice, expand)) that differ from what the state holds."""
     changed: list[tuple[str, Decision, bool]] = []
     for code, (choice, expand) in choices.items():
         candidate = state.candidate(code)
         if candidate is None or choice == PENDING:
             continue
-        if candidate.decision != choice or (choice == "accept" and candidate.expand_descendants != expand):
-            changed.append((code, choice, expand))  # type: ignore[arg-type]
+        decision: Decision = "accept" if choice == "accept" else "reject"
+        if decision != choice:
+            raise ValueError(f"unknown choice {choice!r} for {code}: accept, reject or {PENDING}")
+        if candidate.decision != decision or (decision == "accept" and candidate.expand_descendants != expand):
+            changed.append((code, decision, expand))
     return changed
 
 
@@ -87,7 +99,15 @@ def bulk(state: AssemblyState, decision: Decision, only_pending: bool = True) ->
 
 
 def concept_rows(concept_set: ConceptSet) -> list[dict[str, Any]]:
-    return [{
-        "code": e.code, "name": e.name, "tier": e.tier, "source": e.source, "evidence": e.evidence,
-        "terms": "; ".join(e.terms), "via descendants of": e.via_descendants_of or "",
-    } for e in concept_set.entries]
+    return [
+        {
+            "code": e.code,
+            "name": e.name,
+            "tier": e.tier,
+            "source": e.source,
+            "evidence": e.evidence,
+            "terms": "; ".join(e.terms),
+            "via descendants of": e.via_descendants_of or "",
+        }
+        for e in concept_set.entries
+    ]

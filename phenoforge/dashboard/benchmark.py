@@ -391,7 +391,8 @@ def saved_run(run_id: str) -> BenchmarkRun:
 
 def leaderboard(report: BenchmarkReport) -> list[dict[str, object]]:
     """Methods ranked by mean hierarchical score, best first."""
-    rows = [
+    ranked = sorted(report.mean_hierarchical_score_by_method.items(), key=lambda item: -item[1])
+    return [
         {
             "method": method,
             "hierarchical": score,
@@ -399,6 +400,5 @@ def leaderboard(report: BenchmarkReport) -> list[dict[str, object]]:
             "over_inclusion": report.mean_over_inclusion_by_method.get(method, math.nan),
             "n_cohorts": sum(1 for r in report.results if r.method == method),
         }
-        for method, score in report.mean_hierarchical_score_by_method.items()
+        for method, score in ranked
     ]
-    return sorted(rows, key=lambda row: -float(row["hierarchical"]))  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 from pydantic import BaseModel
@@ -21,6 +21,9 @@ from phenoforge.errors import PhenoforgeError
 from phenoforge.eval import decomposition
 from phenoforge.eval.decomposition import DecompositionTestCase, RepeatReport
 from phenoforge.eval.models import DecompositionReport
+
+if TYPE_CHECKING:
+    from phenoforge.engine.dense import DenseRetriever
 
 DECOMPOSERS = ("offline", "claude")
 UPLOADED = "uploaded file"
@@ -85,7 +88,7 @@ def run_decomposition(
     con: duckdb.DuckDBPyConnection,
     cases: list[DecompositionTestCase],
     decomposer: str,
-    dense: Any | None = None,
+    dense: DenseRetriever | None = None,
     k: int = 10,
     progress: Callable[[int, int, str], None] | None = None,
     root: Path | None = None,

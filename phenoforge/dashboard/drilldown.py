@@ -173,5 +173,5 @@ def hierarchy_nodes(con: duckdb.DuckDBPyConnection, view: DrilldownView) -> Tree
 
 
 def outcome_counts(view: DrilldownView) -> dict[str, int]:
-    counts = Counter(row.outcome for row in view.rows)
-    return {outcome: counts.get(outcome, 0) for outcome in OUTCOME_COLOURS}
+    counts: Counter[str] = Counter(row.outcome for row in view.rows)
+    return {outcome: counts[outcome] for outcome in OUTCOME_COLOURS}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 from pydantic import BaseModel
@@ -15,14 +16,20 @@ from phenoforge.engine.hybrid import search_concepts
 from phenoforge.engine.models import Concept, SearchResult
 from phenoforge.errors import PhenoforgeError
 
+if TYPE_CHECKING:
+    from phenoforge.engine.dense import DenseRetriever
+
 
 def search_side_by_side(
-    con: duckdb.DuckDBPyConnection, query: str, methods: list[str], k: int = 10,
-    dense: object | None = None, dense_weight: float = 0.5,
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    methods: list[str],
+    k: int = 10,
+    dense: DenseRetriever | None = None,
+    dense_weight: float = 0.5,
 ) -> dict[str, SearchResult]:
     return {
-        method: search_concepts(con, query, method=method, k=k, dense=dense,  # type: ignore[arg-type]
-                                dense_weight=dense_weight)
+        method: search_concepts(con, query, method=method, k=k, dense=dense, dense_weight=dense_weight)
         for method in methods
     }
 
@@ -77,16 +84,14 @@ class CohortMembership:
                 except PhenoforgeError as error:
                     errors.append(str(error))
                     continue
-                ref = CohortRef(library_id=library.library_id, cohort_id=entry.cohort_id,
-                                cohort_name=entry.cohort_name)
+                ref = CohortRef(library_id=library.library_id, cohort_id=entry.cohort_id, cohort_name=entry.cohort_name)
                 for code in curated.codes:
                     by_code.setdefault(code, []).append(ref)
             self._index[key] = by_code
             self._errors[key] = errors
             return by_code
 
-    def cohorts_with(self, con: duckdb.DuckDBPyConnection, libraries: list[Library],
-                     code: str) -> list[CohortRef]:
+    def cohorts_with(self, con: duckdb.DuckDBPyConnection, libraries: list[Library], code: str) -> list[CohortRef]:
         refs: list[CohortRef] = []
         for library in libraries:
             refs.extend(self.index(con, library).get(code, []))
@@ -94,7 +99,9 @@ class CohortMembership:
 
 
 def code_details(
-    con: duckdb.DuckDBPyConnection, code: str, libraries: list[Library],
+    con: duckdb.DuckDBPyConnection,
+    code: str,
+    libraries: list[Library],
     membership: CohortMembership,
 ) -> CodeDetails | None:
     """The concept, its ancestors (nearest first), children, notes and containing cohorts."""
@@ -113,5 +120,4 @@ def code_details(
         ).fetchall()
     ]
     cohorts = membership.cohorts_with(con, libraries, concept.code)
-    return CodeDetails(concept=concept, ancestors=ancestors, children=children, notes=notes,
-                       cohorts=cohorts)
+    return CodeDetails(concept=concept, ancestors=ancestors, children=children, notes=notes, cohorts=cohorts)

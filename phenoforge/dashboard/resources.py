@@ -21,6 +21,7 @@ import duckdb
 from pydantic import BaseModel
 
 from phenoforge.config import dense_index_dir, vocab_db_path
+from phenoforge.engine import dense as dense_module
 from phenoforge.errors import PhenoforgeError, VocabularyError
 
 EMBEDDER_ENV = "PHENOFORGE_EMBEDDER"
@@ -122,7 +123,7 @@ RECHECK_SECONDS = 5.0
 class DenseState(BaseModel):
     """What a page needs to say about the dense index right now."""
 
-    state: str  # "ready" | "building" | "missing" | "corrupt" | "stale" | "failed" | "unavailable"
+    state: str  # "ready" | "building" | "missing" | "corrupt" | "stale" | "failed"
     done: int = 0
     total: int = 0
     message: str = ""
@@ -151,12 +152,6 @@ class DenseManager:
         self._started = 0.0
         self._checked_at: float | None = None
 
-    def _dense_module(self) -> Any:
-        try:
-            return importlib.import_module("phenoforge.engine.dense")
-        except ImportError:
-            return None
-
     def retriever(self) -> Any:
         """The ready retriever, or None while missing or building (callers degrade to BM25)."""
         with self._lock:
@@ -168,16 +163,10 @@ class DenseManager:
             if self._checked_at is not None and now - self._checked_at < RECHECK_SECONDS:
                 return None
             self._checked_at = now
-        module = self._dense_module()
-        if module is None:
-            with self._lock:
-                self._state = DenseState(state="unavailable",
-                                         message="dense retrieval is not installed")
-            return None
         try:
             embed_fn = make_embed_fn() if embedder_factory() is not None else None
             # The retriever keeps its connection: a cursor of its own, never a pooled one.
-            retriever = module.load_dense_if_ready(self.pool.con.cursor(),
+            retriever = dense_module.load_dense_if_ready(self.pool.con.cursor(),
                                                    index_dir=self.index_dir, embed_fn=embed_fn)
         except PhenoforgeError as error:
             with self._lock:
@@ -185,7 +174,7 @@ class DenseManager:
             return None
         unusable = None
         if retriever is None:  # say whether it is missing, stale or corrupt: "not built" would mislead
-            unusable = module.dense_index_status(self.pool.con.cursor(), index_dir=self.index_dir)
+            unusable = dense_module.dense_index_status(self.pool.con.cursor(), index_dir=self.index_dir)
         with self._lock:
             if retriever is not None:
                 self._retriever = retriever
@@ -211,8 +200,6 @@ class DenseManager:
         """Start the background build unless the index is ready or a build is running."""
         if self.retriever() is not None:
             return False
-        if self._dense_module() is None:
-            return False
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return False
@@ -231,12 +218,11 @@ class DenseManager:
             self._state = DenseState(state="building", done=done, total=total, message=message)
 
     def _build(self) -> None:
-        module = self._dense_module()
         try:
             embed_fn = make_embed_fn()
             # The build runs for minutes: its own cursor, not one borrowed from the pool.
             cur = self.pool.con.cursor()
-            retriever = module.ensure_dense_index(cur, embed_fn=embed_fn, index_dir=self.index_dir,
+            retriever = dense_module.ensure_dense_index(cur, embed_fn=embed_fn, index_dir=self.index_dir,
                                                   progress=self._progress)
         except Exception as error:  # noqa: BLE001 - shown to the user, the thread must not die silently
             message = str(error) if isinstance(error, PhenoforgeError) else (
@@ -262,12 +248,10 @@ class DenseManager:
 
 def claude_key_set() -> bool:
     """Whether an Anthropic key is configured, in the environment or secrets (never its value)."""
-    try:
-        from phenoforge.agent.claude import resolve_api_key
+    from phenoforge.agent.claude import resolve_api_key  # imports the anthropic SDK: only when asked
 
+    try:
         resolve_api_key()
-    except ImportError:
-        return bool(os.environ.get("ANTHROPIC_API_KEY", "").strip())
     except PhenoforgeError:
         return False
     return True

@@ -50,7 +50,6 @@ def describe_vocabulary(con: duckdb.DuckDBPyConnection) -> VocabularyInfo:
     return vocabulary_info(con)
 
 
-
 def bundled_libraries_current(root: Path | None = None) -> bool:
     """Whether every bundled library is built in the current format (a cheap check of manifests only).
 

@@ -62,8 +62,7 @@ def _direct_ids(criteria: Any) -> set[int]:
             found.add(codeset)
             continue
         for key, value in body.items():
-            if key.endswith("SourceConcept") and isinstance(value, int) \
-                    and not isinstance(value, bool):
+            if key.endswith("SourceConcept") and isinstance(value, int) and not isinstance(value, bool):
                 found.add(value)
     return found
 
@@ -71,8 +70,11 @@ def _direct_ids(criteria: Any) -> set[int]:
 def _nested_groups(criteria: Any) -> list[Any]:
     if not isinstance(criteria, dict):
         return []
-    return [body["CorrelatedCriteria"] for body in criteria.values()
-            if isinstance(body, dict) and isinstance(body.get("CorrelatedCriteria"), dict)]
+    return [
+        body["CorrelatedCriteria"]
+        for body in criteria.values()
+        if isinstance(body, dict) and isinstance(body.get("CorrelatedCriteria"), dict)
+    ]
 
 
 class _Uses:
@@ -118,8 +120,7 @@ class _Uses:
             child = polarity if polarity == FORBID or n == 1 else UNKNOWN
         elif kind == "AT_MOST" and count == 0:
             # none of them: each forbidden; not(none of them) = at least one
-            child = FORBID if polarity == REQUIRE else (
-                REQUIRE if polarity == FORBID and n == 1 else UNKNOWN)
+            child = FORBID if polarity == REQUIRE else (REQUIRE if polarity == FORBID and n == 1 else UNKNOWN)
         else:
             child = UNKNOWN
         for node in criteria:
@@ -134,7 +135,8 @@ def concept_set_roles(definition: dict[str, Any]) -> ConceptSetRoles:
     is an exclusion; everything else (required by a rule, used in a disjunction or a count,
     censoring, end strategy, unused) is other."""
     all_ids = sorted(
-        int(concept_set["id"]) for concept_set in definition.get("ConceptSets", []) or []
+        int(concept_set["id"])
+        for concept_set in definition.get("ConceptSets", []) or []
         if isinstance(concept_set, dict) and "id" in concept_set
     )
     primary = definition.get("PrimaryCriteria") or {}
@@ -187,11 +189,7 @@ def parse_cohort(definition: dict[str, Any]) -> CohortDefinition:
         parsed = []
         for item_position, item in enumerate(items):
             if not isinstance(item, dict) or not isinstance(item.get("concept"), dict):
-                raise ValueError(
-                    f"ConceptSets[{position}].expression.items[{item_position}] has no 'concept'"
-                )
+                raise ValueError(f"ConceptSets[{position}].expression.items[{item_position}] has no 'concept'")
             parsed.append(_item(item))
-        concept_sets[int(raw["id"])] = ConceptSet(
-            id=int(raw["id"]), name=str(raw.get("name", "")), items=parsed
-        )
+        concept_sets[int(raw["id"])] = ConceptSet(id=int(raw["id"]), name=str(raw.get("name", "")), items=parsed)
     return CohortDefinition(concept_sets=concept_sets, roles=concept_set_roles(definition))

@@ -21,8 +21,9 @@ from pydantic import BaseModel, Field, ValidationError
 from phenoforge.config import libraries_dir
 from phenoforge.engine.circe import parse_cohort
 from phenoforge.engine.expansion import get_hierarchy
-from phenoforge.engine.models import ConceptItem, SkippedItem
+from phenoforge.engine.models import ConceptItem, Resolution, SkippedItem
 from phenoforge.engine.schema import ICD10CM
+from phenoforge.engine.standard_mapping import map_standard_items
 from phenoforge.errors import DiskFullError, LibraryError
 from phenoforge.storage import disk_full_error, is_disk_full, remove_stale_temporaries, temporary_sibling
 
@@ -257,15 +258,6 @@ def icd_cohort_definition(
     }
 
 
-class Resolution(BaseModel):
-    """ICD-10-CM codes an item list resolves to, and everything that did not resolve."""
-
-    codes: list[str] = Field(default_factory=list)
-    unresolvable: list[str] = Field(default_factory=list)
-    skipped: list[SkippedItem] = Field(default_factory=list)
-    excluded_codes: list[str] = Field(default_factory=list)
-
-
 class CuratedConceptSet(BaseModel):
     cohort_id: str
     cohort_name: str
@@ -317,7 +309,7 @@ def resolve_curated_concepts(
     excluded_codes = {hierarchy.code[node] for node in excluded}
     skipped: list[SkippedItem] = []
     if other_items:
-        mapped = _map_standard_items(con, other_items, fanout_threshold)
+        mapped = map_standard_items(con, other_items, fanout_threshold)
         codes |= set(mapped.codes)
         codes -= excluded_codes
         excluded_codes |= set(mapped.excluded_codes)
@@ -330,24 +322,6 @@ def resolve_curated_concepts(
         skipped=skipped,
         excluded_codes=sorted(excluded_codes),
     )
-
-
-def _map_standard_items(
-    con: duckdb.DuckDBPyConnection, items: list[ConceptItem], fanout_threshold: int
-) -> Resolution:
-    try:
-        from phenoforge.athena.mapping import map_standard_items
-    except ImportError:
-        return Resolution(
-            skipped=[
-                SkippedItem(
-                    **item.model_dump(include={"concept_id", "code", "vocabulary_id", "name"}),
-                    reason="standard-concept mapping is not available in this build",
-                )
-                for item in items
-            ]
-        )
-    return map_standard_items(con, items, fanout_threshold)
 
 
 def load_curated_concept_set(

@@ -158,9 +158,7 @@ def ancestor_chain_ids(con: duckdb.DuckDBPyConnection, code: str) -> list[int]:
     return list(hierarchy.chain(concept_id)) if concept_id is not None else []
 
 
-def expand_descendants(
-    con: duckdb.DuckDBPyConnection, code: str, include_self: bool = True
-) -> list[str]:
+def expand_descendants(con: duckdb.DuckDBPyConnection, code: str, include_self: bool = True) -> list[str]:
     """Codes at and below ``code`` in vocabulary order; ``[]`` for an unknown code."""
     hierarchy = get_hierarchy(con)
     concept_id = hierarchy.resolve(code)
@@ -170,9 +168,7 @@ def expand_descendants(
     return [hierarchy.code[node] for node in ids]
 
 
-def expand_ancestors(
-    con: duckdb.DuckDBPyConnection, code: str, include_self: bool = False
-) -> list[str]:
+def expand_ancestors(con: duckdb.DuckDBPyConnection, code: str, include_self: bool = False) -> list[str]:
     """Codes above ``code``, nearest first up to its chapter; ``[]`` for an unknown code."""
     chain = ancestor_chain_ids(con, code)
     hierarchy = get_hierarchy(con)

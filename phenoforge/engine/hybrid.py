@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from phenoforge.engine.bm25 import get_bm25_index
-from phenoforge.engine.models import Hit, Provenance, SearchResult
+from phenoforge.engine.models import Hit, Provenance, RetrieverName, SearchResult
 from phenoforge.engine.query import query_problem
 
 if TYPE_CHECKING:
@@ -72,9 +72,9 @@ def fuse(
     return rrf_fuse([bm25_codes, dense_codes], [1.0 - dense_weight, dense_weight])
 
 
-def _provenance(query: str, retriever: str, ranked: list[tuple[str, float]]) -> dict[str, Provenance]:
+def _provenance(query: str, retriever: RetrieverName, ranked: list[tuple[str, float]]) -> dict[str, Provenance]:
     return {
-        code: Provenance(retriever=retriever, query=query, rank=rank, score=score)  # type: ignore[arg-type]
+        code: Provenance(retriever=retriever, query=query, rank=rank, score=score)
         for rank, (code, score) in enumerate(ranked, start=1)
     }
 
@@ -135,8 +135,9 @@ def search_concepts(
     """One entry point for every retriever; a dense search without an index says why it is empty."""
     problem = query_problem(query)
     if problem is not None and method in METHODS:  # every method gives the same answer to the same bad query
-        return SearchResult(query=str(query)[:200], method=method, reason=problem,
-                            degraded=method != "bm25" and dense is None)
+        return SearchResult(
+            query=str(query)[:200], method=method, reason=problem, degraded=method != "bm25" and dense is None
+        )
     if method == "bm25":
         return get_bm25_index(con).search(query, k)
     if method == "dense":

@@ -71,3 +71,12 @@ class SkippedItem(BaseModel):
     vocabulary_id: str
     name: str | None = None
     reason: str
+
+
+class Resolution(BaseModel):
+    """ICD-10-CM codes an item list resolves to, and everything that did not resolve."""
+
+    codes: list[str] = Field(default_factory=list)
+    unresolvable: list[str] = Field(default_factory=list)
+    skipped: list[SkippedItem] = Field(default_factory=list)
+    excluded_codes: list[str] = Field(default_factory=list)

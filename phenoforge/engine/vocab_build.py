@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,7 +59,8 @@ def _as_texts(value: object) -> list[str]:
         return [line.strip() for line in value.splitlines() if line.strip()]
     if isinstance(value, dict):
         return [f"{key}: {text}" for key, text in value.items()]
-    return [str(item).strip() for item in value if str(item).strip()]  # type: ignore[union-attr]
+    items = value if isinstance(value, Iterable) else [value]
+    return [str(item).strip() for item in items if str(item).strip()]
 
 
 def icd10cm_rows(progress: ProgressCallback = no_progress) -> VocabularyRows:

@@ -306,7 +306,7 @@ def _cmd_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the top-level ``agreement`` command."""
     parser = subparsers.add_parser(
         "agreement",

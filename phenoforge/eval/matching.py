@@ -134,7 +134,7 @@ def match_cohort(
         truth_index = NearestIndex(hierarchy, [cid for _, cid in truth if cid is not None])
     predicted_index = NearestIndex(hierarchy, [cid for _, cid in predicted if cid is not None])
 
-    def side(codes: list[tuple[str, int | None]], index: NearestIndex) -> list[CodeMatch]:
+    def side(codes: Sequence[tuple[str, int | None]], index: NearestIndex) -> list[CodeMatch]:
         rows = []
         for code, cid in codes:
             target, distance = index.nearest(cid)

@@ -7,6 +7,7 @@ version and vocabulary build is kept.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,7 @@ def bundled_specs(
                 files=[dx, labels],
                 package=cms_hcc.HCC_PACKAGE,
                 package_version=package_version(cms_hcc.HCC_PACKAGE, cms_hcc.HCC_PINNED),
-                read=lambda version=version: cms_hcc.read_cms_hcc(version, dx, labels),
+                read=functools.partial(cms_hcc.read_cms_hcc, version, dx, labels),
             )
         )
     for variant in quan.QUAN_VARIANTS:
@@ -88,7 +89,7 @@ def bundled_specs(
                 files=[path],
                 package=quan.PYCOMORB_PACKAGE,
                 package_version=package_version(quan.PYCOMORB_PACKAGE, quan.PYCOMORB_PINNED),
-                read=lambda variant=variant, path=path: quan.build_quan_source(con, variant, path),
+                read=functools.partial(quan.build_quan_source, con, variant, path),
             )
         )
     return specs

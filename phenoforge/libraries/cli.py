@@ -94,7 +94,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``library import`` and ``library list`` to the ``library`` command's subparsers."""
     importer = subparsers.add_parser(
         "import",

@@ -29,8 +29,7 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -
 
 
 def _id(con: duckdb.DuckDBPyConnection, code: str) -> int:
-    return int(_one(con, "SELECT concept_id FROM concept WHERE vocabulary_id = 'ICD10CM' "
-                         "AND code = ?", [code])[0])
+    return int(_one(con, "SELECT concept_id FROM concept WHERE vocabulary_id = 'ICD10CM' AND code = ?", [code])[0])
 
 
 def test_report_counts(athena_load: tuple[Path, AthenaLoadReport]) -> None:
@@ -40,11 +39,9 @@ def test_report_counts(athena_load: tuple[Path, AthenaLoadReport]) -> None:
     assert report.n_icd10cm_concepts == valid_icd
     assert report.n_snomed_concepts == valid_snomed
     assert report.n_invalid_skipped == 2  # E11.1 and the SNOMED 'type 2 in obese'
-    assert report.n_concept_rows_considered == len(ICD_CONCEPTS) + N_GROUPER_CODES + len(
-        SNOMED_CONCEPTS)
+    assert report.n_concept_rows_considered == len(ICD_CONCEPTS) + N_GROUPER_CODES + len(SNOMED_CONCEPTS)
     assert report.n_maps_to_dropped == 1  # Z13.1 -> a LOINC concept, not loaded
-    assert report.n_is_a_edges == sum(1 for row in ICD_CONCEPTS if row[5] and not row[4]) \
-        + N_GROUPER_CODES
+    assert report.n_is_a_edges == sum(1 for row in ICD_CONCEPTS if row[5] and not row[4]) + N_GROUPER_CODES
     assert report.counts_by_kind["chapter"] == 1 and report.counts_by_kind["block"] == 1
     assert report.counts_by_kind["extension"] == 1
     assert report.vocabulary_release.startswith("Athena v5.0 30-AUG-24")
@@ -75,26 +72,25 @@ def test_icd_codes_are_dotted_with_code_keys_kinds_and_billable(
 
 
 def test_only_valid_icd10cm_and_snomed_concepts(athena_con: duckdb.DuckDBPyConnection) -> None:
-    vocabularies = {row[0] for row in athena_con.execute(
-        "SELECT DISTINCT vocabulary_id FROM concept").fetchall()}
+    vocabularies = {row[0] for row in athena_con.execute("SELECT DISTINCT vocabulary_id FROM concept").fetchall()}
     assert vocabularies == {"ICD10CM", "SNOMED"}
     ids = {row[0] for row in athena_con.execute("SELECT concept_id FROM concept").fetchall()}
     assert 1040 not in ids  # deprecated SNOMED
     assert 2005 not in ids  # deprecated ICD10CM E11.1
     assert 3000 not in ids and 21600712 not in ids  # LOINC, ATC
-    name, standard = _one(athena_con, "SELECT name, standard_concept FROM concept "
-                                      "WHERE concept_id = 1090")
+    name, standard = _one(athena_con, "SELECT name, standard_concept FROM concept WHERE concept_id = 1090")
     assert name == 'Injury of head "NOS"'  # quotes are data, not quoting
     assert standard == "S"
-    assert _one(athena_con, "SELECT standard_concept FROM concept WHERE concept_id = 1060")[0] \
-        is None
+    assert _one(athena_con, "SELECT standard_concept FROM concept WHERE concept_id = 1060")[0] is None
 
 
 def test_icd_hierarchy_comes_from_is_a_edges(athena_con: duckdb.DuckDBPyConnection) -> None:
     parents = {
-        (child, parent) for child, parent in athena_con.execute(
+        (child, parent)
+        for child, parent in athena_con.execute(
             "SELECT c.code, p.code FROM concept_parent e JOIN concept c ON c.concept_id = "
-            "e.child_id JOIN concept p ON p.concept_id = e.parent_id").fetchall()
+            "e.child_id JOIN concept p ON p.concept_id = e.parent_id"
+        ).fetchall()
     }
     assert ("E11.21", "E11.2") in parents
     assert ("E11", "E08-E13") in parents
@@ -117,26 +113,41 @@ def test_expansion_works_unchanged_on_the_load(athena_con: duckdb.DuckDBPyConnec
 
 
 def test_snomed_descendants_from_concept_ancestor(athena_con: duckdb.DuckDBPyConnection) -> None:
-    below = {row[0] for row in athena_con.execute(
-        "SELECT descendant_id FROM concept_ancestor WHERE ancestor_id = 1002").fetchall()}
+    below = {
+        row[0]
+        for row in athena_con.execute("SELECT descendant_id FROM concept_ancestor WHERE ancestor_id = 1002").fetchall()
+    }
     assert below == {1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009, 1011}
     # the diamond: 1006 is reached through 1003 and 1005, one row
-    assert _one(athena_con, "SELECT min_levels, max_levels FROM concept_ancestor "
-                            "WHERE ancestor_id = 1002 AND descendant_id = 1006") == (2, 2)
-    assert _one(athena_con, "SELECT min_levels, max_levels FROM concept_ancestor "
-                            "WHERE ancestor_id = 1000 AND descendant_id = 1006") == (3, 4)
-    vocabularies = {row[0] for row in athena_con.execute(
-        "SELECT DISTINCT c.vocabulary_id FROM concept_ancestor a JOIN concept c "
-        "ON c.concept_id = a.descendant_id").fetchall()}
+    assert _one(
+        athena_con,
+        "SELECT min_levels, max_levels FROM concept_ancestor WHERE ancestor_id = 1002 AND descendant_id = 1006",
+    ) == (2, 2)
+    assert _one(
+        athena_con,
+        "SELECT min_levels, max_levels FROM concept_ancestor WHERE ancestor_id = 1000 AND descendant_id = 1006",
+    ) == (3, 4)
+    vocabularies = {
+        row[0]
+        for row in athena_con.execute(
+            "SELECT DISTINCT c.vocabulary_id FROM concept_ancestor a JOIN concept c ON c.concept_id = a.descendant_id"
+        ).fetchall()
+    }
     assert vocabularies == {"SNOMED"}
-    assert _one(athena_con, "SELECT count(*) FROM concept_ancestor WHERE ancestor_id = 21600712 "
-                            "OR descendant_id = 1040")[0] == 0
+    assert (
+        _one(athena_con, "SELECT count(*) FROM concept_ancestor WHERE ancestor_id = 21600712 OR descendant_id = 1040")[
+            0
+        ]
+        == 0
+    )
 
 
 def test_maps_to_edges(athena_con: duckdb.DuckDBPyConnection) -> None:
-    edges = set(athena_con.execute(
-        "SELECT s.code, m.target_id FROM concept_map m JOIN concept s ON s.concept_id = "
-        "m.source_id").fetchall())
+    edges = set(
+        athena_con.execute(
+            "SELECT s.code, m.target_id FROM concept_map m JOIN concept s ON s.concept_id = m.source_id"
+        ).fetchall()
+    )
     assert {("E11", 1003), ("E11.9", 1003)} <= edges  # many-to-one
     assert {("E11.22", 1006), ("E11.22", 1012)} <= edges  # one-to-many
     assert ("E11.9", 1004) not in edges  # a deprecated edge
@@ -156,9 +167,7 @@ def test_metadata(athena_con: duckdb.DuckDBPyConnection, athena_dir: Path) -> No
 def test_release_from_concept_dates_without_vocabulary_file(tmp_path: Path) -> None:
     folder = write_athena_fixture(tmp_path / "athena", vocabulary_file=False)
     report = load_athena(folder, tmp_path / "vocab.duckdb")
-    assert report.vocabulary_release == (
-        "Athena download (concepts valid from 2024-04-01 at the latest)"
-    )
+    assert report.vocabulary_release == ("Athena download (concepts valid from 2024-04-01 at the latest)")
 
 
 def test_a_load_is_kept_by_ensure_vocabulary(athena_dir: Path) -> None:
@@ -171,15 +180,13 @@ def test_a_load_is_kept_by_ensure_vocabulary(athena_dir: Path) -> None:
         con.close()
 
 
-def test_reordered_extra_columns_crlf_and_lower_case_names(tmp_path: Path,
-                                                           athena_dir: Path) -> None:
+def test_reordered_extra_columns_crlf_and_lower_case_names(tmp_path: Path, athena_dir: Path) -> None:
     folder = tmp_path / "athena"
     folder.mkdir()
     lines = (athena_dir / "CONCEPT.csv").read_text().splitlines()
     table = [line.split("\t") for line in lines]
     order = [6, 0, 3, 1, 2, 4, 5, 7, 8, 9]
-    rewritten = ["\t".join([row[i] for i in order] + ["extra" if n == 0 else "x"])
-                 for n, row in enumerate(table)]
+    rewritten = ["\t".join([row[i] for i in order] + ["extra" if n == 0 else "x"]) for n, row in enumerate(table)]
     (folder / "concept.csv").write_text("\r\n".join(rewritten) + "\r\n")
     for name in ("CONCEPT_RELATIONSHIP.csv", "CONCEPT_ANCESTOR.csv"):
         shutil.copy(athena_dir / name, folder / name.lower())
@@ -188,7 +195,8 @@ def test_reordered_extra_columns_crlf_and_lower_case_names(tmp_path: Path,
     con = duckdb.connect(str(tmp_path / "vocab.duckdb"), read_only=True)
     try:
         assert _one(con, "SELECT name FROM concept WHERE code = 'E11.21'")[0] == (
-            "Type 2 diabetes mellitus with diabetic nephropathy")
+            "Type 2 diabetes mellitus with diabetic nephropathy"
+        )
     finally:
         con.close()
 
@@ -201,13 +209,13 @@ def test_roman_chapter_codes_become_numbers(tmp_path: Path, athena_dir: Path) ->
     load_athena(folder, tmp_path / "vocab.duckdb")
     con = duckdb.connect(str(tmp_path / "vocab.duckdb"), read_only=True)
     try:
-        assert _one(con, "SELECT code, code_key, kind FROM concept WHERE concept_id = 2900") == (
-            "4", "4", "chapter")
+        assert _one(con, "SELECT code, code_key, kind FROM concept WHERE concept_id = 2900") == ("4", "4", "chapter")
     finally:
         con.close()
 
 
 # --- failures: clear messages naming the file; never a half-written database ---
+
 
 def _broken_copy(tmp_path: Path, athena_dir: Path) -> Path:
     folder = tmp_path / "broken"
@@ -233,8 +241,11 @@ def test_comma_delimited_file(tmp_path: Path, athena_dir: Path) -> None:
     folder = _broken_copy(tmp_path, athena_dir)
     path = folder / "CONCEPT_ANCESTOR.csv"
     path.write_text(path.read_text().replace("\t", ","))
-    with pytest.raises(VocabularyError, match=r"CONCEPT_ANCESTOR\.csv: Athena files are "
-                                              r"tab-delimited, but it looks ','-delimited"):
+    with pytest.raises(
+        VocabularyError,
+        match=r"CONCEPT_ANCESTOR\.csv: Athena files are "
+        r"tab-delimited, but it looks ','-delimited",
+    ):
         load_athena(folder, tmp_path / "vocab.duckdb")
 
 
@@ -242,8 +253,7 @@ def test_missing_column(tmp_path: Path, athena_dir: Path) -> None:
     folder = _broken_copy(tmp_path, athena_dir)
     path = folder / "CONCEPT_RELATIONSHIP.csv"
     path.write_text(path.read_text().replace("relationship_id", "rel_id", 1))
-    with pytest.raises(VocabularyError,
-                       match=r"CONCEPT_RELATIONSHIP\.csv: missing column\(s\) relationship_id"):
+    with pytest.raises(VocabularyError, match=r"CONCEPT_RELATIONSHIP\.csv: missing column\(s\) relationship_id"):
         load_athena(folder, tmp_path / "vocab.duckdb")
 
 
@@ -255,9 +265,7 @@ def test_empty_file(tmp_path: Path, athena_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("bad_row", ["notanumber\t1000\t1\t1", "1002\t1003\t1"])
-def test_malformed_row_fails_and_keeps_the_old_database(
-    tmp_path: Path, athena_dir: Path, bad_row: str
-) -> None:
+def test_malformed_row_fails_and_keeps_the_old_database(tmp_path: Path, athena_dir: Path, bad_row: str) -> None:
     db_path = tmp_path / "vocab.duckdb"
     old = load_athena(athena_dir, db_path)
     folder = _broken_copy(tmp_path, athena_dir)
@@ -274,14 +282,16 @@ def test_malformed_row_fails_and_keeps_the_old_database(
 
 
 def test_out_of_memory_is_not_called_malformed(tmp_path: Path, athena_dir: Path) -> None:
-    with pytest.raises(VocabularyError, match=r"CONCEPT\.csv: ran out of memory loading it "
-                                              r"with memory_limit=1MB.*PHENOFORGE_ATHENA"):
+    with pytest.raises(
+        VocabularyError,
+        match=r"CONCEPT\.csv: ran out of memory loading it "
+        r"with memory_limit=1MB.*PHENOFORGE_ATHENA",
+    ):
         load_athena(athena_dir, tmp_path / "vocab.duckdb", memory_limit="1MB")
     assert list(tmp_path.iterdir()) == []
 
 
-def test_memory_limit_from_the_environment(tmp_path: Path, athena_dir: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_limit_from_the_environment(tmp_path: Path, athena_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PHENOFORGE_ATHENA_MEMORY_LIMIT", "lots")
     with pytest.raises(VocabularyError, match="memory limit 'lots' is not a size"):
         load_athena(athena_dir, tmp_path / "vocab.duckdb")
@@ -310,16 +320,17 @@ def test_no_snomed_is_a_warning(tmp_path: Path, athena_dir: Path) -> None:
 
 def test_header_check_reads_names_case_insensitively(tmp_path: Path) -> None:
     path = tmp_path / "CONCEPT_ANCESTOR.csv"
-    path.write_text("\ufeffANCESTOR_CONCEPT_ID\tDESCENDANT_CONCEPT_ID\tMIN_LEVELS_OF_SEPARATION\t"
-                    "MAX_LEVELS_OF_SEPARATION\r\n1\t1\t0\t0\r\n")
+    path.write_text(
+        "\ufeffANCESTOR_CONCEPT_ID\tDESCENDANT_CONCEPT_ID\tMIN_LEVELS_OF_SEPARATION\t"
+        "MAX_LEVELS_OF_SEPARATION\r\n1\t1\t0\t0\r\n"
+    )
     assert read_header(path, "CONCEPT_ANCESTOR")[0] == "ancestor_concept_id"
 
 
 def test_cli_build_athena(athena_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from phenoforge.cli import main
 
-    code = main(["build", "--athena", str(athena_dir), "--no-dense", "--skip-libraries",
-                 "--quiet"])
+    code = main(["build", "--athena", str(athena_dir), "--no-dense", "--skip-libraries", "--quiet"])
     assert code == 0
     out = capsys.readouterr().out
     assert "148" in out
@@ -368,5 +379,4 @@ def test_table_files_are_never_read_whole_into_python(
     monkeypatch.setattr(Path, "read_bytes", refuse_whole)
     report = load_athena(athena_dir, tmp_path / "vocab.duckdb")
     assert report.n_icd10cm_concepts == 148
-    assert sorted(reads) == ["CONCEPT.csv", "CONCEPT_ANCESTOR.csv", "CONCEPT_RELATIONSHIP.csv",
-                             "VOCABULARY.csv"]
+    assert sorted(reads) == ["CONCEPT.csv", "CONCEPT_ANCESTOR.csv", "CONCEPT_RELATIONSHIP.csv", "VOCABULARY.csv"]

@@ -50,8 +50,9 @@ class FakeGitHub:
         return httpx.Client(transport=httpx.MockTransport(self))
 
 
-def fixture_files(extra: dict[str, str | int | Exception] | None = None,
-                  csv_rows: list[dict[str, str]] | None = None) -> dict[str, Any]:
+def fixture_files(
+    extra: dict[str, str | int | Exception] | None = None, csv_rows: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
     files: dict[str, Any] = {RAW + "Cohorts.csv": cohorts_csv_text(csv_rows)}
     for cohort_id, (_name, build) in FIXTURE_COHORTS.items():
         files[RAW + f"cohorts/{cohort_id}.json"] = json.dumps(build())
@@ -73,19 +74,28 @@ def test_fetch_over_http_at_the_pinned_tag(tmp_path: Path) -> None:
     assert library.cohort_ids == ["9288", "9519", "9521"]
     assert library.cohort("9519").cohort_name == "Heart failure"
     assert library.cohort("9288").cohort_name == (
-        "Type 2 Diabetes Mellitus indexed on diagnosis, treatment or lab results")
+        "Type 2 Diabetes Mellitus indexed on diagnosis, treatment or lab results"
+    )
     assert library.definition("9519") == heart_failure_cohort()
     assert manifest.report["original_names"]["9519"] == "[P][R] Heart failure"
     assert manifest.report["failures"] == {}
     assert manifest.stats.n_cohorts == 3
-    assert manifest.report["listed_concepts_by_vocabulary"] == {"ATC": 1, "LOINC": 1,
-                                                                "SNOMED": 10}
+    assert manifest.report["listed_concepts_by_vocabulary"] == {"ATC": 1, "LOINC": 1, "SNOMED": 10}
 
 
 def test_defaults_to_the_23_decomposition_cohorts(tmp_path: Path) -> None:
-    rows = [{"cohortId": cohort_id, "cohortName": f"[P][R] Condition {cohort_id}",
-             "cohortNameLong": "", "status": "", "logicDescription": "", "hashTag": "",
-             "recommendedReferentConceptIds": ""} for cohort_id in DEFAULT_COHORT_IDS]
+    rows = [
+        {
+            "cohortId": cohort_id,
+            "cohortName": f"[P][R] Condition {cohort_id}",
+            "cohortNameLong": "",
+            "status": "",
+            "logicDescription": "",
+            "hashTag": "",
+            "recommendedReferentConceptIds": "",
+        }
+        for cohort_id in DEFAULT_COHORT_IDS
+    ]
     files = fixture_files(csv_rows=rows)
     for cohort_id in DEFAULT_COHORT_IDS:
         files[RAW + f"cohorts/{cohort_id}.json"] = json.dumps(heart_failure_cohort())
@@ -98,25 +108,37 @@ def test_defaults_to_the_23_decomposition_cohorts(tmp_path: Path) -> None:
 
 
 def test_all_takes_every_listed_cohort(tmp_path: Path) -> None:
-    manifest = fetch_ohdsi_library(tmp_path / "ohdsi", all_=True,
-                                   client=FakeGitHub(fixture_files()).client())
+    manifest = fetch_ohdsi_library(tmp_path / "ohdsi", all_=True, client=FakeGitHub(fixture_files()).client())
     assert [entry.cohort_id for entry in manifest.cohorts] == ["9288", "9519", "9521"]
 
 
 def test_failures_are_reported_per_cohort(tmp_path: Path) -> None:
-    rows = [{"cohortId": cohort_id, "cohortName": f"[P] Broken {cohort_id}", "cohortNameLong": "",
-             "status": "", "logicDescription": "", "hashTag": "",
-             "recommendedReferentConceptIds": ""} for cohort_id in ("1", "2", "3", "4", "5")]
+    rows = [
+        {
+            "cohortId": cohort_id,
+            "cohortName": f"[P] Broken {cohort_id}",
+            "cohortNameLong": "",
+            "status": "",
+            "logicDescription": "",
+            "hashTag": "",
+            "recommendedReferentConceptIds": "",
+        }
+        for cohort_id in ("1", "2", "3", "4", "5")
+    ]
     no_entry = heart_failure_cohort()
     no_entry["PrimaryCriteria"]["CriteriaList"] = []
-    files = fixture_files(csv_rows=rows, extra={
-        RAW + "cohorts/2.json": "{not json",
-        RAW + "cohorts/3.json": json.dumps(no_entry),
-        RAW + "cohorts/4.json": json.dumps({"ConceptSets": "nope"}),
-        RAW + "cohorts/5.json": httpx.ConnectError("connection refused"),
-    })
+    files = fixture_files(
+        csv_rows=rows,
+        extra={
+            RAW + "cohorts/2.json": "{not json",
+            RAW + "cohorts/3.json": json.dumps(no_entry),
+            RAW + "cohorts/4.json": json.dumps({"ConceptSets": "nope"}),
+            RAW + "cohorts/5.json": httpx.ConnectError("connection refused"),
+        },
+    )
     manifest = fetch_ohdsi_library(
-        tmp_path / "ohdsi", ids=["9519", "1", "2", "3", "4", "5", "777", "x1"],
+        tmp_path / "ohdsi",
+        ids=["9519", "1", "2", "3", "4", "5", "777", "x1"],
         client=FakeGitHub(files).client(),
     )
     assert [entry.cohort_id for entry in manifest.cohorts] == ["9519"]
@@ -142,12 +164,15 @@ def test_nothing_fetched_writes_nothing_and_keeps_the_old_library(tmp_path: Path
     assert sorted(path.name for path in tmp_path.iterdir()) == ["ohdsi"]
 
 
-@pytest.mark.parametrize(("served", "message"), [
-    (404, "Cohorts.csv: not found"),
-    (503, "HTTP 503"),
-    (httpx.ConnectTimeout("timed out"), "request failed"),
-    ("id,name\n1,x\n", "cohortId and cohortName"),
-])
+@pytest.mark.parametrize(
+    ("served", "message"),
+    [
+        (404, "Cohorts.csv: not found"),
+        (503, "HTTP 503"),
+        (httpx.ConnectTimeout("timed out"), "request failed"),
+        ("id,name\n1,x\n", "cohortId and cohortName"),
+    ],
+)
 def test_index_failure_writes_nothing(tmp_path: Path, served: Any, message: str) -> None:
     files = fixture_files(extra={RAW + "Cohorts.csv": served})
     with pytest.raises(LibraryError, match=message):
@@ -158,8 +183,9 @@ def test_index_failure_writes_nothing(tmp_path: Path, served: Any, message: str)
 def test_other_tag(tmp_path: Path) -> None:
     raw = "https://raw.githubusercontent.com/OHDSI/PhenotypeLibrary/v3.36.0/inst/"
     files = {url.replace(RAW, raw): text for url, text in fixture_files().items()}
-    manifest = fetch_ohdsi_library(tmp_path / "ohdsi", ids=["9519"], release_tag="v3.36.0",
-                                   client=FakeGitHub(files).client())
+    manifest = fetch_ohdsi_library(
+        tmp_path / "ohdsi", ids=["9519"], release_tag="v3.36.0", client=FakeGitHub(files).client()
+    )
     assert manifest.citation.version == "v3.36.0"
 
 
@@ -182,12 +208,15 @@ def test_a_folder_that_is_not_a_copy(tmp_path: Path) -> None:
         fetch_ohdsi_library(tmp_path / "ohdsi", from_dir=tmp_path / "missing")
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("[P][R] Heart failure", "Heart failure"),
-    ("[P] First Inflammatory Bowel Disease", "First Inflammatory Bowel Disease"),
-    ("[D] [W] Old cohort", "Old cohort"),
-    ("Plain name [not a tag]", "Plain name [not a tag]"),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("[P][R] Heart failure", "Heart failure"),
+        ("[P] First Inflammatory Bowel Disease", "First Inflammatory Bowel Disease"),
+        ("[D] [W] Old cohort", "Old cohort"),
+        ("Plain name [not a tag]", "Plain name [not a tag]"),
+    ],
+)
 def test_display_name(raw: str, expected: str) -> None:
     assert display_name(raw) == expected
 
@@ -207,8 +236,7 @@ def test_cli_fetch_from_a_local_copy(tmp_path: Path, capsys: pytest.CaptureFixtu
     from phenoforge.cli import main
 
     root = write_phenotype_clone(tmp_path / "clone")
-    code = main(["library", "fetch-ohdsi", "--from", str(root), "--ids", "9288,9519", "9521",
-                 "--quiet"])
+    code = main(["library", "fetch-ohdsi", "--from", str(root), "--ids", "9288,9519", "9521", "--quiet"])
     assert code == 0
     assert "3 cohorts" in capsys.readouterr().out
     assert load_library(libraries_dir() / "ohdsi").cohort_ids == ["9288", "9519", "9521"]
@@ -218,9 +246,7 @@ def test_cli_reports_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     from phenoforge.cli import main
 
     root = write_phenotype_clone(tmp_path / "clone")
-    code = main(["library", "fetch-ohdsi", "--from", str(root), "--ids", "9519", "12345",
-                 "--quiet"])
+    code = main(["library", "fetch-ohdsi", "--from", str(root), "--ids", "9519", "12345", "--quiet"])
     assert code == 0
     assert "failed 12345: not listed in Cohorts.csv" in capsys.readouterr().err
-    assert main(["library", "fetch-ohdsi", "--from", str(root), "--ids", "12345",
-                 "--quiet"]) == 2
+    assert main(["library", "fetch-ohdsi", "--from", str(root), "--ids", "12345", "--quiet"]) == 2

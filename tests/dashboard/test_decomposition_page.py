@@ -32,8 +32,9 @@ def test_offline_run_matches_score_decomposition(
     assert not at.exception
     cases = [c for c in OHDSI_TEST_CASES if c.cohort_id in FIXTURE_COHORTS]
     dense = load_dense_if_ready(dash_con, index_dir=dash / "dense", embed_fn=FakeEmbedder())
-    expected = score_decomposition(dash_con, dash / "libraries", offline_decomposer(dash_con), dense=dense,
-                                   k=10, test_cases=cases)
+    expected = score_decomposition(
+        dash_con, dash / "libraries", offline_decomposer(dash_con), dense=dense, k=10, test_cases=cases
+    )
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Mean gap (baseline − decomposed)"] == f"{expected.mean_gap:+.4f}"
     assert metrics["Mean decomposed"] == f"{expected.mean_decomposed_hierarchical_score:.4f}"
@@ -62,9 +63,13 @@ def test_uploaded_case_file_runs_and_bad_lines_are_named(app: Callable[[str], Ap
     errors = " ".join(e.value for e in at.error)
     assert "mine.csv: 2 bad line(s)" in errors and "line 2:" in errors and "line 3: cohort_id is empty" in errors
     at.file_uploader(key="dec_upload").set_value(
-        ("mine.csv", b"population_description,cohort_id,library,source\n"
-         b"children with asthma using inhaled steroids,521,ohdsi,my trial\n"
-         b"adults with heart failure on a beta blocker,519,,my trial\n", "text/csv")
+        (
+            "mine.csv",
+            b"population_description,cohort_id,library,source\n"
+            b"children with asthma using inhaled steroids,521,ohdsi,my trial\n"
+            b"adults with heart failure on a beta blocker,519,,my trial\n",
+            "text/csv",
+        )
     ).run()
     assert not at.error
     at.button(key="dec_run").click().run()
@@ -87,10 +92,20 @@ def test_repeats_show_spread_and_interval(app: Callable[[str], AppTest]) -> None
 
 
 def _report(errors: list[str | None]) -> DecompositionReport:
-    results = [DecompositionCaseResult(cohort_id=f"c{i}", cohort_name="n", population_description="d", seed_terms=[],
-                                       baseline_hierarchical_score=0.5, decomposed_hierarchical_score=0.0, gap=0.0,
-                                       error=error, error_type="ClaudeTimeoutError" if error else None)
-               for i, error in enumerate(errors)]
+    results = [
+        DecompositionCaseResult(
+            cohort_id=f"c{i}",
+            cohort_name="n",
+            population_description="d",
+            seed_terms=[],
+            baseline_hierarchical_score=0.5,
+            decomposed_hierarchical_score=0.0,
+            gap=0.0,
+            error=error,
+            error_type="ClaudeTimeoutError" if error else None,
+        )
+        for i, error in enumerate(errors)
+    ]
     scored = sum(1 for error in errors if error is None)
     return DecompositionReport(results=results, mean_gap=0.0, n_scored=scored)
 

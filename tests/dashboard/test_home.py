@@ -49,8 +49,9 @@ def test_home_leaderboard_is_the_latest_run(
     app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
 ) -> None:
     library = load_library(dash / "libraries" / LIBRARY_DIR)
-    params = BenchmarkParameters(methods=["bm25", "expand_descendants"], k=10, dense_weight=0.5,
-                                 cohort_ids=library.cohort_ids)
+    params = BenchmarkParameters(
+        methods=["bm25", "expand_descendants"], k=10, dense_weight=0.5, cohort_ids=library.cohort_ids
+    )
     run = run_and_save(dash_con, library, params)
     at = app("app.py").run()
     assert not at.exception

@@ -42,8 +42,7 @@ def test_cursors_are_reused_and_never_shared(pool: CursorPool) -> None:
     assert pool.created == 3  # afterwards: reused
 
 
-def test_background_build_once_then_ready(pool: CursorPool, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_background_build_once_then_ready(pool: CursorPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(resources.EMBEDDER_ENV, EMBEDDER_SPEC)
     manager = DenseManager(pool, index_dir=tmp_path / "dense")
     assert manager.status().state == "missing"
@@ -58,8 +57,7 @@ def test_background_build_once_then_ready(pool: CursorPool, tmp_path: Path,
     assert manager.start_build() is False
 
 
-def test_index_built_elsewhere_is_noticed(pool: CursorPool, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_index_built_elsewhere_is_noticed(pool: CursorPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from phenoforge.engine.dense import ensure_dense_index
     from tests.engine.fake_embedder import FakeEmbedder
 

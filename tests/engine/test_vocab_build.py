@@ -271,8 +271,13 @@ print("id", build_id(con), flush=True)
 def test_two_processes_building_at_once_build_once(tmp_path: Path) -> None:
     target = tmp_path / "vocab.duckdb"
     procs = [
-        subprocess.Popen([sys.executable, "-c", _BUILDER, str(target)], cwd=REPO_ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _BUILDER, str(target)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     outputs = [proc.communicate(timeout=120) for proc in procs]

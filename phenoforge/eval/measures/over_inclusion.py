@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from phenoforge.eval.matching import CohortMatches
 from phenoforge.eval.measures.base import PartialCreditMeasure
 from phenoforge.eval.metrics import over_inclusion_penalty
@@ -18,7 +20,7 @@ class OverInclusion(PartialCreditMeasure):
     label = "Over-inclusion"
     higher_is_better = False
     description = "predicted -> curated: mean (1 - partial credit) of each prediction's nearest curated code"
-    result_field = "over_inclusion_penalty"
+    result_field: ClassVar[str | None] = "over_inclusion_penalty"
 
     def compute(self, matches: CohortMatches) -> float:
         return over_inclusion_penalty(self.credits("predicted", matches), len(matches.predicted))

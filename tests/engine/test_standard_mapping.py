@@ -7,20 +7,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phenoforge.athena.mapping import map_standard_items
 from phenoforge.engine.curated import resolve_curated_concepts
 from phenoforge.engine.models import ConceptItem
+from phenoforge.engine.standard_mapping import map_standard_items
 from tests.athena.athena_fixture import GROUPER_ID, MAPS_TO, N_GROUPER_CODES, SNOMED_CONCEPTS
 
 
 def snomed(concept_id: int, descendants: bool = True, excluded: bool = False) -> ConceptItem:
-    return ConceptItem(concept_id=concept_id, vocabulary_id="SNOMED", code=str(concept_id),
-                       name=f"concept {concept_id}", include_descendants=descendants,
-                       is_excluded=excluded)
+    return ConceptItem(
+        concept_id=concept_id,
+        vocabulary_id="SNOMED",
+        code=str(concept_id),
+        name=f"concept {concept_id}",
+        include_descendants=descendants,
+        is_excluded=excluded,
+    )
 
 
-DIABETES_CODES = ["E09", "E09.9", "E10", "E10.1", "E10.10", "E10.9", "E11", "E11.2", "E11.21",
-                  "E11.22", "E11.9"]
+DIABETES_CODES = ["E09", "E09.9", "E10", "E10.1", "E10.10", "E10.9", "E11", "E11.2", "E11.21", "E11.22", "E11.9"]
 
 
 def test_descendants_through_a_diamond(athena_con: duckdb.DuckDBPyConnection) -> None:
@@ -53,9 +57,7 @@ def test_excluded_branch_is_removed_before_mapping(athena_con: duckdb.DuckDBPyCo
 def test_excluded_without_descendants_keeps_the_children(
     athena_con: duckdb.DuckDBPyConnection,
 ) -> None:
-    result = map_standard_items(
-        athena_con, [snomed(1004), snomed(1004, descendants=False, excluded=True)], 100
-    )
+    result = map_standard_items(athena_con, [snomed(1004), snomed(1004, descendants=False, excluded=True)], 100)
     # 1008 (T1DM with ketoacidosis) stays: only 1004 itself was excluded
     assert result.codes == ["E10.1", "E10.10"]
     assert result.excluded_codes == ["E10", "E10.9"]
@@ -75,9 +77,7 @@ def test_excluding_the_listed_concept_itself_is_reported(
 ) -> None:
     result = map_standard_items(athena_con, [snomed(1004), snomed(1002, excluded=True)], 100)
     assert result.codes == []
-    assert [item.reason for item in result.skipped] == [
-        "removed by an excluded item of the same concept set"
-    ]
+    assert [item.reason for item in result.skipped] == ["removed by an excluded item of the same concept set"]
 
 
 def test_broad_grouper_is_skipped_and_reported(athena_con: duckdb.DuckDBPyConnection) -> None:
@@ -90,11 +90,8 @@ def test_broad_grouper_is_skipped_and_reported(athena_con: duckdb.DuckDBPyConnec
     assert "fanout_threshold=100" in skipped.reason
 
 
-@pytest.mark.parametrize(("threshold", "kept"), [(N_GROUPER_CODES, True),
-                                                 (N_GROUPER_CODES - 1, False)])
-def test_fanout_threshold_is_more_than(
-    athena_con: duckdb.DuckDBPyConnection, threshold: int, kept: bool
-) -> None:
+@pytest.mark.parametrize(("threshold", "kept"), [(N_GROUPER_CODES, True), (N_GROUPER_CODES - 1, False)])
+def test_fanout_threshold_is_more_than(athena_con: duckdb.DuckDBPyConnection, threshold: int, kept: bool) -> None:
     result = map_standard_items(athena_con, [snomed(GROUPER_ID)], threshold)
     assert (len(result.codes) == N_GROUPER_CODES) is kept
     assert (result.skipped == []) is kept
@@ -109,13 +106,16 @@ def test_a_grouper_below_a_listed_concept_is_skipped_alone(
     assert [item.concept_id for item in result.skipped] == [GROUPER_ID]
 
 
-@pytest.mark.parametrize(("vocabulary", "phrase"), [
-    ("LOINC", "laboratory tests"), ("ATC", "drug classes"), ("RxNorm", "drugs"),
-    ("ICD9CM", "vocabulary ICD9CM is not loaded"),
-])
-def test_out_of_scope_vocabularies(
-    athena_con: duckdb.DuckDBPyConnection, vocabulary: str, phrase: str
-) -> None:
+@pytest.mark.parametrize(
+    ("vocabulary", "phrase"),
+    [
+        ("LOINC", "laboratory tests"),
+        ("ATC", "drug classes"),
+        ("RxNorm", "drugs"),
+        ("ICD9CM", "vocabulary ICD9CM is not loaded"),
+    ],
+)
+def test_out_of_scope_vocabularies(athena_con: duckdb.DuckDBPyConnection, vocabulary: str, phrase: str) -> None:
     item = ConceptItem(concept_id=3000, vocabulary_id=vocabulary, name="x")
     result = map_standard_items(athena_con, [item, snomed(1021)], 100)
     assert result.codes == ["I50", "I50.2", "I50.21", "I50.22", "I50.9"]
@@ -141,8 +141,7 @@ def test_non_standard_concept_is_reported(athena_con: duckdb.DuckDBPyConnection)
 
 def test_measurement_concept_is_unmappable(athena_con: duckdb.DuckDBPyConnection) -> None:
     result = map_standard_items(athena_con, [snomed(1050)], 100)
-    assert result.skipped[0].reason == (
-        "no ICD-10-CM code maps to it or its descendants (domain Measurement)")
+    assert result.skipped[0].reason == ("no ICD-10-CM code maps to it or its descendants (domain Measurement)")
 
 
 def test_item_without_concept_id(athena_con: duckdb.DuckDBPyConnection) -> None:
@@ -176,14 +175,16 @@ SNOMED_IDS = [row[0] for row in SNOMED_CONCEPTS if not row[6]]
 def _closure(con: duckdb.DuckDBPyConnection, concept_id: int, descendants: bool) -> set[int]:
     if not descendants:
         return {concept_id}
-    return {row[0] for row in con.execute(
-        "SELECT descendant_id FROM concept_ancestor WHERE ancestor_id = ?", [concept_id]
-    ).fetchall()} | {concept_id}
+    return {
+        row[0]
+        for row in con.execute(
+            "SELECT descendant_id FROM concept_ancestor WHERE ancestor_id = ?", [concept_id]
+        ).fetchall()
+    } | {concept_id}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(SNOMED_IDS), st.booleans(), st.booleans()),
-                min_size=1, max_size=6))
+@given(st.lists(st.tuples(st.sampled_from(SNOMED_IDS), st.booleans(), st.booleans()), min_size=1, max_size=6))
 def test_mapping_matches_a_brute_force_model(
     athena_con: duckdb.DuckDBPyConnection, specs: list[tuple[int, bool, bool]]
 ) -> None:

@@ -18,8 +18,7 @@ from collections.abc import Iterable
 
 import duckdb
 
-from phenoforge.engine.curated import Resolution
-from phenoforge.engine.models import ConceptItem, SkippedItem
+from phenoforge.engine.models import ConceptItem, Resolution, SkippedItem
 from phenoforge.engine.schema import ICD10CM
 
 SNOMED = "SNOMED"
@@ -89,8 +88,7 @@ def _descendants(con: duckdb.DuckDBPyConnection, ids: Iterable[int]) -> dict[int
     if not wanted:
         return found
     rows = con.execute(
-        "SELECT ancestor_id, descendant_id FROM concept_ancestor "
-        "WHERE ancestor_id IN (SELECT unnest(?::BIGINT[]))",
+        "SELECT ancestor_id, descendant_id FROM concept_ancestor WHERE ancestor_id IN (SELECT unnest(?::BIGINT[]))",
         [wanted],
     ).fetchall()
     for ancestor, descendant in rows:
@@ -115,19 +113,14 @@ def _mapped_codes(con: duckdb.DuckDBPyConnection, ids: Iterable[int]) -> dict[in
 
 
 def _has_vocabulary(con: duckdb.DuckDBPyConnection, vocabulary_id: str) -> bool:
-    rows = con.execute(
-        "SELECT EXISTS (SELECT 1 FROM concept WHERE vocabulary_id = ?)", [vocabulary_id]
-    ).fetchall()
+    rows = con.execute("SELECT EXISTS (SELECT 1 FROM concept WHERE vocabulary_id = ?)", [vocabulary_id]).fetchall()
     return bool(rows[0][0])
 
 
 def _out_of_scope_reason(vocabulary_id: str) -> str:
     what = NON_CONDITION_VOCABULARIES.get(vocabulary_id)
     if what is not None:
-        return (
-            f"out of scope: {vocabulary_id} codes {what}, not diagnoses, so no ICD-10-CM code "
-            "stands for them"
-        )
+        return f"out of scope: {vocabulary_id} codes {what}, not diagnoses, so no ICD-10-CM code stands for them"
     return (
         f"out of scope: vocabulary {vocabulary_id or '(none)'} is not loaded; phenoforge maps "
         "SNOMED standard concepts to ICD-10-CM"
@@ -152,16 +145,15 @@ def map_standard_items(
         cursor.close()
 
 
-def _map(
-    con: duckdb.DuckDBPyConnection, items: list[ConceptItem], fanout_threshold: int
-) -> Resolution:
+def _map(con: duckdb.DuckDBPyConnection, items: list[ConceptItem], fanout_threshold: int) -> Resolution:
     skipped: list[SkippedItem] = []
     unresolvable: list[str] = []
     in_scope: list[ConceptItem] = []
     for item in items:
         if item.vocabulary_id == ICD10CM:
-            skipped.append(_skip(item, "ICD10CM items resolve through the ICD-10-CM tree, "
-                                       "not through standard-concept mapping"))
+            skipped.append(
+                _skip(item, "ICD10CM items resolve through the ICD-10-CM tree, not through standard-concept mapping")
+            )
         elif item.vocabulary_id not in MAPPABLE_VOCABULARIES:
             skipped.append(_skip(item, _out_of_scope_reason(item.vocabulary_id)))
         elif item.concept_id is None:
@@ -172,15 +164,19 @@ def _map(
         return Resolution(skipped=skipped)
 
     missing_vocabularies = {
-        vocabulary for vocabulary in {item.vocabulary_id for item in in_scope}
-        if not _has_vocabulary(con, vocabulary)
+        vocabulary for vocabulary in {item.vocabulary_id for item in in_scope} if not _has_vocabulary(con, vocabulary)
     }
     if missing_vocabularies:
         for item in [item for item in in_scope if item.vocabulary_id in missing_vocabularies]:
-            skipped.append(_skip(item, (
-                f"the loaded vocabulary has no {item.vocabulary_id} concepts: load an Athena "
-                "download with `python -m phenoforge build --athena DIR` to map them"
-            )))
+            skipped.append(
+                _skip(
+                    item,
+                    (
+                        f"the loaded vocabulary has no {item.vocabulary_id} concepts: load an Athena "
+                        "download with `python -m phenoforge build --athena DIR` to map them"
+                    ),
+                )
+            )
         in_scope = [item for item in in_scope if item.vocabulary_id not in missing_vocabularies]
 
     known = _concepts(con, (item.concept_id for item in in_scope if item.concept_id is not None))
@@ -195,13 +191,12 @@ def _map(
             unresolvable.append(f"{item.vocabulary_id} concept {item.concept_id}")
 
     expanded = _descendants(
-        con, (item.concept_id for item in present if item.include_descendants)
+        con, (item.concept_id for item in present if item.include_descendants and item.concept_id is not None)
     )
 
     def members(item: ConceptItem) -> set[int]:
         assert item.concept_id is not None
-        return expanded.get(item.concept_id, {item.concept_id}) if item.include_descendants \
-            else {item.concept_id}
+        return expanded.get(item.concept_id, {item.concept_id}) if item.include_descendants else {item.concept_id}
 
     included: set[int] = set()
     excluded: set[int] = set()
@@ -210,19 +205,22 @@ def _map(
     kept = included - excluded
 
     mapped = _mapped_codes(con, included)
-    groupers = {
-        concept_id for concept_id, codes in mapped.items() if len(codes) > fanout_threshold
-    }
+    groupers = {concept_id for concept_id, codes in mapped.items() if len(codes) > fanout_threshold}
     details = _concepts(con, groupers)
     for concept_id in sorted(groupers & kept):
         vocabulary, code, name, _standard, _domain = details[concept_id]
-        skipped.append(SkippedItem(
-            concept_id=concept_id, code=code, vocabulary_id=vocabulary, name=name,
-            reason=(
-                f"broad grouper: {len(mapped[concept_id])} ICD-10-CM codes map to it, more "
-                f"than fanout_threshold={fanout_threshold}; skipped rather than flooding the set"
-            ),
-        ))
+        skipped.append(
+            SkippedItem(
+                concept_id=concept_id,
+                code=code,
+                vocabulary_id=vocabulary,
+                name=name,
+                reason=(
+                    f"broad grouper: {len(mapped[concept_id])} ICD-10-CM codes map to it, more "
+                    f"than fanout_threshold={fanout_threshold}; skipped rather than flooding the set"
+                ),
+            )
+        )
 
     def codes_of(concepts: set[int]) -> set[str]:
         found: set[str] = set()
@@ -235,7 +233,8 @@ def _map(
 
     reported = set(groupers)
     for item in present:
-        if item.is_excluded or item.concept_id in reported:
+        # (present items all have a concept id; the None test only narrows the type)
+        if item.is_excluded or item.concept_id is None or item.concept_id in reported:
             continue
         own = members(item)
         if codes_of(own & kept):
@@ -246,11 +245,15 @@ def _map(
         if not own & kept:
             reason = "removed by an excluded item of the same concept set"
         elif not item.include_descendants and standard != "S":
-            reason = ("non-standard concept: ICD10CM 'Maps to' edges point at standard concepts "
-                      "only; list its standard equivalent instead")
+            reason = (
+                "non-standard concept: ICD10CM 'Maps to' edges point at standard concepts "
+                "only; list its standard equivalent instead"
+            )
         elif own & kept & groupers:
-            reason = (f"only broad groupers (over fanout_threshold={fanout_threshold}) among "
-                      f"it{scope}; no other ICD-10-CM code maps to it{scope}")
+            reason = (
+                f"only broad groupers (over fanout_threshold={fanout_threshold}) among "
+                f"it{scope}; no other ICD-10-CM code maps to it{scope}"
+            )
         else:
             reason = f"no ICD-10-CM code maps to it{scope} (domain {domain or 'unknown'})"
         skipped.append(_skip(item, reason))
