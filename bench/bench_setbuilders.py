@@ -34,6 +34,71 @@ from phenoforge.setbuild.groups import is_development_library  # noqa: E402
 METHODS = ("hybrid@25", "adaptive_cutoff", "subtree", "learned")
 
 
+def misspell(name: str) -> str:
+    """A deterministic typo: the two letters after the second of the longest word swapped."""
+    words = name.split()
+    longest = max(range(len(words)), key=lambda i: (len(words[i]), -i), default=None)
+    if longest is None or len(words[longest]) < 6:
+        return name
+    word = words[longest]
+    words[longest] = word[:2] + word[3] + word[2] + word[4:]
+    return " ".join(words)
+
+
+def robustness(con, hierarchy, dense, examples, reports, development) -> None:  # noqa: ANN001
+    """Each robustness step measured on its own, out of sample."""
+    from phenoforge.eval.harness import score_cohort
+    from phenoforge.setbuild.corpus import RobustOptions, retrieve
+    from phenoforge.setbuild.cutoff import CutoffParams  # noqa: F401
+    from phenoforge.setbuild.evaluate import hybrid_at_k
+
+    print()
+    print("Typo tolerance: hybrid@25 mean hierarchical score with one letter pair swapped in the longest word")
+    print(f"{'library':<28}{'as named':>10}{'misspelt':>10}{'corrected':>11}")
+    by_library: dict[str, list] = {}
+    for ex in examples:
+        by_library.setdefault(ex.library_id, []).append(ex)
+    for library_id, cases in by_library.items():
+        sums = [0.0, 0.0, 0.0]
+        for ex in cases:
+            typo = misspell(ex.cohort_name)
+            plain = retrieve(con, typo, dense, robust=RobustOptions(typos=False, umbrellas=False))
+            fixed = retrieve(con, typo, dense, robust=RobustOptions(typos=True, umbrellas=False))
+            for slot, retrieval in ((0, ex.retrieval), (1, plain), (2, fixed)):
+                ex_view = type(ex)(
+                    ex.library_id, ex.group, ex.cohort_id, ex.cohort_name, ex.truth, retrieval, ex.table, ex.features
+                )
+                predicted = hybrid_at_k(hierarchy, ex_view)
+                sums[slot] += score_cohort(
+                    con, ex.cohort_id, ex.cohort_name, ex.truth, predicted, "h"
+                ).hierarchical_score
+        n = max(len(cases), 1)
+        print(f"{library_id:<28}{sums[0] / n:>10.3f}{sums[1] / n:>10.3f}{sums[2] / n:>11.3f}")
+    print()
+    print("Umbrella terms: subtree builder (its out-of-sample parameters) with and without umbrella nodes")
+    from phenoforge.setbuild.subtree import SubtreeParams, build_subtree
+
+    for report in reports:
+        note = next((n for n in report.notes if n.startswith("subtree: {")), None)
+        if note is None:
+            continue
+        params = SubtreeParams.model_validate(__import__("ast").literal_eval(note[len("subtree: ") :]))
+        cases = by_library[report.library_id]
+        n_umbrella = sum(1 for ex in cases if ex.table.umbrellas)
+        values = []
+        for take in (True, False):
+            chosen = params.model_copy(update={"take_umbrellas": take})
+            total = 0.0
+            for ex in cases:
+                predicted = build_subtree(hierarchy, ex.table, chosen).code_list
+                total += score_cohort(con, ex.cohort_id, ex.cohort_name, ex.truth, predicted, "s").hierarchical_score
+            values.append(total / max(len(cases), 1))
+        print(
+            f"{report.library_id:<28} with {values[0]:.3f}  without {values[1]:.3f}  "
+            f"({n_umbrella} of {len(cases)} cohort names matched an umbrella note or name)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-ablation", action="store_true")
@@ -78,6 +143,7 @@ def main() -> None:
             print(f"    {note}")
         timing = ", ".join(f"{m} {s / max(report.n_cohorts, 1) * 1000:.0f} ms" for m, s in report.seconds.items())
         print(f"    build+score per cohort: {timing}")
+    robustness(con, hierarchy, dense, examples, reports, development)
     if args.no_ablation:
         return
     print()

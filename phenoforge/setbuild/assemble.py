@@ -23,6 +23,9 @@ class SetAssembler:
         self.hierarchy = hierarchy
         self.result = BuiltSet(method=method, query=query)
         self._seen: set[int] = set()
+        # (code id, source, via, via_rank, score, rule): provenance objects are only made by finish(),
+        # so tuning, which builds thousands of sets and reads only their codes, stays cheap
+        self._rows: list[tuple[int, Source, int, int | None, float, str]] = []
 
     def add_node(
         self, node: int, source: Source, score: float, rule: str, via: int | None = None, via_rank: int | None = None
@@ -35,21 +38,27 @@ class SetAssembler:
                 continue
             self._seen.add(code_id)
             kind: Source = source if source != "hit" or code_id == node else "rollup"
-            self.result.codes.append(
-                BuiltCode(
-                    code=self.hierarchy.code[code_id],
-                    name=self.hierarchy.name[code_id],
-                    provenance=CodeProvenance(
-                        source=kind,
-                        via_code=self.hierarchy.code[via],
-                        via_rank=via_rank,
-                        score=round(float(score), 6),
-                        rule=rule,
-                    ),
-                )
-            )
+            self._rows.append((code_id, kind, via, via_rank, score, rule))
             added += 1
         return added
+
+    def codes(self) -> list[str]:
+        return [self.hierarchy.code[row[0]] for row in self._rows]
+
+    def finish(self) -> BuiltSet:
+        """The built set, every code with its provenance record."""
+        code, name = self.hierarchy.code, self.hierarchy.name
+        self.result.codes = [
+            BuiltCode(
+                code=code[code_id],
+                name=name[code_id],
+                provenance=CodeProvenance(
+                    source=kind, via_code=code[via], via_rank=via_rank, score=round(float(score), 6), rule=rule
+                ),
+            )
+            for code_id, kind, via, via_rank, score, rule in self._rows
+        ]
+        return self.result
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -28,6 +28,11 @@ class CutoffParams(BaseModel):
 
 
 def build_cutoff(hierarchy: Hierarchy, table: CandidateTable, params: CutoffParams | None = None) -> BuiltSet:
+    """The billable code list with a provenance record per code (see the module docstring for the rule)."""
+    return select_cutoff(hierarchy, table, params).finish()
+
+
+def select_cutoff(hierarchy: Hierarchy, table: CandidateTable, params: CutoffParams | None = None) -> SetAssembler:
     """Billable codes of the fused hits that pass the agreement cut-off (the top hit always does)."""
     params = params or CutoffParams()
     out = SetAssembler(hierarchy, METHOD, table.query)
@@ -35,7 +40,7 @@ def build_cutoff(hierarchy: Hierarchy, table: CandidateTable, params: CutoffPara
     hits = ranked_hits(table, params.max_hits)
     if not hits:
         out.result.notes.append("no candidates: " + ("; ".join(table.notes) or "the retrievers found nothing"))
-        return out.result
+        return out
     for node in hits:
         score = agreement(table, node)
         if score >= params.min_agreement or node == hits[0]:
@@ -44,7 +49,7 @@ def build_cutoff(hierarchy: Hierarchy, table: CandidateTable, params: CutoffPara
             if score < params.min_agreement:
                 rule = f"top hit kept although agreement {score:.2f} < {params.min_agreement:.2f}"
             out.add_node(node, "hit", score, rule, via_rank=rank)
-    return out.result
+    return out
 
 
 def tune_cutoff(
@@ -52,8 +57,8 @@ def tune_cutoff(
     hierarchy: Hierarchy,
     cases: Sequence[tuple[str, str, list[str], CandidateTable]],
     trained_on: list[str],
-    agreements: Sequence[float] = (0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
-    max_hits: Sequence[int] = (15, 40, 100),
+    agreements: Sequence[float] = (0.3, 0.45, 0.6, 0.7, 0.8, 0.9),
+    max_hits: Sequence[int] = (20, 60),
 ) -> CutoffParams:
     """The grid point with the best mean of hierarchical score and exact F1 over ``cases``.
 
@@ -66,7 +71,7 @@ def tune_cutoff(
         for threshold in agreements:
             params = CutoffParams(min_agreement=threshold, max_hits=limit, trained_on=trained_on)
             hier, f1 = mean_objective(
-                con, scoring, lambda i, p=params: build_cutoff(hierarchy, cases[i][3], p).code_list
+                con, scoring, lambda i, p=params: select_cutoff(hierarchy, cases[i][3], p).codes()
             )
             if best is None or (hier + f1) / 2 > best[0]:
                 best = ((hier + f1) / 2, params)

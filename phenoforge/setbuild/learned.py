@@ -24,6 +24,7 @@ import numpy as np
 import sklearn
 from pydantic import BaseModel, Field, ValidationError
 from sklearn.ensemble import HistGradientBoostingClassifier
+from threadpoolctl import threadpool_limits
 
 from phenoforge.config import data_dir
 from phenoforge.engine.expansion import Hierarchy
@@ -40,7 +41,7 @@ MODEL_FILE = "model.pkl"
 MANIFEST_FILE = "manifest.json"
 MIN_TRAINING_COHORTS = 8
 MIN_TRAINING_POSITIVES = 40
-THRESHOLDS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7)
+THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6)
 
 
 class ModelError(PhenoforgeError):
@@ -86,7 +87,7 @@ class MembershipModel:
     def probabilities(self, features: np.ndarray) -> np.ndarray:
         if not len(features):
             return np.zeros(0)
-        return self.estimator.predict_proba(features[:, self._columns])[:, 1]
+        return _predict(self.estimator, features[:, self._columns])
 
     def check_may_score(self, library_id: str | None, group: str | None) -> None:
         """Raise ``LeakageError`` when the library or its group was part of this model's training."""
@@ -111,6 +112,17 @@ def _estimator() -> HistGradientBoostingClassifier:
         l2_regularization=1.0,
         random_state=0,
     )
+
+
+def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> HistGradientBoostingClassifier:
+    # one thread: OpenMP workers spin against each other on a shared, busy machine (measured 100x slower)
+    with threadpool_limits(limits=1):
+        return _estimator().fit(x, y, sample_weight=w)
+
+
+def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.ndarray:
+    with threadpool_limits(limits=1):
+        return estimator.predict_proba(rows)[:, 1]
 
 
 def _stack(examples: Sequence[Example], columns: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -139,7 +151,7 @@ def _choose_rule(
 ) -> tuple[str, float]:
     cases = [(ex.cohort_id, ex.cohort_name, ex.truth) for ex in examples]
     best: tuple[float, str, float] | None = None
-    options = [("threshold", t) for t in THRESHOLDS] + [("expected_size", f) for f in (0.6, 0.8, 1.0, 1.2, 1.5)]
+    options = [("threshold", t) for t in THRESHOLDS] + [("expected_size", f) for f in (0.8, 1.0, 1.25, 1.5)]
     for rule, value in options:
         hier, f1 = mean_objective(
             con,
@@ -184,13 +196,13 @@ def train_membership_model(
         held = set(fold)
         train = [ex for i, ex in enumerate(usable) if i not in held]
         x, y, w = _stack(train, columns)
-        estimator = _estimator().fit(x, y, sample_weight=w) if y.any() and not y.all() else None
+        estimator = _fit(x, y, w) if y.any() and not y.all() else None
         for i in fold:
             rows = usable[i].features[:, columns]
-            oof[i] = estimator.predict_proba(rows)[:, 1] if estimator is not None else np.zeros(len(rows))
+            oof[i] = _predict(estimator, rows) if estimator is not None else np.zeros(len(rows))
     rule, threshold = _choose_rule(con, hierarchy, usable, oof)
     x, y, w = _stack(usable, columns)
-    estimator = _estimator().fit(x, y, sample_weight=w)
+    estimator = _fit(x, y, w)
     libraries = sorted({ex.library_id for ex in usable})
     manifest = ModelManifest(
         vocabulary_build_id=hierarchy.build_id,
@@ -225,7 +237,7 @@ def build_learned(
     out.result.trained_on = list(model.manifest.training_libraries)
     if not len(table):
         out.result.notes.append("no candidates: " + ("; ".join(table.notes) or "the retrievers found nothing"))
-        return out.result
+        return out.finish()
     matrix = features if features is not None else candidate_features(hierarchy, table)
     probabilities = model.probabilities(matrix)
     kept = select(probabilities, model.manifest.rule, model.manifest.threshold)
@@ -251,7 +263,7 @@ def build_learned(
             via=origin,
             via_rank=table.hit_rank.get(origin),
         )
-    return out.result
+    return out.finish()
 
 
 # -- storage -------------------------------------------------------------------------------------

@@ -34,13 +34,18 @@ class SubtreeParams(BaseModel):
 
 
 def build_subtree(hierarchy: Hierarchy, table: CandidateTable, params: SubtreeParams | None = None) -> BuiltSet:
+    """The billable code list with a provenance record per code (see the module docstring for the rule)."""
+    return select_subtree(hierarchy, table, params).finish()
+
+
+def select_subtree(hierarchy: Hierarchy, table: CandidateTable, params: SubtreeParams | None = None) -> SetAssembler:
     params = params or SubtreeParams()
     out = SetAssembler(hierarchy, METHOD, table.query)
     out.result.trained_on = list(params.trained_on)
     hits = ranked_hits(table, params.max_hits)
     if not hits and not (params.take_umbrellas and table.umbrellas):
         out.result.notes.append("no candidates: " + ("; ".join(table.notes) or "the retrievers found nothing"))
-        return out.result
+        return out
     hit_set = set(hits)
     under_hit: set[int] = set()  # nodes with a hit at or below them
     for hit in hits:
@@ -91,7 +96,7 @@ def build_subtree(hierarchy: Hierarchy, table: CandidateTable, params: SubtreePa
         top = hits[0]
         out.result.fallback = "no node or hit passed the rules: the top hit is kept"
         out.add_node(top, "fallback", agreement(table, top), "top fused hit (fallback)", via_rank=1)
-    return out.result
+    return out
 
 
 def tune_subtree(
@@ -100,21 +105,21 @@ def tune_subtree(
     cases: Sequence[tuple[str, str, list[str], CandidateTable]],
     trained_on: list[str],
     start: SubtreeParams | None = None,
-    rounds: int = 2,
+    rounds: int = 1,
 ) -> SubtreeParams:
     """Coordinate ascent over the rule's parameters on ``cases`` (other libraries than the scored ones)."""
     grid: dict[str, Sequence[float | int]] = {
-        "leaf_agreement": (0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-        "min_child_share": (0.25, 0.34, 0.5, 0.67, 0.8, 1.01),
-        "min_node_match": (0.5, 0.75, 1.0, 1.01),
-        "max_hits": (20, 50, 100),
-        "min_children_hit": (1, 2, 3),
+        "leaf_agreement": (0.45, 0.6, 0.75, 0.9),
+        "min_child_share": (0.34, 0.5, 0.67, 1.01),
+        "min_node_match": (0.75, 1.0, 1.01),
+        "max_hits": (20, 50),
+        "min_children_hit": (2, 3),
         "take_umbrellas": (True, False),
     }
     scoring = [(cid, name, truth) for cid, name, truth, _t in cases]
 
     def value(params: SubtreeParams) -> float:
-        hier, f1 = mean_objective(con, scoring, lambda i: build_subtree(hierarchy, cases[i][3], params).code_list)
+        hier, f1 = mean_objective(con, scoring, lambda i: select_subtree(hierarchy, cases[i][3], params).codes())
         return (hier + f1) / 2
 
     best = (start or SubtreeParams()).model_copy(update={"trained_on": trained_on})
