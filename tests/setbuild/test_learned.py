@@ -75,13 +75,10 @@ def test_lolo_evaluation_never_fits_on_the_scored_group(
     hierarchy: Hierarchy,
     train_examples: list[Example],
     other_examples: list[Example],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     examples = train_examples + other_examples
     development = {"fixture-train", "fixture-other"}
     assert {ex.library_id for ex in training_examples(examples, "fixture-train", development)} == {"fixture-other"}
-    monkeypatch.setattr("phenoforge.setbuild.learned.MIN_TRAINING_COHORTS", 3)
     report = evaluate_library(
         fixture_con,
         hierarchy,

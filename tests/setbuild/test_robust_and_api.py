@@ -78,3 +78,30 @@ def test_build_set_refuses_a_library_the_builders_were_fitted_on(hierarchy: Hier
     built = build_set(hierarchy, "learned", "heart failure", ranking, None, fitted, scored_library_id="lib-b")
     assert built.method == "learned" and built.fallback and "too little training data" in built.fallback
     assert set(built.code_list) == {"I50.21", "I50.22", "I50.9"}
+
+
+def test_fit_builders_holds_out_the_scored_group_and_build_set_enforces_it(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, libraries_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("phenoforge.setbuild.api.is_development_library", lambda manifest: True)
+    libraries = [load_library(libraries_root / "train"), load_library(libraries_root / "other")]
+    fitted = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)
+    assert fitted.training_libraries == ["fixture-train"]
+    assert fitted.cutoff.trained_on == ["fixture-train"] and fitted.subtree.trained_on == ["fixture-train"]
+    ranking = [("J45.90", 3.0), ("J45.909", 2.0)]
+    built = build_set(
+        hierarchy,
+        "subtree",
+        "Unspecified asthma",
+        ranking,
+        None,
+        fitted,
+        scored_library_id="fixture-other",
+        scored_group="fixture-other",
+    )
+    assert built.codes and built.trained_on == ["fixture-train"]
+    for method in ("adaptive_cutoff", "subtree", "learned"):
+        with pytest.raises(LeakageError):
+            build_set(hierarchy, method, "Asthma", ranking, None, fitted, scored_library_id="fixture-train")
+    again = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)
+    assert any(note.startswith("reused tuned parameters") for note in again.notes)
