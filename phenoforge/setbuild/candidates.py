@@ -1,0 +1,196 @@
+"""The candidate table: every billable code a builder may choose, with the evidence for it.
+
+Candidates come from the fused ranking of BM25 and dense: each top hit's billable descendants (a
+billable hit is its own only one), and for the best hits, the billable codes of the subcategory and
+category above them (the siblings a curated list usually takes along). Each candidate records the
+nearest hit at or above it, which is its provenance when a builder keeps it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.engine.hybrid import rrf_fuse
+from phenoforge.engine.query import tokenize
+
+RETRIEVAL_DEPTH = 1000
+"""How deep a builder wants each retriever's ranking (scores of deep codes are features too)."""
+HIT_DEPTH = 100
+"""Fused hits whose billable descendants become candidates."""
+ROLLUP_DEPTH = 30
+"""Fused hits whose subcategory and category siblings become candidates too."""
+MAX_ROLLUP_SIZE = 400
+"""A node with more billable codes than this is never rolled up wholesale (S72 has thousands)."""
+MAX_CANDIDATES = 5000
+VOTE_DEPTH = 30
+"""Hits that vote for the category, block and parent of a candidate."""
+
+
+@dataclass
+class Retrieval:
+    """One query's rankings from both retrievers, best first, with their scores."""
+
+    query: str
+    bm25: list[tuple[str, float]]
+    dense: list[tuple[str, float]] | None = None
+    dense_weight: float = 0.5
+    searched_as: str | None = None
+    """the query the retrievers actually ran (typo-corrected), when it differs from ``query``"""
+    umbrellas: dict[str, str] = field(default_factory=dict)
+    """code of a block or category the vocabulary names as an umbrella of the query -> its text"""
+
+    def fused(self, depth: int = 200) -> list[tuple[str, float]]:
+        """Weighted RRF of the two rankings cut at ``depth`` each (BM25 alone without dense)."""
+        if self.dense is None:
+            return rrf_fuse([[c for c, _ in self.bm25[:depth]]], [1.0])
+        return rrf_fuse(
+            [[c for c, _ in self.bm25[:depth]], [c for c, _ in self.dense[:depth]]],
+            [1.0 - self.dense_weight, self.dense_weight],
+        )
+
+
+def billable_below(hierarchy: Hierarchy, concept_id: int) -> list[int]:
+    """The billable codes a selected node stands for: itself when billable, else its billable descendants."""
+    if hierarchy.billable.get(concept_id, False):
+        return [concept_id]
+    return [node for node in hierarchy.descendants(concept_id) if hierarchy.billable.get(node, False)]
+
+
+def ancestor_of_kind(hierarchy: Hierarchy, concept_id: int, kind: str) -> int | None:
+    """The nearest node of ``kind`` at or above ``concept_id`` (``category``, ``block``...)."""
+    for node in hierarchy.chain(concept_id):
+        if hierarchy.kind.get(node) == kind:
+            return node
+    return None
+
+
+@dataclass
+class CandidateTable:
+    """Billable candidates of one query with the per-hit evidence the builders and features read."""
+
+    query: str
+    query_tokens: list[str]
+    fused: list[tuple[str, float]]
+    hit_rank: dict[int, int]
+    """concept id -> 1-based fused rank, for hits within ``HIT_DEPTH``"""
+    fused_score: dict[int, float]
+    bm25_rank: dict[int, int]
+    bm25_score: dict[int, float]
+    dense_rank: dict[int, int]
+    dense_score: dict[int, float]
+    umbrellas: dict[int, str] = field(default_factory=dict)
+    ids: list[int] = field(default_factory=list)
+    origin: list[int] = field(default_factory=list)
+    """per candidate: the best-ranked hit at or above it, else the rolled-up node it came from"""
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    top_bm25: float = 0.0
+    top_dense: float = 0.0
+    floor_dense: float = 0.0
+    top_fused: float = 0.0
+
+
+def _ranks(
+    hierarchy: Hierarchy, ranking: Sequence[tuple[str, float]] | None
+) -> tuple[dict[int, int], dict[int, float]]:
+    ranks: dict[int, int] = {}
+    scores: dict[int, float] = {}
+    for rank, (code, score) in enumerate(ranking or [], start=1):
+        concept_id = hierarchy.resolve(code)
+        if concept_id is not None and concept_id not in ranks:
+            ranks[concept_id] = rank
+            scores[concept_id] = float(score)
+    return ranks, scores
+
+
+def build_candidates(
+    hierarchy: Hierarchy,
+    retrieval: Retrieval,
+    hit_depth: int = HIT_DEPTH,
+    rollup_depth: int = ROLLUP_DEPTH,
+) -> CandidateTable:
+    """The candidate table of one query: hits' billable descendants plus the best hits' siblings."""
+    bm25_rank, bm25_score = _ranks(hierarchy, retrieval.bm25)
+    dense_rank, dense_score = _ranks(hierarchy, retrieval.dense)
+    fused = retrieval.fused()
+    hit_rank: dict[int, int] = {}
+    fused_score: dict[int, float] = {}
+    for rank, (code, score) in enumerate(fused[:hit_depth], start=1):
+        concept_id = hierarchy.resolve(code)
+        if concept_id is not None and concept_id not in hit_rank:
+            hit_rank[concept_id] = rank
+            fused_score[concept_id] = score
+    table = CandidateTable(
+        query=retrieval.query,
+        query_tokens=list(dict.fromkeys(tokenize(retrieval.searched_as or retrieval.query))),
+        fused=fused,
+        hit_rank=hit_rank,
+        fused_score=fused_score,
+        bm25_rank=bm25_rank,
+        bm25_score=bm25_score,
+        dense_rank=dense_rank,
+        dense_score=dense_score,
+    )
+    table.top_bm25 = max(bm25_score.values(), default=0.0)
+    table.top_dense = max(dense_score.values(), default=0.0)
+    table.floor_dense = min(dense_score.values(), default=0.0)
+    table.top_fused = fused[0][1] if fused else 0.0
+    for code, text in retrieval.umbrellas.items():
+        concept_id = hierarchy.resolve(code)
+        if concept_id is not None:
+            table.umbrellas[concept_id] = text
+    if not hit_rank and not table.umbrellas:
+        table.notes.append("no retriever returned a code for this query")
+        return table
+    origin: dict[int, int] = {}
+
+    def add(nodes: list[int], source: int) -> None:
+        for node in nodes:
+            if node not in origin and len(origin) < MAX_CANDIDATES:
+                origin[node] = source
+
+    ordered_hits = sorted(hit_rank, key=hit_rank.__getitem__)
+    for hit in ordered_hits:
+        add(billable_below(hierarchy, hit), hit)
+    for hit in ordered_hits[:rollup_depth]:
+        for node in hierarchy.chain(hit)[1:]:
+            if hierarchy.kind.get(node) not in ("subcategory", "category"):
+                break
+            below = billable_below(hierarchy, node)
+            if len(below) <= MAX_ROLLUP_SIZE:
+                add(below, node)
+    for node in table.umbrellas:
+        below = billable_below(hierarchy, node)
+        if len(below) <= 2 * MAX_ROLLUP_SIZE:
+            add(below, node)
+    if len(origin) >= MAX_CANDIDATES:
+        table.notes.append(f"candidates capped at {MAX_CANDIDATES}")
+    # provenance: the best-ranked hit at or above each candidate, when there is one
+    for node in origin:
+        best = min(
+            (hit_rank[a] for a in hierarchy.chain(node) if a in hit_rank),
+            default=None,
+        )
+        if best is not None:
+            origin[node] = next(a for a in hierarchy.chain(node) if hit_rank.get(a) == best)
+    table.ids = list(origin)
+    table.origin = [origin[node] for node in table.ids]
+    return table
+
+
+def lexical_overlap(query_tokens: Sequence[str], text: str) -> float:
+    """Share of the query's words found in ``text`` (0 when the query has none)."""
+    if not query_tokens:
+        return 0.0
+    words = set(tokenize(text))
+    return sum(1 for token in query_tokens if token in words) / len(query_tokens)
+
+
+def log_rank(rank: int | None, missing: int) -> float:
+    return math.log1p(rank if rank is not None else missing)

@@ -1,0 +1,128 @@
+"""Leave-one-library-group-out evaluation of the set builders.
+
+To score library L, every fitted piece (cut-off and subtree parameters, the membership model) is
+fitted on development libraries of *other* groups only, and the result records what it was fitted
+on. ``check_no_leakage`` is run on every fitted piece before it scores anything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.eval import harness
+from phenoforge.setbuild.corpus import Example
+from phenoforge.setbuild.cutoff import build_cutoff, tune_cutoff
+from phenoforge.setbuild.features import FEATURE_NAMES
+from phenoforge.setbuild.learned import (
+    LeakageError,
+    MembershipModel,
+    TrainingDataTooSmall,
+    build_learned,
+    ensure_model,
+)
+from phenoforge.setbuild.subtree import build_subtree, tune_subtree
+
+HYBRID_K = 25
+
+
+def training_examples(examples: Sequence[Example], target_group: str, development: set[str]) -> list[Example]:
+    """Examples a builder scoring ``target_group`` may be fitted on: development libraries of other groups."""
+    return [ex for ex in examples if ex.library_id in development and ex.group != target_group]
+
+
+def check_no_leakage(trained_on: Sequence[str], training_groups: Sequence[str], scored: Sequence[Example]) -> None:
+    """Raise ``LeakageError`` if any scored cohort's library or group was used for fitting."""
+    for ex in scored:
+        if ex.library_id in trained_on or ex.group in training_groups:
+            raise LeakageError(f"{ex.key} would be scored by a builder fitted on {', '.join(trained_on)}: refused")
+
+
+@dataclass
+class LibraryScores:
+    library_id: str
+    group: str
+    n_cohorts: int
+    hierarchical: dict[str, float] = field(default_factory=dict)
+    exact_f1: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    trained_on: dict[str, list[str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def hybrid_at_k(hierarchy: Hierarchy, ex: Example, k: int = HYBRID_K) -> list[str]:
+    """The reference hybrid: RRF of both rankings at fusion depth max(100, 4k), cut at k."""
+    depth = max(100, 4 * k)
+    return [code for code, _ in ex.retrieval.fused(depth)[:k]]
+
+
+def _score(
+    con: duckdb.DuckDBPyConnection,
+    scored: Sequence[Example],
+    predict: Callable[[Example], list[str]],
+    method: str,
+    out: LibraryScores,
+) -> None:
+    started = time.perf_counter()
+    hier = f1 = 0.0
+    for ex in scored:
+        result = harness.score_cohort(con, ex.cohort_id, ex.cohort_name, ex.truth, predict(ex), method)
+        hier += result.hierarchical_score
+        f1 += result.exact_f1
+    out.hierarchical[method] = hier / max(len(scored), 1)
+    out.exact_f1[method] = f1 / max(len(scored), 1)
+    out.seconds[method] = time.perf_counter() - started
+
+
+def evaluate_library(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    examples: Sequence[Example],
+    library_id: str,
+    development: set[str],
+    methods: Sequence[str] = ("hybrid@25", "adaptive_cutoff", "subtree", "learned"),
+    features: Sequence[str] = FEATURE_NAMES,
+    with_dense: bool = True,
+) -> LibraryScores:
+    """Out-of-sample scores of each method on one library (fitted on other groups' dev libraries)."""
+    scored = [ex for ex in examples if ex.library_id == library_id]
+    group = scored[0].group if scored else library_id
+    out = LibraryScores(library_id=library_id, group=group, n_cohorts=len(scored))
+    train = training_examples(examples, group, development)
+    trained_on = sorted({ex.library_id for ex in train})
+    train_groups = sorted({ex.group for ex in train})
+    check_no_leakage(trained_on, train_groups, scored)
+    cases = [(ex.cohort_id, ex.cohort_name, ex.truth, ex.table) for ex in train]
+    if "hybrid@25" in methods:
+        _score(con, scored, lambda ex: hybrid_at_k(hierarchy, ex), "hybrid@25", out)
+    if "adaptive_cutoff" in methods:
+        params = tune_cutoff(con, hierarchy, cases, trained_on)
+        out.trained_on["adaptive_cutoff"] = params.trained_on
+        out.notes.append(f"adaptive_cutoff: {params.model_dump(exclude={'trained_on'})}")
+        _score(con, scored, lambda ex: build_cutoff(hierarchy, ex.table, params).code_list, "adaptive_cutoff", out)
+    if "subtree" in methods:
+        sparams = tune_subtree(con, hierarchy, cases, trained_on)
+        out.trained_on["subtree"] = sparams.trained_on
+        out.notes.append(f"subtree: {sparams.model_dump(exclude={'trained_on'})}")
+        _score(con, scored, lambda ex: build_subtree(hierarchy, ex.table, sparams).code_list, "subtree", out)
+    if "learned" in methods:
+        try:
+            model, notes = ensure_model(con, hierarchy, train, features, with_dense)
+        except TrainingDataTooSmall as error:
+            out.notes.append(f"learned: not scored, {error}")
+            return out
+        out.notes += [f"learned: {note}" for note in notes]
+        out.notes.append(
+            f"learned: rule {model.manifest.rule} {model.manifest.threshold} ({model.manifest.threshold_chosen_on})"
+        )
+        out.trained_on["learned"] = list(model.manifest.training_libraries)
+        _score(con, scored, lambda ex: _learned_codes(hierarchy, ex, model), "learned", out)
+    return out
+
+
+def _learned_codes(hierarchy: Hierarchy, ex: Example, model: MembershipModel) -> list[str]:
+    return build_learned(hierarchy, ex.table, model, ex.library_id, ex.group, features=ex.features).code_list

@@ -1,0 +1,374 @@
+"""The learned set builder: a membership model over candidates, trained from curated libraries.
+
+Gradient boosting over :mod:`~phenoforge.setbuild.features` gives each candidate a probability of
+belonging to the curated list; codes at or above a threshold are kept. The threshold is chosen on
+out-of-fold predictions over the training libraries (never on the libraries the model will score).
+A model is stored under ``data/models/<name>/`` with a manifest (training libraries and cohorts,
+features, vocabulary build, version, checksum) and reused until it is stale or corrupt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import sklearn
+from pydantic import BaseModel, Field, ValidationError
+from sklearn.ensemble import HistGradientBoostingClassifier
+from threadpoolctl import threadpool_limits
+
+from phenoforge.config import data_dir
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.errors import PhenoforgeError
+from phenoforge.setbuild.assemble import SetAssembler, mean_objective
+from phenoforge.setbuild.candidates import CandidateTable
+from phenoforge.setbuild.corpus import Example
+from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
+from phenoforge.setbuild.models import BuiltSet
+
+METHOD = "learned"
+FORMAT_VERSION = 1
+MODEL_FILE = "model.pkl"
+MANIFEST_FILE = "manifest.json"
+MIN_TRAINING_COHORTS = 8
+MIN_TRAINING_POSITIVES = 40
+THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6)
+
+
+class ModelError(PhenoforgeError):
+    """A stored membership model cannot be used (missing, corrupt, stale); the message says why."""
+
+
+class TrainingDataTooSmall(ModelError):
+    """Too few curated cohorts or listed codes to fit a model on."""
+
+
+class LeakageError(PhenoforgeError):
+    """A model was asked to score a library (or a library of a group) it was trained on."""
+
+
+class ModelManifest(BaseModel):
+    format_version: int = FORMAT_VERSION
+    model_file: str = MODEL_FILE
+    sha256: str = ""
+    vocabulary_build_id: str
+    with_dense: bool
+    training_libraries: list[str]
+    training_groups: list[str]
+    training_cohorts: list[str] = Field(description="library_id/cohort_id of every training cohort")
+    features: list[str]
+    rule: str = Field(description="'threshold' (p >= threshold) or 'expected_size' (top round(sum p))")
+    threshold: float
+    threshold_chosen_on: str
+    n_rows: int
+    n_positive: int
+    estimator: str
+    sklearn_version: str
+    trained_at: str
+
+
+class MembershipModel:
+    """A fitted estimator with its manifest; ``probabilities`` reads the manifest's feature columns."""
+
+    def __init__(self, manifest: ModelManifest, estimator: HistGradientBoostingClassifier) -> None:
+        self.manifest = manifest
+        self.estimator = estimator
+        self._columns = [FEATURE_NAMES.index(name) for name in manifest.features]
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        if not len(features):
+            return np.zeros(0)
+        return _predict(self.estimator, features[:, self._columns])
+
+    def check_may_score(self, library_id: str | None, group: str | None) -> None:
+        """Raise ``LeakageError`` when the library or its group was part of this model's training."""
+        if library_id is not None and library_id in self.manifest.training_libraries:
+            raise LeakageError(
+                f"the learned model was trained on library {library_id!r}; score it with a model trained "
+                "without it (leave-one-library-group-out)"
+            )
+        if group is not None and group in self.manifest.training_groups:
+            raise LeakageError(
+                f"the learned model was trained on library group {group!r}; score it with a model trained "
+                "without that group"
+            )
+
+
+def _estimator() -> HistGradientBoostingClassifier:
+    return HistGradientBoostingClassifier(
+        max_iter=250,
+        learning_rate=0.06,
+        max_leaf_nodes=31,
+        min_samples_leaf=40,
+        l2_regularization=1.0,
+        random_state=0,
+    )
+
+
+def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> HistGradientBoostingClassifier:
+    # one thread: OpenMP workers spin against each other on a shared, busy machine (measured 100x slower)
+    with threadpool_limits(limits=1):
+        return _estimator().fit(x, y, sample_weight=w)
+
+
+def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.ndarray:
+    with threadpool_limits(limits=1):
+        return estimator.predict_proba(rows)[:, 1]
+
+
+def _stack(examples: Sequence[Example], columns: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows, labels and weights; each cohort weighs the same whatever its candidate count."""
+    parts = [ex for ex in examples if len(ex.table)]
+    x = np.vstack([ex.features[:, columns] for ex in parts])
+    y = np.concatenate([ex.labels for ex in parts])
+    w = np.concatenate([np.full(len(ex.table), 1000.0 / len(ex.table)) for ex in parts])
+    return x, y, w
+
+
+def select(probabilities: np.ndarray, rule: str, threshold: float) -> np.ndarray:
+    """Indices of kept candidates, most probable first; never empty when there are candidates."""
+    if not len(probabilities):
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(-probabilities, kind="stable")
+    if rule == "expected_size":
+        size = max(1, round(float(probabilities.sum()) * threshold))
+        return order[:size]
+    kept = order[probabilities[order] >= threshold]
+    return kept if len(kept) else order[:1]
+
+
+def _choose_rule(
+    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, examples: Sequence[Example], oof: list[np.ndarray]
+) -> tuple[str, float]:
+    cases = [(ex.cohort_id, ex.cohort_name, ex.truth) for ex in examples]
+    best: tuple[float, str, float] | None = None
+    options = [("threshold", t) for t in THRESHOLDS] + [("expected_size", f) for f in (0.8, 1.0, 1.25, 1.5)]
+    for rule, value in options:
+        hier, f1 = mean_objective(
+            con,
+            cases,
+            lambda i, r=rule, v=value: [hierarchy.code[examples[i].table.ids[j]] for j in select(oof[i], r, v)],
+        )
+        if best is None or (hier + f1) / 2 > best[0]:
+            best = ((hier + f1) / 2, rule, value)
+    assert best is not None
+    return best[1], best[2]
+
+
+def train_membership_model(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    examples: Sequence[Example],
+    features: Sequence[str] = FEATURE_NAMES,
+    with_dense: bool = True,
+    min_cohorts: int = MIN_TRAINING_COHORTS,
+    min_positives: int = MIN_TRAINING_POSITIVES,
+) -> MembershipModel:
+    """Fit on ``examples`` (other libraries than the ones to score); choose the rule out of fold."""
+    usable = [ex for ex in examples if len(ex.table)]
+    n_positive = int(sum(ex.labels.sum() for ex in usable))
+    if len(usable) < min_cohorts or n_positive < min_positives:
+        raise TrainingDataTooSmall(
+            f"{len(usable)} usable cohorts with {n_positive} retrieved curated codes: a membership model "
+            f"needs at least {min_cohorts} cohorts and {min_positives} codes; add libraries "
+            "(`python -m phenoforge build`) or use the adaptive cut-off"
+        )
+    columns = [FEATURE_NAMES.index(name) for name in features]
+    groups = sorted({ex.group for ex in usable})
+    # out-of-fold probabilities: by library group when there are several, else by cohort folds
+    if len(groups) >= 2:
+        folds = [[i for i, ex in enumerate(usable) if ex.group == g] for g in groups]
+        chosen_on = f"out-of-fold predictions, one fold per training group ({', '.join(groups)})"
+    else:
+        folds = [list(range(len(usable)))[k::4] for k in range(4)]
+        chosen_on = "out-of-fold predictions, 4 cohort folds of the one training group"
+    oof: list[np.ndarray] = [np.zeros(0)] * len(usable)
+    for fold in folds:
+        held = set(fold)
+        train = [ex for i, ex in enumerate(usable) if i not in held]
+        x, y, w = _stack(train, columns)
+        estimator = _fit(x, y, w) if y.any() and not y.all() else None
+        for i in fold:
+            rows = usable[i].features[:, columns]
+            oof[i] = _predict(estimator, rows) if estimator is not None else np.zeros(len(rows))
+    rule, threshold = _choose_rule(con, hierarchy, usable, oof)
+    x, y, w = _stack(usable, columns)
+    estimator = _fit(x, y, w)
+    libraries = sorted({ex.library_id for ex in usable})
+    manifest = ModelManifest(
+        vocabulary_build_id=hierarchy.build_id,
+        with_dense=with_dense,
+        training_libraries=libraries,
+        training_groups=groups,
+        training_cohorts=[ex.key for ex in usable],
+        features=list(features),
+        rule=rule,
+        threshold=threshold,
+        threshold_chosen_on=chosen_on,
+        n_rows=int(len(y)),
+        n_positive=int(y.sum()),
+        estimator="HistGradientBoostingClassifier",
+        sklearn_version=sklearn.__version__,
+        trained_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    return MembershipModel(manifest, estimator)
+
+
+def build_learned(
+    hierarchy: Hierarchy,
+    table: CandidateTable,
+    model: MembershipModel,
+    scored_library_id: str | None = None,
+    scored_group: str | None = None,
+    features: np.ndarray | None = None,
+) -> BuiltSet:
+    """Codes the model keeps for one query. Refuses (``LeakageError``) to score its own training data."""
+    model.check_may_score(scored_library_id, scored_group)
+    out = SetAssembler(hierarchy, METHOD, table.query)
+    out.result.trained_on = list(model.manifest.training_libraries)
+    if not len(table):
+        out.result.notes.append("no candidates: " + ("; ".join(table.notes) or "the retrievers found nothing"))
+        return out.finish()
+    matrix = features if features is not None else candidate_features(hierarchy, table)
+    probabilities = model.probabilities(matrix)
+    kept = select(probabilities, model.manifest.rule, model.manifest.threshold)
+    rule = model.manifest.rule
+    passed = probabilities[kept] >= model.manifest.threshold if rule == "threshold" else np.ones(len(kept), bool)
+    if rule == "threshold" and not passed.any():
+        out.result.fallback = (
+            f"no candidate reached probability {model.manifest.threshold:.2f}: the most probable one is kept"
+        )
+    trained = ", ".join(model.manifest.training_libraries)
+    for j, ok in zip(kept.tolist(), passed.tolist(), strict=True):
+        p = float(probabilities[j])
+        origin = table.origin[j]
+        if rule == "threshold":
+            why = f"membership probability {p:.2f} >= {model.manifest.threshold:.2f}"
+        else:
+            why = f"membership probability {p:.2f}, within the expected list size"
+        out.add_node(
+            table.ids[j],
+            "model" if ok else "fallback",
+            p,
+            f"{why} (model trained on {trained})",
+            via=origin,
+            via_rank=table.hit_rank.get(origin),
+        )
+    return out.finish()
+
+
+# -- storage -------------------------------------------------------------------------------------
+
+
+def models_dir() -> Path:
+    return data_dir() / "models"
+
+
+def model_name(training_libraries: Sequence[str], features: Sequence[str], with_dense: bool) -> str:
+    digest = hashlib.sha1(
+        json.dumps([sorted(training_libraries), list(features), with_dense, FORMAT_VERSION]).encode()
+    ).hexdigest()[:12]
+    return f"membership-{digest}"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def save_model(model: MembershipModel, directory: Path) -> Path:
+    """Write model and manifest atomically (a temporary sibling, then a rename)."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = directory.with_name(f".{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    old = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:8]}.old")
+    try:
+        tmp.mkdir(parents=True)
+        (tmp / MODEL_FILE).write_bytes(pickle.dumps(model.estimator))
+        model.manifest.sha256 = _sha256(tmp / MODEL_FILE)
+        (tmp / MANIFEST_FILE).write_text(model.manifest.model_dump_json(indent=1), encoding="utf-8")
+        if directory.exists():
+            os.replace(directory, old)
+        os.replace(tmp, directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return directory
+
+
+def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
+    """The stored model, or ``ModelError`` saying why it cannot be used (missing, corrupt, stale)."""
+    directory = Path(directory)
+    manifest_path = directory / MANIFEST_FILE
+    try:
+        manifest = ModelManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"{manifest_path}: no stored model") from None
+    except (ValidationError, UnicodeDecodeError, ValueError) as error:
+        raise ModelError(f"{manifest_path}: corrupt model manifest ({str(error).splitlines()[0]})") from None
+    if manifest.format_version != FORMAT_VERSION:
+        raise ModelError(f"{directory}: model format {manifest.format_version}, this version reads {FORMAT_VERSION}")
+    if manifest.vocabulary_build_id != vocabulary_build_id:
+        raise ModelError(
+            f"{directory}: trained on vocabulary build {manifest.vocabulary_build_id}, the database is build "
+            f"{vocabulary_build_id}; the model must be retrained"
+        )
+    unknown = [name for name in manifest.features if name not in FEATURE_NAMES]
+    if unknown:
+        raise ModelError(f"{directory}: the model uses features this version does not compute ({unknown[:3]})")
+    model_path = directory / manifest.model_file
+    if not model_path.is_file() or _sha256(model_path) != manifest.sha256:
+        raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)")
+    try:
+        estimator = pickle.loads(model_path.read_bytes())  # noqa: S301 - our own file, checksum verified
+    except Exception as error:  # an unreadable pickle is a corrupt model, whatever the exception
+        raise ModelError(f"{model_path}: cannot be read ({type(error).__name__})") from None
+    if not isinstance(estimator, HistGradientBoostingClassifier):
+        raise ModelError(f"{model_path}: holds a {type(estimator).__name__}, not a membership model")
+    return MembershipModel(manifest, estimator)
+
+
+def ensure_model(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    examples: Sequence[Example],
+    features: Sequence[str] = FEATURE_NAMES,
+    with_dense: bool = True,
+    directory: Path | None = None,
+    min_cohorts: int = MIN_TRAINING_COHORTS,
+    min_positives: int = MIN_TRAINING_POSITIVES,
+) -> tuple[MembershipModel, list[str]]:
+    """Reuse the stored model trained on exactly these examples' libraries, else train and store one.
+
+    Returns the model and notes saying what happened (reused, or rebuilt and why). Raises
+    ``TrainingDataTooSmall`` when the examples cannot train one.
+    """
+    libraries = sorted({ex.library_id for ex in examples})
+    directory = Path(directory) if directory is not None else models_dir() / model_name(libraries, features, with_dense)
+    notes: list[str] = []
+    try:
+        model = load_model(directory, hierarchy.build_id)
+        if (
+            model.manifest.training_libraries == libraries
+            and model.manifest.features == list(features)
+            and model.manifest.with_dense == with_dense
+            and sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
+        ):
+            notes.append(f"reused model {directory.name} (trained on {', '.join(libraries)})")
+            return model, notes
+        notes.append(f"stored model {directory.name} was trained on other data: retrained")
+    except ModelError as error:
+        if (directory / MANIFEST_FILE).exists():
+            notes.append(f"stored model unusable, retrained: {error}")
+    model = train_membership_model(con, hierarchy, examples, features, with_dense, min_cohorts, min_positives)
+    save_model(model, directory)
+    notes.append(f"trained model {directory.name} on {', '.join(libraries)} ({model.manifest.n_rows} candidates)")
+    return model, notes

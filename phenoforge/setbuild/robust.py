@@ -1,0 +1,173 @@
+"""Query robustness: misspelt rare words, and umbrella names whose members use other words.
+
+- ``TypoCorrector`` replaces a query word the vocabulary never uses by the nearest word it does use
+  (Damerau-Levenshtein distance 1, or 2 for words of eight letters or more; the more frequent word
+  wins a tie), so "diabetis" searches as "diabetes". Words the vocabulary knows are never touched.
+- ``umbrella_nodes`` finds blocks and categories whose own name, or whose ``includes`` /
+  ``inclusion_term`` / ``notes`` text, holds every word of the query: "inflammatory bowel disease"
+  is a note of block K50-K52 (Crohn's disease, ulcerative colitis), which neither retriever can
+  return because blocks are not retrievable codes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import duckdb
+
+from phenoforge.engine.bm25 import document_texts
+from phenoforge.engine.db import build_id
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.engine.query import STOPWORDS, tokenize
+from phenoforge.engine.schema import ICD10CM
+
+UMBRELLA_NOTE_TYPES = ("includes", "inclusion_term", "notes")
+UMBRELLA_KINDS = ("block", "category")
+MAX_EXTRA_WORDS = 2
+"""An umbrella text may hold at most this many words beyond the query's (so it is about the query)."""
+
+
+def edit_distance(a: str, b: str, limit: int) -> int:
+    """Optimal-string-alignment distance, giving up (``limit + 1``) once it must exceed ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        if min(current) > limit:
+            return limit + 1
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+def _trigrams(word: str) -> set[str]:
+    padded = f"^{word}$"
+    return {padded[i : i + 3] for i in range(len(padded) - 2)}
+
+
+@dataclass
+class Correction:
+    query: str
+    corrected: str
+    replaced: dict[str, str]
+
+
+class TypoCorrector:
+    """Nearest known word for each unknown query word, from the vocabulary's searchable text."""
+
+    def __init__(self, document_frequency: Counter[str]) -> None:
+        self.frequency = document_frequency
+        self._by_trigram: dict[str, list[str]] = defaultdict(list)
+        for word in document_frequency:
+            if len(word) >= 4 and word.isalpha():
+                for gram in _trigrams(word):
+                    self._by_trigram[gram].append(word)
+
+    def nearest(self, word: str) -> str | None:
+        if word in self.frequency or len(word) < 4 or not word.isalpha() or word in STOPWORDS:
+            return None
+        limit = 1 if len(word) < 8 else 2
+        shared: Counter[str] = Counter()
+        for gram in _trigrams(word):
+            shared.update(self._by_trigram.get(gram, ()))
+        best: tuple[int, int, str] | None = None
+        for candidate, _count in shared.most_common(200):
+            distance = edit_distance(word, candidate, limit)
+            if distance <= limit:
+                key = (distance, -self.frequency[candidate], candidate)
+                if best is None or key < best:
+                    best = key
+        return best[2] if best else None
+
+    def correct(self, query: str) -> Correction:
+        replaced: dict[str, str] = {}
+        for word in tokenize(query):
+            fix = self.nearest(word)
+            if fix is not None:
+                replaced[word] = fix
+        words = [replaced.get(word, word) for word in tokenize(query)]
+        return Correction(query=query, corrected=" ".join(words) if replaced else query, replaced=replaced)
+
+
+_CORRECTORS: dict[str, TypoCorrector] = {}
+_LOCK = threading.Lock()
+
+
+def get_typo_corrector(con: duckdb.DuckDBPyConnection) -> TypoCorrector:
+    """The corrector of ``con``'s vocabulary build (about a second to build, then shared)."""
+    cursor = con.cursor()
+    try:
+        build = build_id(cursor)
+        with _LOCK:
+            corrector = _CORRECTORS.get(build)
+            if corrector is None:
+                frequency: Counter[str] = Counter()
+                for _code, _name, text in document_texts(cursor):
+                    frequency.update(set(tokenize(text)))
+                corrector = TypoCorrector(frequency)
+                _CORRECTORS[build] = corrector
+    finally:
+        cursor.close()
+    return corrector
+
+
+@dataclass
+class UmbrellaIndex:
+    """Block and category texts (names and inclusion notes) as word sets, per node."""
+
+    texts: list[tuple[int, frozenset[str], str]]
+
+    def match(self, query: str) -> dict[int, str]:
+        """Node -> the text that names it as an umbrella of every query word."""
+        words = set(tokenize(query))
+        if not words:
+            return {}
+        found: dict[int, str] = {}
+        for node, text_words, text in self.texts:
+            if words <= text_words and len(text_words - words) <= MAX_EXTRA_WORDS and node not in found:
+                found[node] = text
+        return found
+
+
+_UMBRELLAS: dict[str, UmbrellaIndex] = {}
+
+
+def get_umbrella_index(con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy) -> UmbrellaIndex:
+    with _LOCK:
+        index = _UMBRELLAS.get(hierarchy.build_id)
+        if index is not None:
+            return index
+    kinds = ", ".join("?" for _ in UMBRELLA_KINDS)
+    notes = ", ".join("?" for _ in UMBRELLA_NOTE_TYPES)
+    rows = (
+        con.cursor()
+        .execute(
+            f"SELECT c.concept_id, n.text FROM concept_note n JOIN concept c ON c.concept_id = n.concept_id "
+            f"WHERE c.vocabulary_id = ? AND c.kind IN ({kinds}) AND n.note_type IN ({notes}) ORDER BY c.concept_id",
+            [ICD10CM, *UMBRELLA_KINDS, *UMBRELLA_NOTE_TYPES],
+        )
+        .fetchall()
+    )
+    texts = [
+        (node, frozenset(tokenize(name.split("(")[0])), name)
+        for node, name in hierarchy.name.items()
+        if hierarchy.kind.get(node) in UMBRELLA_KINDS
+    ]
+    texts += [(int(node), frozenset(tokenize(text)), str(text)) for node, text in rows]
+    index = UmbrellaIndex(texts)
+    with _LOCK:
+        _UMBRELLAS[hierarchy.build_id] = index
+    return index
+
+
+def umbrella_nodes(con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, query: str) -> dict[int, str]:
+    """Blocks and categories the vocabulary itself names as umbrellas of ``query``: node -> its text."""
+    return get_umbrella_index(con, hierarchy).match(query)

@@ -1,0 +1,54 @@
+"""Set-builder fixtures: the fixture vocabulary's hierarchy and a fixture library to train on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from phenoforge.engine.curated import load_library
+from phenoforge.engine.expansion import Hierarchy, get_hierarchy
+from phenoforge.setbuild.corpus import Example, library_examples
+from tests.fixture_library import write_icd_library
+
+# cohort id -> (name, codes, include descendants): names the fixture's BM25 can find
+TRAIN_COHORTS = {
+    "dm2": ("Type 2 diabetes mellitus", ["E11"], True),
+    "dm1": ("Type 1 diabetes mellitus", ["E10"], True),
+    "dm2-kidney": ("Type 2 diabetes mellitus with kidney complications", ["E11.2"], True),
+    "hf": ("Heart failure", ["I50"], True),
+    "hf-systolic": ("Systolic heart failure", ["I50.2"], True),
+    "af": ("Atrial fibrillation", ["I48"], True),
+    "asthma": ("Asthma", ["J45"], True),
+    "obesity": ("Obesity", ["E66"], True),
+    "pvd": ("Peripheral vascular disease", ["I73.9"], False),
+    "femur": ("Fracture of neck of femur", ["S72.0"], True),
+}
+OTHER_COHORTS = {
+    "x-asthma": ("Unspecified asthma", ["J45.90"], True),
+    "x-hf": ("Congestive heart failure", ["I50"], True),
+}
+
+
+@pytest.fixture(scope="session")
+def hierarchy(fixture_con: duckdb.DuckDBPyConnection) -> Hierarchy:
+    return get_hierarchy(fixture_con)
+
+
+@pytest.fixture(scope="session")
+def libraries_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("setbuild-libraries")
+    write_icd_library(root / "train", TRAIN_COHORTS, library_id="fixture-train")
+    write_icd_library(root / "other", OTHER_COHORTS, library_id="fixture-other")
+    return root
+
+
+@pytest.fixture(scope="session")
+def train_examples(fixture_con: duckdb.DuckDBPyConnection, libraries_root: Path) -> list[Example]:
+    return library_examples(fixture_con, load_library(libraries_root / "train"), dense=None)
+
+
+@pytest.fixture(scope="session")
+def other_examples(fixture_con: duckdb.DuckDBPyConnection, libraries_root: Path) -> list[Example]:
+    return library_examples(fixture_con, load_library(libraries_root / "other"), dense=None)

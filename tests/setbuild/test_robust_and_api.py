@@ -1,0 +1,107 @@
+"""Typo tolerance, umbrella nodes, library groups and the registry-facing entry points."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from phenoforge.engine.curated import load_library
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.setbuild.api import FittedBuilders, build_set, fit_builders, robust_query
+from phenoforge.setbuild.cutoff import CutoffParams
+from phenoforge.setbuild.groups import is_development_library, library_group
+from phenoforge.setbuild.learned import LeakageError
+from phenoforge.setbuild.robust import TypoCorrector, edit_distance, get_typo_corrector, umbrella_nodes
+from phenoforge.setbuild.subtree import SubtreeParams
+
+
+def test_edit_distance_counts_a_transposition_as_one_and_stops_at_the_limit() -> None:
+    assert edit_distance("diabetis", "diabetes", 2) == 1
+    assert edit_distance("haert", "heart", 1) == 1
+    assert edit_distance("asthma", "asthma", 1) == 0
+    assert edit_distance("asthma", "obesity", 2) == 3
+
+
+def test_an_unknown_word_is_replaced_by_the_nearest_frequent_known_word() -> None:
+    corrector = TypoCorrector(Counter({"diabetes": 50, "diabetic": 30, "heart": 40, "failure": 40}))
+    fixed = corrector.correct("diabetis haert failure")
+    assert fixed.corrected == "diabetes heart failure"
+    assert fixed.replaced == {"diabetis": "diabetes", "haert": "heart"}
+    assert corrector.correct("heart failure").corrected == "heart failure"  # known words untouched
+    assert corrector.correct("xqzv").corrected == "xqzv"  # nothing near: unchanged
+
+
+def test_the_vocabulary_corrector_fixes_a_misspelt_fixture_word(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    assert get_typo_corrector(fixture_con).correct("Type 2 diabetis").corrected == "type 2 diabetes"
+
+
+def test_umbrella_nodes_come_from_block_names_and_inclusion_notes(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy
+) -> None:
+    found = {hierarchy.code[node] for node in umbrella_nodes(fixture_con, hierarchy, "diabetes mellitus")}
+    assert "E08-E13" in found  # block name "Diabetes mellitus (E08-E13)"
+    by_note = umbrella_nodes(fixture_con, hierarchy, "congestive heart disease")
+    assert {hierarchy.code[node] for node in by_note} == {"I50"}
+    assert umbrella_nodes(fixture_con, hierarchy, "fracture of the skull") == {}
+    searched, umbrellas = robust_query(fixture_con, "congestive heart diseasse")
+    assert searched == "congestive heart disease" and "I50" in umbrellas
+
+
+def test_library_groups_follow_the_manifest_else_the_fallback_rule() -> None:
+    assert library_group({"library_id": "cms-hcc-v28-py2026"}) == library_group({"library_id": "cms-hcc-v24-py2026"})
+    assert library_group({"library_id": "elixhauser-2026.1"}) == library_group({"library_id": "quan-elixhauser-2005"})
+    assert library_group({"library_id": "quan-charlson-2005"}) == "quan-charlson-2005"
+    assert library_group({"library_id": "cms-hcc-v28-py2026", "group": "hcc"}) == "hcc"
+    assert is_development_library({"library_id": "elixhauser-2026.1"})
+    assert not is_development_library({"library_id": "quan-elixhauser-2005"})
+
+
+def test_fit_builders_without_development_libraries_falls_back_and_says_so(
+    fixture_con: duckdb.DuckDBPyConnection, libraries_root: Path
+) -> None:
+    fitted = fit_builders(fixture_con, None, libraries=[load_library(libraries_root / "train")])
+    assert fitted.model is None and fitted.training_libraries == []
+    assert any("untuned" in note for note in fitted.notes)
+    assert any("falls back to the adaptive cut-off" in note for note in fitted.notes)
+
+
+def test_build_set_refuses_a_library_the_builders_were_fitted_on(hierarchy: Hierarchy) -> None:
+    fitted = FittedBuilders(["lib-a"], ["group-a"], CutoffParams(), SubtreeParams(), None)
+    ranking = [("I50", 3.0), ("I50.9", 2.0)]
+    with pytest.raises(LeakageError):
+        build_set(hierarchy, "subtree", "heart failure", ranking, None, fitted, scored_library_id="lib-a")
+    with pytest.raises(LeakageError):
+        build_set(hierarchy, "adaptive_cutoff", "heart failure", ranking, None, fitted, scored_group="group-a")
+    built = build_set(hierarchy, "learned", "heart failure", ranking, None, fitted, scored_library_id="lib-b")
+    assert built.method == "learned" and built.fallback and "too little training data" in built.fallback
+    assert set(built.code_list) == {"I50.21", "I50.22", "I50.9"}
+
+
+def test_fit_builders_holds_out_the_scored_group_and_build_set_enforces_it(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, libraries_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("phenoforge.setbuild.api.is_development_library", lambda manifest: True)
+    libraries = [load_library(libraries_root / "train"), load_library(libraries_root / "other")]
+    fitted = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)
+    assert fitted.training_libraries == ["fixture-train"]
+    assert fitted.cutoff.trained_on == ["fixture-train"] and fitted.subtree.trained_on == ["fixture-train"]
+    ranking = [("J45.90", 3.0), ("J45.909", 2.0)]
+    built = build_set(
+        hierarchy,
+        "subtree",
+        "Unspecified asthma",
+        ranking,
+        None,
+        fitted,
+        scored_library_id="fixture-other",
+        scored_group="fixture-other",
+    )
+    assert built.codes and built.trained_on == ["fixture-train"]
+    for method in ("adaptive_cutoff", "subtree", "learned"):
+        with pytest.raises(LeakageError):
+            build_set(hierarchy, method, "Asthma", ranking, None, fitted, scored_library_id="fixture-train")
+    again = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)
+    assert any(note.startswith("reused tuned parameters") for note in again.notes)
