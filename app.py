@@ -33,8 +33,10 @@ def first_run_libraries(source: str) -> None:
 
     if source != BUNDLED_SOURCE or bundled_libraries_current():
         return
-    st.info("Building the bundled cohort libraries (Elixhauser, CMS-HCC V28 and V24, Quan 2005 Charlson and "
-            "Elixhauser): missing, or from an older release.")
+    st.info(
+        "Building the bundled cohort libraries (Elixhauser, CMS-HCC V28 and V24, Quan 2005 Charlson and "
+        "Elixhauser): missing, or from an older release."
+    )
     bar = st.progress(0.0, text="starting")
     with ui.cursor() as con:
         ensure_bundled_libraries(con, progress=ui.progress_callback(bar, "libraries "))
@@ -46,8 +48,10 @@ def dense_progress() -> None:
     """Polls the background build; reruns the page once the index is ready."""
     status = ui.dense_manager().status()
     if status.state == "building":
-        st.progress(status.fraction, text=f"dense index: {status.done}/{status.total} · "
-                    f"{status.message} ({status.seconds:.0f} s)")
+        st.progress(
+            status.fraction,
+            text=f"dense index: {status.done}/{status.total} · {status.message} ({status.seconds:.0f} s)",
+        )
         st.caption("BM25 methods work meanwhile; dense ones wait for this.")
     elif status.state == "ready":
         st.success("Dense index: ready")
@@ -61,8 +65,10 @@ def dense_progress() -> None:
 def dense_section() -> None:
     manager = ui.dense_manager()
     status = manager.status()
-    if status.state in {"missing", "failed"} and dense_autobuild_enabled() and not st.session_state.get(
-        "dense_autostart_tried"
+    if (
+        status.state in {"missing", "failed"}
+        and dense_autobuild_enabled()
+        and not st.session_state.get("dense_autostart_tried")
     ):
         st.session_state["dense_autostart_tried"] = True
         if status.state == "missing":
@@ -96,8 +102,10 @@ def loaded_section() -> None:
     cols[0].metric("ICD-10-CM concepts", f"{info.n_icd10cm:,}")
     cols[1].metric("Billable codes", f"{info.n_billable:,}")
     cols[2].metric("Cohort libraries", len(library_summaries()[0]))
-    st.caption(f"Built {info.built_at} · build {info.build_id[:12]} · "
-               + ", ".join(f"{kind}: {n:,}" for kind, n in sorted(info.counts_by_kind.items())))
+    st.caption(
+        f"Built {info.built_at} · build {info.build_id[:12]} · "
+        + ", ".join(f"{kind}: {n:,}" for kind, n in sorted(info.counts_by_kind.items()))
+    )
 
     st.subheader("Cohort libraries")
     summaries, problems = library_summaries()
@@ -105,23 +113,36 @@ def loaded_section() -> None:
         st.error(problem)
     if summaries:
         st.dataframe(
-            [{"library": s.library_id, "name": s.name, "cohorts": s.n_cohorts,
-              "listed codes": s.n_listed_codes, "citation": s.citation, "url": s.url}
-             for s in summaries],
-            hide_index=True, width="stretch",
+            [
+                {
+                    "library": s.library_id,
+                    "name": s.name,
+                    "cohorts": s.n_cohorts,
+                    "listed codes": s.n_listed_codes,
+                    "citation": s.citation,
+                    "url": s.url,
+                }
+                for s in summaries
+            ],
+            hide_index=True,
+            width="stretch",
             column_config={"url": st.column_config.LinkColumn("url")},
         )
     else:
-        st.info("No cohort library yet: import one with `python -m phenoforge library import "
-                "FILE.csv`, or build the bundled ones with `python -m phenoforge build`.")
+        st.info(
+            "No cohort library yet: import one with `python -m phenoforge library import "
+            "FILE.csv`, or build the bundled ones with `python -m phenoforge build`."
+        )
 
     st.subheader("Retrieval and agent")
     dense_section()
     if claude_key_set():
         st.success("Claude API key: set (the Decomposition page can use Claude)")
     else:
-        st.info("Claude API key: not set. The offline decomposer is used; set ANTHROPIC_API_KEY "
-                "or add it to .streamlit/secrets.toml to use Claude.")
+        st.info(
+            "Claude API key: not set. The offline decomposer is used; set ANTHROPIC_API_KEY "
+            "or add it to .streamlit/secrets.toml to use Claude."
+        )
 
 
 def leaderboard_section() -> None:
@@ -132,17 +153,27 @@ def leaderboard_section() -> None:
         st.page_link("pages/1_Benchmark.py", label="Run one on the Benchmark page", icon=":material/bar_chart:")
         return
     run = saved_run(latest.run_id)
-    st.caption(f"Run {run.run_id} · {run.library_id} · {len(run.parameters.cohort_ids)} cohorts · "
-               f"k={run.parameters.k} · dense weight {run.parameters.dense_weight} · "
-               f"finished {run.finished_at} · vocabulary {run.vocabulary_release}")
-    st.dataframe(leaderboard(run.report), hide_index=True, width="stretch",
-                 column_config={c: st.column_config.NumberColumn(c, format=ui.PERCENT)
-                                for c in ("hierarchical", "coverage", "over_inclusion")})
+    st.caption(
+        f"Run {run.run_id} · {run.library_id} · {len(run.parameters.cohort_ids)} cohorts · "
+        f"k={run.parameters.k} · dense weight {run.parameters.dense_weight} · "
+        f"finished {run.finished_at} · vocabulary {run.vocabulary_release}"
+    )
+    st.dataframe(
+        leaderboard(run.report),
+        hide_index=True,
+        width="stretch",
+        column_config={
+            c: st.column_config.NumberColumn(c, format=ui.PERCENT)
+            for c in ("hierarchical", "coverage", "over_inclusion")
+        },
+    )
 
 
 def main() -> None:
-    ui.page_header("phenoforge", "From a cohort description to a defensible ICD-10-CM code list, "
-                   "and a benchmark of how well retrieval does it.")
+    ui.page_header(
+        "phenoforge",
+        "From a cohort description to a defensible ICD-10-CM code list, and a benchmark of how well retrieval does it.",
+    )
     first_run_vocabulary()
     loaded_section()
     leaderboard_section()

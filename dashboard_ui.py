@@ -54,8 +54,10 @@ def page_header(title: str, caption: str | None = None) -> None:
 def require_vocabulary() -> None:
     """Pages other than Home need the vocabulary; Home builds it."""
     if not vocabulary_present():
-        st.warning("The vocabulary database is not built yet. Open the Home page: it builds it "
-                   "with a progress bar (about 3 seconds).")
+        st.warning(
+            "The vocabulary database is not built yet. Open the Home page: it builds it "
+            "with a progress bar (about 3 seconds)."
+        )
         home_link()
         st.stop()
 
@@ -86,23 +88,28 @@ def libraries() -> list[Library]:
 def require_libraries() -> list[Library]:
     found = libraries()
     if not found:
-        st.warning("No cohort library is installed yet. Open the Home page to build the bundled "
-                   "libraries, or import one with `python -m phenoforge library import FILE.csv`.")
+        st.warning(
+            "No cohort library is installed yet. Open the Home page to build the bundled "
+            "libraries, or import one with `python -m phenoforge library import FILE.csv`."
+        )
         home_link()
         st.stop()
     return found
 
 
-def library_picker(found: list[Library], key: str, default_id: str | None = None,
-                   container: Any = st) -> Library:
+def library_picker(found: list[Library], key: str, default_id: str | None = None, container: Any = st) -> Library:
     ids = [lib.library_id for lib in found]
     if default_id not in ids:  # Elixhauser first: the broadest bundled library
         default_id = next((i for i in ids if i.startswith("elixhauser")), ids[0])
     index = ids.index(default_id)
     chosen = container.selectbox(
-        "Cohort library", ids, index=index, key=key,
-        format_func=lambda i: f"{found[ids.index(i)].manifest.name} ({i}, "
-        f"{len(found[ids.index(i)].manifest.cohorts)} cohorts)",
+        "Cohort library",
+        ids,
+        index=index,
+        key=key,
+        format_func=lambda i: (
+            f"{found[ids.index(i)].manifest.name} ({i}, {len(found[ids.index(i)].manifest.cohorts)} cohorts)"
+        ),
     )
     return found[ids.index(chosen)]
 
@@ -125,15 +132,19 @@ def dense_notice() -> None:
     if status.state == "ready":
         return
     if status.state == "building":
-        st.info(f"The dense index is building ({status.done}/{status.total}: {status.message}). "
-                "BM25 methods work now; dense and hybrid wait for it (hybrid runs as BM25 alone).")
+        st.info(
+            f"The dense index is building ({status.done}/{status.total}: {status.message}). "
+            "BM25 methods work now; dense and hybrid wait for it (hybrid runs as BM25 alone)."
+        )
     elif status.state == "failed":
         st.warning(status.error or "the dense index build failed")
     elif status.state in {"corrupt", "stale"}:
         st.warning(status.message)
     else:
-        st.info("The dense index is not built: dense methods are unavailable and hybrid runs as "
-                "BM25 alone. Open the Home page to build it.")
+        st.info(
+            "The dense index is not built: dense methods are unavailable and hybrid runs as "
+            "BM25 alone. Open the Home page to build it."
+        )
 
 
 def run_page(main: Callable[[], None]) -> None:

@@ -22,13 +22,36 @@ from collections.abc import Callable
 from pathlib import Path
 
 QUERIES = [
-    "heart failure", "type 2 diabetes mellitus", "chronic kidney disease", "asthma",
-    "major depressive disorder", "atrial fibrillation", "acute myocardial infarction", "sepsis",
-    "rheumatoid arthritis", "epilepsy", "migraine", "obesity", "hyperlipidemia", "liver cirrhosis",
-    "community acquired pneumonia", "diabetic ketoacidosis", "gestational diabetes",
-    "diabetic retinopathy", "generalized anxiety disorder", "crohn disease", "ulcerative colitis",
-    "hypertension", "fracture of neck of femur", "chronic obstructive pulmonary disease", "dementia",
-    "alcohol dependence", "hypothyroidism", "peptic ulcer", "metastatic cancer", "lymphoma",
+    "heart failure",
+    "type 2 diabetes mellitus",
+    "chronic kidney disease",
+    "asthma",
+    "major depressive disorder",
+    "atrial fibrillation",
+    "acute myocardial infarction",
+    "sepsis",
+    "rheumatoid arthritis",
+    "epilepsy",
+    "migraine",
+    "obesity",
+    "hyperlipidemia",
+    "liver cirrhosis",
+    "community acquired pneumonia",
+    "diabetic ketoacidosis",
+    "gestational diabetes",
+    "diabetic retinopathy",
+    "generalized anxiety disorder",
+    "crohn disease",
+    "ulcerative colitis",
+    "hypertension",
+    "fracture of neck of femur",
+    "chronic obstructive pulmonary disease",
+    "dementia",
+    "alcohol dependence",
+    "hypothyroidism",
+    "peptic ulcer",
+    "metastatic cancer",
+    "lymphoma",
 ]
 
 
@@ -46,8 +69,9 @@ def fresh_process_build(path: Path) -> float:
         "build_icd10cm(Path(sys.argv[1])); print(time.perf_counter() - started)"
     )
     repo = Path(__file__).resolve().parents[1]
-    output = subprocess.run([sys.executable, "-c", script, str(path)], cwd=repo, check=True,
-                            capture_output=True, text=True).stdout
+    output = subprocess.run(
+        [sys.executable, "-c", script, str(path)], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout
     return float(output.strip().splitlines()[-1])
 
 
@@ -59,8 +83,10 @@ def percentile(values: list[float], fraction: float) -> float:
 def report(name: str, seconds: list[float], unit: str = "s") -> None:
     scale = 1000.0 if unit == "ms" else 1.0
     values = [value * scale for value in seconds]
-    print(f"{name:<46} median {statistics.median(values):9.2f} {unit}   "
-          f"min {min(values):9.2f}   max {max(values):9.2f}   (n={len(values)})")
+    print(
+        f"{name:<46} median {statistics.median(values):9.2f} {unit}   "
+        f"min {min(values):9.2f}   max {max(values):9.2f}   (n={len(values)})"
+    )
 
 
 def main() -> int:
@@ -76,8 +102,10 @@ def main() -> int:
     from phenoforge.libraries import build_bundled_libraries
 
     with tempfile.TemporaryDirectory() as tmp:
-        report("vocabulary build, fresh process (98,466 nodes)",
-               [fresh_process_build(Path(tmp) / f"vocab{run}.duckdb") for run in range(args.runs)])
+        report(
+            "vocabulary build, fresh process (98,466 nodes)",
+            [fresh_process_build(Path(tmp) / f"vocab{run}.duckdb") for run in range(args.runs)],
+        )
 
     ensure_vocabulary()
     con = connect()
@@ -100,8 +128,9 @@ def main() -> int:
         latencies = [timed(lambda q=query: dense.ranking(q, 10)) for _ in range(args.runs) for query in QUERIES]
         report("dense query p50 (top 10)", [statistics.median(latencies)], "ms")
         report("dense query p95 (top 10)", [percentile(latencies, 0.95)], "ms")
-    latencies = [timed(lambda q=query: hybrid_search(con, q, k=10, dense=dense))
-                 for _ in range(args.runs) for query in QUERIES]
+    latencies = [
+        timed(lambda q=query: hybrid_search(con, q, k=10, dense=dense)) for _ in range(args.runs) for query in QUERIES
+    ]
     label = "hybrid" if dense is not None else "hybrid (BM25 only, no dense index)"
     report(f"{label} query p50", [statistics.median(latencies)], "ms")
     report(f"{label} query p95", [percentile(latencies, 0.95)], "ms")
@@ -116,15 +145,19 @@ def main() -> int:
             run_benchmark(con, library.path, library.cohort_ids, methods=methods, dense=dense)
 
     full_benchmark()  # warm: hierarchy, chains, cohort files in the page cache
-    report(f"full benchmark ({n_cohorts} cohorts x {len(methods)} methods)",
-           [timed(full_benchmark) for _ in range(args.runs)])
+    report(
+        f"full benchmark ({n_cohorts} cohorts x {len(methods)} methods)",
+        [timed(full_benchmark) for _ in range(args.runs)],
+    )
 
     caches = [collect_rankings(con, library.path, library.cohort_ids, dense=dense) for library in libraries]
     for cache in caches:
         rescore_hybrid(con, cache, 0.5)
     weights = [0.0, 0.25, 0.5, 0.75, 1.0] * max(1, args.runs)
-    report(f"re-score all {n_cohorts} cohorts for a new dense_weight",
-           [timed(lambda w=weight: [rescore_hybrid(con, cache, w) for cache in caches]) for weight in weights])
+    report(
+        f"re-score all {n_cohorts} cohorts for a new dense_weight",
+        [timed(lambda w=weight: [rescore_hybrid(con, cache, w) for cache in caches]) for weight in weights],
+    )
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{'peak RSS of this process':<46} {peak_mib:9.0f} MiB")
     return 0

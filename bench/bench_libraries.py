@@ -28,8 +28,10 @@ def timed(function: Callable[[], object]) -> float:
 
 
 def report(name: str, seconds: list[float]) -> None:
-    print(f"{name:<46} median {statistics.median(seconds):8.3f} s   "
-          f"min {min(seconds):8.3f}   max {max(seconds):8.3f}   (n={len(seconds)})")
+    print(
+        f"{name:<46} median {statistics.median(seconds):8.3f} s   "
+        f"min {min(seconds):8.3f}   max {max(seconds):8.3f}   (n={len(seconds)})"
+    )
 
 
 def main() -> int:
@@ -50,17 +52,15 @@ def main() -> int:
     hierarchy = get_hierarchy(con)  # warm: the hierarchy is shared by every later call
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "libraries"
-        builds = [timed(lambda: build_bundled_libraries(con, root=root, force=True))
-                  for _ in range(args.runs)]
+        builds = [timed(lambda: build_bundled_libraries(con, root=root, force=True)) for _ in range(args.runs)]
         report("bundled libraries, forced build (all 3)", builds)
         report("  read Elixhauser xlsx", [timed(read_elixhauser) for _ in range(args.runs)])
-        report("  read CMS-HCC V28 csv", [timed(lambda: read_cms_hcc("V28"))
-                                          for _ in range(args.runs)])
-        report("  read CMS-HCC V24 csv", [timed(lambda: read_cms_hcc("V24"))
-                                          for _ in range(args.runs)])
-        report("bundled libraries, up-to-date check", [
-            timed(lambda: build_bundled_libraries(con, root=root)) for _ in range(args.runs)
-        ])
+        report("  read CMS-HCC V28 csv", [timed(lambda: read_cms_hcc("V28")) for _ in range(args.runs)])
+        report("  read CMS-HCC V24 csv", [timed(lambda: read_cms_hcc("V24")) for _ in range(args.runs)])
+        report(
+            "bundled libraries, up-to-date check",
+            [timed(lambda: build_bundled_libraries(con, root=root)) for _ in range(args.runs)],
+        )
         manifests = build_bundled_libraries(con, root=root)
 
         rng = random.Random(0)
@@ -83,9 +83,11 @@ def main() -> int:
     print(f"{'library':<22}{'cohorts':>8}{'codes':>8}{'pairs':>8}{'not in FY2026':>15}")
     for manifest in manifests:
         stats = manifest.stats
-        print(f"{manifest.library_id:<22}{stats.n_cohorts:>8}{stats.n_listed_codes:>8}"
-              f"{manifest.report['n_cohort_code_pairs']:>8}{stats.n_codes_not_in_vocabulary:>15}"
-              f"  {', '.join(stats.codes_not_in_vocabulary[:10])}")
+        print(
+            f"{manifest.library_id:<22}{stats.n_cohorts:>8}{stats.n_listed_codes:>8}"
+            f"{manifest.report['n_cohort_code_pairs']:>8}{stats.n_codes_not_in_vocabulary:>15}"
+            f"  {', '.join(stats.codes_not_in_vocabulary[:10])}"
+        )
     con.close()
     return 0
 

@@ -23,8 +23,11 @@ def first(value: str | None, options: list[str]) -> int:
 
 
 def main() -> None:
-    ui.page_header("Cohort drilldown", "Predicted vs curated codes, side by side, with the nearest "
-                   "match on the other side and the partial credit it earns.")
+    ui.page_header(
+        "Cohort drilldown",
+        "Predicted vs curated codes, side by side, with the nearest "
+        "match on the other side and the partial credit it earns.",
+    )
     ui.require_vocabulary()
     libraries = ui.require_libraries()
     params = st.query_params
@@ -35,20 +38,34 @@ def main() -> None:
             run = saved_run(run_id)
         except PhenoforgeError as error:
             st.warning(f"{error}; showing a live run instead.")
-    library = ui.library_picker(libraries, key="dd_library",
-                                default_id=run.library_id if run else params.get("library"))
+    library = ui.library_picker(
+        libraries, key="dd_library", default_id=run.library_id if run else params.get("library")
+    )
     entries = library.manifest.cohorts
     names = {e.cohort_id: e.cohort_name for e in entries}
     ids = list(names)
-    cohort_id = st.selectbox("Cohort", ids, index=first(params.get("cohort"), ids),
-                             format_func=lambda c: f"{c} · {names[c]}",
-                             key=f"dd_cohort_{library.library_id}")
-    for notice in deep_link_notices(run.library_id if run else params.get("library"), library.library_id,
-                                    [lib.library_id for lib in libraries], params.get("cohort"), cohort_id, ids):
+    cohort_id = st.selectbox(
+        "Cohort",
+        ids,
+        index=first(params.get("cohort"), ids),
+        format_func=lambda c: f"{c} · {names[c]}",
+        key=f"dd_cohort_{library.library_id}",
+    )
+    for notice in deep_link_notices(
+        run.library_id if run else params.get("library"),
+        library.library_id,
+        [lib.library_id for lib in libraries],
+        params.get("cohort"),
+        cohort_id,
+        ids,
+    ):
         st.warning(notice)
     dense = ui.dense_retriever()
-    options = list(run.parameters.methods) if run and run.library_id == library.library_id else \
-        available_methods(dense is not None)
+    options = (
+        list(run.parameters.methods)
+        if run and run.library_id == library.library_id
+        else available_methods(dense is not None)
+    )
     wanted = [m for m in (params.get("method") or "").split(",") if m in options]
     methods = st.multiselect("Methods", options, default=wanted or options[:1], key="dd_methods")
     use_run = run is not None and run.library_id == library.library_id
@@ -69,8 +86,9 @@ def main() -> None:
         st.info("Choose at least one method.")
         return
     with ui.cursor() as con:
-        results, skipped = results_for(con, library, cohort_id, methods, run if use_run else None,
-                                       dense=dense, k=k, dense_weight=weight)
+        results, skipped = results_for(
+            con, library, cohort_id, methods, run if use_run else None, dense=dense, k=k, dense_weight=weight
+        )
         for message in skipped:
             st.warning(message)
         means = method_means(library.library_id, run if use_run else None)
@@ -88,48 +106,83 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
         return None if mean is None else f"{value - float(mean[key]):+.3f} vs mean"
 
     cols[0].metric("Coverage", f"{view.coverage:.3f}", delta(view.coverage, "coverage"))
-    cols[1].metric("Over-inclusion", f"{view.over_inclusion:.3f}",
-                   delta(view.over_inclusion, "over_inclusion"), delta_color="inverse")
-    cols[2].metric("Hierarchical", f"{view.hierarchical:.3f}",
-                   delta(view.hierarchical, "hierarchical"))
+    cols[1].metric(
+        "Over-inclusion",
+        f"{view.over_inclusion:.3f}",
+        delta(view.over_inclusion, "over_inclusion"),
+        delta_color="inverse",
+    )
+    cols[2].metric("Hierarchical", f"{view.hierarchical:.3f}", delta(view.hierarchical, "hierarchical"))
     counts = outcome_counts(view)
     cols[3].metric("Hit / near / miss / over", " / ".join(str(counts[o]) for o in OUTCOME_COLOURS))
     if mean is None:
         st.caption("Run a benchmark over this whole library to compare with the method's mean.")
     else:
-        st.caption(f"Method mean over {mean['n_cohorts']} cohorts (run {mean['run_id']}): coverage "
-                   f"{mean['coverage']:.3f}, over-inclusion {mean['over_inclusion']:.3f}, "
-                   f"hierarchical {mean['hierarchical']:.3f}.")
+        st.caption(
+            f"Method mean over {mean['n_cohorts']} cohorts (run {mean['run_id']}): coverage "
+            f"{mean['coverage']:.3f}, over-inclusion {mean['over_inclusion']:.3f}, "
+            f"hierarchical {mean['hierarchical']:.3f}."
+        )
     frame = pd.DataFrame([row.model_dump() for row in view.rows])
     left, right = st.columns(2)
-    for column, side, title in ((left, ("in both", "predicted only"), "Predicted"),
-                                (right, ("in both", "curated only"), "Curated")):
+    for column, side, title in (
+        (left, ("in both", "predicted only"), "Predicted"),
+        (right, ("in both", "curated only"), "Curated"),
+    ):
         part = frame[frame["status"].isin(side)] if not frame.empty else frame
         column.markdown(f"**{title}** ({len(part)})")
         column.dataframe(
-            part, hide_index=True, width="stretch", key=f"dd_{title}_{view.method}",
-            column_order=["code", "name", "status", "best_match", "best_match_name",
-                          "tree_distance", "partial_credit", "outcome", "why"],
-            column_config={"partial_credit": st.column_config.NumberColumn(format="%.3f"),
-                           "why": st.column_config.ListColumn("why in the list")},
+            part,
+            hide_index=True,
+            width="stretch",
+            key=f"dd_{title}_{view.method}",
+            column_order=[
+                "code",
+                "name",
+                "status",
+                "best_match",
+                "best_match_name",
+                "tree_distance",
+                "partial_credit",
+                "outcome",
+                "why",
+            ],
+            column_config={
+                "partial_credit": st.column_config.NumberColumn(format="%.3f"),
+                "why": st.column_config.ListColumn("why in the list"),
+            },
         )
     left, right = st.columns(2)
     hist = go.Figure()
     for direction, counter in view.distance_counts.items():
         labels = sorted(counter, key=lambda d: (d == "no common ancestor", int(d) if d.isdigit() else 0))
         hist.add_bar(name=direction, x=labels, y=[counter[d] for d in labels])
-    hist.update_layout(title="Tree distance to the nearest match", barmode="group",
-                       xaxis={"title": "edges (0 = exact)", "type": "category"},
-                       yaxis={"title": "codes"}, height=360, margin={"t": 50, "b": 30})
+    hist.update_layout(
+        title="Tree distance to the nearest match",
+        barmode="group",
+        xaxis={"title": "edges (0 = exact)", "type": "category"},
+        yaxis={"title": "codes"},
+        height=360,
+        margin={"t": 50, "b": 30},
+    )
     left.plotly_chart(hist, width="stretch", key=f"dd_hist_{view.method}")
-    sunburst = go.Figure(go.Sunburst(
-        ids=nodes.ids, labels=nodes.labels, parents=nodes.parents, values=nodes.values,
-        marker={"colors": nodes.colors}, hovertext=nodes.hover, branchvalues="remainder",
-        hoverinfo="label+text",
-    ))
-    sunburst.update_layout(title="Chapter › block › category › code (green hit, amber near miss, "
-                           "red miss, purple over-inclusion)", height=420,
-                           margin={"t": 50, "b": 10, "l": 10, "r": 10})
+    sunburst = go.Figure(
+        go.Sunburst(
+            ids=nodes.ids,
+            labels=nodes.labels,
+            parents=nodes.parents,
+            values=nodes.values,
+            marker={"colors": nodes.colors},
+            hovertext=nodes.hover,
+            branchvalues="remainder",
+            hoverinfo="label+text",
+        )
+    )
+    sunburst.update_layout(
+        title="Chapter › block › category › code (green hit, amber near miss, red miss, purple over-inclusion)",
+        height=420,
+        margin={"t": 50, "b": 10, "l": 10, "r": 10},
+    )
     right.plotly_chart(sunburst, width="stretch", key=f"dd_sunburst_{view.method}")
 
 

@@ -22,8 +22,9 @@ def scorer_for(library, cohort_ids: list[str], k: int, dense) -> WeightScorer:  
         scorer = registry.get(key)
         if scorer is None:
             bar = st.progress(0.0, text="querying BM25 and dense once per cohort")
-            cache = collect(con, Path(library.path), cohort_ids, dense, k=k,
-                            progress=ui.progress_callback(bar, "rankings "))
+            cache = collect(
+                con, Path(library.path), cohort_ids, dense, k=k, progress=ui.progress_callback(bar, "rankings ")
+            )
             scorer = WeightScorer(cache, k=k)
             scorer.curve(con)
             registry[key] = scorer
@@ -33,8 +34,7 @@ def scorer_for(library, cohort_ids: list[str], k: int, dense) -> WeightScorer:  
 
 @st.fragment
 def slider_view(scorer: WeightScorer) -> None:
-    weight = st.slider("dense_weight (0 = BM25 only, 1 = dense only)", 0.0, 1.0, 0.5, 0.01,
-                       key="hw_weight")
+    weight = st.slider("dense_weight (0 = BM25 only, 1 = dense only)", 0.0, 1.0, 0.5, 0.01, key="hw_weight")
     with ui.cursor() as con:
         report = scorer.report(con, weight)
         reference = scorer.report(con, REFERENCE_WEIGHT)
@@ -42,32 +42,49 @@ def slider_view(scorer: WeightScorer) -> None:
     current = means(report)
     base = means(reference)
     cols = st.columns(3)
-    cols[0].metric("Mean hierarchical", f"{current['hierarchical']:.4f}",
-                   f"{current['hierarchical'] - base['hierarchical']:+.4f} vs BM25 only")
-    cols[1].metric("Mean coverage", f"{current['coverage']:.4f}",
-                   f"{current['coverage'] - base['coverage']:+.4f}")
-    cols[2].metric("Mean over-inclusion", f"{current['over_inclusion']:.4f}",
-                   f"{current['over_inclusion'] - base['over_inclusion']:+.4f}",
-                   delta_color="inverse")
+    cols[0].metric(
+        "Mean hierarchical",
+        f"{current['hierarchical']:.4f}",
+        f"{current['hierarchical'] - base['hierarchical']:+.4f} vs BM25 only",
+    )
+    cols[1].metric("Mean coverage", f"{current['coverage']:.4f}", f"{current['coverage'] - base['coverage']:+.4f}")
+    cols[2].metric(
+        "Mean over-inclusion",
+        f"{current['over_inclusion']:.4f}",
+        f"{current['over_inclusion'] - base['over_inclusion']:+.4f}",
+        delta_color="inverse",
+    )
     figure = go.Figure()
-    figure.add_scatter(x=[w for w, _ in curve], y=[s for _, s in curve], mode="lines+markers",
-                       name="mean hierarchical score")
-    figure.add_scatter(x=[weight], y=[current["hierarchical"]], mode="markers",
-                       marker={"size": 16, "color": "#c0392b", "symbol": "diamond"},
-                       name=f"current ({weight:.2f})")
+    figure.add_scatter(
+        x=[w for w, _ in curve], y=[s for _, s in curve], mode="lines+markers", name="mean hierarchical score"
+    )
+    figure.add_scatter(
+        x=[weight],
+        y=[current["hierarchical"]],
+        mode="markers",
+        marker={"size": 16, "color": "#c0392b", "symbol": "diamond"},
+        name=f"current ({weight:.2f})",
+    )
     best_w, best_s = max(curve, key=lambda point: point[1])
-    figure.update_layout(title=f"Hierarchical score vs dense weight (best on the grid: "
-                         f"{best_s:.4f} at {best_w:.2f})", xaxis={"title": "dense_weight"},
-                         yaxis={"title": "mean hierarchical score"}, height=380,
-                         margin={"t": 50, "b": 30})
+    figure.update_layout(
+        title=f"Hierarchical score vs dense weight (best on the grid: {best_s:.4f} at {best_w:.2f})",
+        xaxis={"title": "dense_weight"},
+        yaxis={"title": "mean hierarchical score"},
+        height=380,
+        margin={"t": 50, "b": 30},
+    )
     st.plotly_chart(figure, width="stretch", key="hw_curve", config={"displayModeBar": False})
     left, right = st.columns(2)
-    columns = {"cohort_id": "cohort", "cohort_name": "name", "reference": "BM25 only",
-               "current": f"at {weight:.2f}", "delta": "Δ"}
+    columns = {
+        "cohort_id": "cohort",
+        "cohort_name": "name",
+        "reference": "BM25 only",
+        "current": f"at {weight:.2f}",
+        "delta": "Δ",
+    }
     number = [c for c in columns.values() if c not in ("cohort", "name")]
     gaining, losing = gaining_and_losing(cohort_shifts(reference, report))
-    for column, title, shifts in ((left, "Cohorts gaining most", gaining),
-                                  (right, "Cohorts losing most", losing)):
+    for column, title, shifts in ((left, "Cohorts gaining most", gaining), (right, "Cohorts losing most", losing)):
         part = pd.DataFrame([s.model_dump() for s in shifts], columns=list(columns)).rename(columns=columns)
         column.markdown(f"**{title}** (vs BM25 only)")
         if part.empty:
@@ -76,9 +93,12 @@ def slider_view(scorer: WeightScorer) -> None:
             # A static table: re-rendered on every slider step, and cheaper than a data grid.
             column.table(part.style.format({c: "{:.3f}" for c in number}).hide(axis="index"))
 
+
 def main() -> None:
-    ui.page_header("Hybrid weight", "Per-retriever rankings are queried once; the slider re-fuses "
-                   "them (weighted RRF) and re-scores every cohort.")
+    ui.page_header(
+        "Hybrid weight",
+        "Per-retriever rankings are queried once; the slider re-fuses them (weighted RRF) and re-scores every cohort.",
+    )
     ui.require_vocabulary()
     libraries = ui.require_libraries()
     dense = ui.dense_retriever()
@@ -89,9 +109,13 @@ def main() -> None:
     library = ui.library_picker(libraries, key="hw_library")
     names = {e.cohort_id: e.cohort_name for e in library.manifest.cohorts}
     cols = st.columns([3, 1])
-    chosen = cols[0].multiselect("Cohorts (leave empty for all)", list(names), default=[],
-                                 format_func=lambda c: f"{c} · {names[c]}",
-                                 key=f"hw_cohorts_{library.library_id}")
+    chosen = cols[0].multiselect(
+        "Cohorts (leave empty for all)",
+        list(names),
+        default=[],
+        format_func=lambda c: f"{c} · {names[c]}",
+        key=f"hw_cohorts_{library.library_id}",
+    )
     k = int(cols[1].number_input("k", 1, 100, 25, key="hw_k"))
     scorer = scorer_for(library, chosen or list(names), k, dense)
     slider_view(scorer)

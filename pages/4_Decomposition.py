@@ -46,12 +46,19 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
     cols[2].metric("Mean decomposed", f"{report.mean_decomposed_hierarchical_score:.4f}")
     cols[3].metric("Cases scored", report.n_scored)
     cols[4].metric("Cases with a term on the target", f"{landing_share(report):.0%}")
-    st.caption(f"Retrieval: {report.retrieval} · k={report.k} · where terms landed: "
-               + (", ".join(f"{k} {v}" for k, v in sorted(report.landed_counts.items())) or "—"))
+    st.caption(
+        f"Retrieval: {report.retrieval} · k={report.k} · where terms landed: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(report.landed_counts.items())) or "—")
+    )
     for message in report.skipped:
         st.caption(f"skipped {message}")
-    st.dataframe(pd.DataFrame(case_rows(report)), hide_index=True, width="stretch", key="dec_table",
-                 column_config={c: st.column_config.NumberColumn(format="%.3f") for c in SCORES})
+    st.dataframe(
+        pd.DataFrame(case_rows(report)),
+        hide_index=True,
+        width="stretch",
+        key="dec_table",
+        column_config={c: st.column_config.NumberColumn(format="%.3f") for c in SCORES},
+    )
     st.markdown("**Per case**")
     for r in report.results:
         if r.error:
@@ -63,15 +70,27 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
             cols[2].metric("Curated codes", r.n_ground_truth)
             st.write(f"Seed terms: {', '.join(r.seed_terms) or '—'}")
             if r.term_resolutions:
-                st.dataframe(pd.DataFrame([{
-                    "term": t.term, "landed": t.landed, "tier": t.tier,
-                    "matched cohorts": ", ".join(f"{i} {n}" for i, n in
-                                                 zip(t.matched_cohort_ids, t.matched_cohort_names,
-                                                     strict=False)),
-                    "codes": len(t.codes), "note": t.note or "",
-                } for t in r.term_resolutions]), hide_index=True, width="stretch")
-            st.write(f"Predicted codes ({len(r.predicted_codes)}): "
-                     + (", ".join(r.predicted_codes[:60]) or "—"))
+                st.dataframe(
+                    pd.DataFrame(
+                        [
+                            {
+                                "term": t.term,
+                                "landed": t.landed,
+                                "tier": t.tier,
+                                "matched cohorts": ", ".join(
+                                    f"{i} {n}"
+                                    for i, n in zip(t.matched_cohort_ids, t.matched_cohort_names, strict=False)
+                                ),
+                                "codes": len(t.codes),
+                                "note": t.note or "",
+                            }
+                            for t in r.term_resolutions
+                        ]
+                    ),
+                    hide_index=True,
+                    width="stretch",
+                )
+            st.write(f"Predicted codes ({len(r.predicted_codes)}): " + (", ".join(r.predicted_codes[:60]) or "—"))
 
 
 def repeat_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
@@ -87,17 +106,28 @@ def repeat_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
     cols[0].metric("Mean gap over cases", f"{report.mean_gap:+.4f}")
     cols[1].metric("95% CI of the mean", f"[{report.mean_gap_ci_low:+.4f}, {report.mean_gap_ci_high:+.4f}]")
     cols[2].metric("SD of the per-run means", f"{report.stdev_mean_gap:.4f}")
-    st.caption(f"{report.n} runs; the interval is a bootstrap over cases of each case's mean gap across runs. "
-               "Per-run means: " + ", ".join(f"{gap:+.4f}" for gap in report.mean_gap_per_run))
-    st.dataframe(pd.DataFrame(spread_rows(report)), hide_index=True, width="stretch", key="dec_spread",
-                 column_config={c: st.column_config.NumberColumn(format="%.3f")
-                                for c in ("mean gap", "min gap", "max gap", "sd")})
+    st.caption(
+        f"{report.n} runs; the interval is a bootstrap over cases of each case's mean gap across runs. "
+        "Per-run means: " + ", ".join(f"{gap:+.4f}" for gap in report.mean_gap_per_run)
+    )
+    st.dataframe(
+        pd.DataFrame(spread_rows(report)),
+        hide_index=True,
+        width="stretch",
+        key="dec_spread",
+        column_config={
+            c: st.column_config.NumberColumn(format="%.3f") for c in ("mean gap", "min gap", "max gap", "sd")
+        },
+    )
 
 
 def main() -> None:
-    ui.page_header("Decomposition", "Each test case's description is decomposed into seed terms "
-                   "and resolved (curated cohorts first); its score is compared with searching "
-                   "the cohort's own name.")
+    ui.page_header(
+        "Decomposition",
+        "Each test case's description is decomposed into seed terms "
+        "and resolved (curated cohorts first); its score is compared with searching "
+        "the cohort's own name.",
+    )
     ui.require_vocabulary()
     ui.require_libraries()
     ui.dense_notice()
@@ -107,22 +137,45 @@ def main() -> None:
     default = next((i for i, n in enumerate(names) if runnable.get(n)), 0)
     key_set = claude_key_set()
     cols = st.columns([2, 2, 2, 1, 1])
-    chosen = cols[0].selectbox("Test cases", names, index=default, key="dec_set",
-                               format_func=lambda n: n if n == UPLOADED else
-                               f"{n} ({len(runnable[n])} of {len(sets[n])} runnable here)")
-    split = cols[1].radio("Split", split_options(sets.get(chosen, [])), horizontal=True, key="dec_split",
-                          format_func=SPLITS.get,
-                          help="Development cases are what the decomposer was tuned on; report the test half.")
+    chosen = cols[0].selectbox(
+        "Test cases",
+        names,
+        index=default,
+        key="dec_set",
+        format_func=lambda n: n if n == UPLOADED else f"{n} ({len(runnable[n])} of {len(sets[n])} runnable here)",
+    )
+    split = cols[1].radio(
+        "Split",
+        split_options(sets.get(chosen, [])),
+        horizontal=True,
+        key="dec_split",
+        format_func=SPLITS.get,
+        help="Development cases are what the decomposer was tuned on; report the test half.",
+    )
     decomposer = cols[2].radio(
-        "Decomposer", ["claude", "offline"] if key_set else ["offline"], horizontal=True,
-        key="dec_decomposer", help=None if key_set else "Set ANTHROPIC_API_KEY to use Claude.",
+        "Decomposer",
+        ["claude", "offline"] if key_set else ["offline"],
+        horizontal=True,
+        key="dec_decomposer",
+        help=None if key_set else "Set ANTHROPIC_API_KEY to use Claude.",
     )
     k = int(cols[3].number_input("k", 1, 100, 10, key="dec_k"))
-    repeat = int(cols[4].number_input("Repeats", 1, 20, 1, key="dec_repeat",
-                                      help="Run N times (Claude uncached) for per-case spread and the mean's CI"))
+    repeat = int(
+        cols[4].number_input(
+            "Repeats",
+            1,
+            20,
+            1,
+            key="dec_repeat",
+            help="Run N times (Claude uncached) for per-case spread and the mean's CI",
+        )
+    )
     if chosen == UPLOADED:
-        upload = st.file_uploader("Case file (CSV: population_description, cohort_id, optional library, source)",
-                                  type=["csv"], key="dec_upload")
+        upload = st.file_uploader(
+            "Case file (CSV: population_description, cohort_id, optional library, source)",
+            type=["csv"],
+            key="dec_upload",
+        )
         if upload is None:
             st.caption("Upload a CSV; each line is scored against the installed library holding its cohort.")
             return
@@ -134,16 +187,26 @@ def main() -> None:
     else:
         cases = cases_of(runnable[chosen], split)
     if not cases:
-        st.warning("None of these cases' libraries and cohorts is installed here: build the "
-                   "bundled libraries on the Home page, or fetch the OHDSI library for the "
-                   "'ohdsi' set.")
+        st.warning(
+            "None of these cases' libraries and cohorts is installed here: build the "
+            "bundled libraries on the Home page, or fetch the OHDSI library for the "
+            "'ohdsi' set."
+        )
         return
-    if st.button(f"Run {len(cases)} test cases" + (f" × {repeat}" if repeat > 1 else ""), type="primary",
-                 key="dec_run"):
+    if st.button(
+        f"Run {len(cases)} test cases" + (f" × {repeat}" if repeat > 1 else ""), type="primary", key="dec_run"
+    ):
         bar = st.progress(0.0, text="starting")
         with ui.cursor() as con:
-            report = run_decomposition(con, cases, decomposer, dense=ui.dense_retriever(), k=k,
-                                       progress=ui.progress_callback(bar, "case "), repeat=repeat)
+            report = run_decomposition(
+                con,
+                cases,
+                decomposer,
+                dense=ui.dense_retriever(),
+                k=k,
+                progress=ui.progress_callback(bar, "case "),
+                repeat=repeat,
+            )
         bar.empty()
         st.session_state["dec_report"] = (chosen, split, decomposer, repeat, report)
     stored = st.session_state.get("dec_report")

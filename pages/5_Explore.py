@@ -13,72 +13,89 @@ def search_section() -> None:
     st.subheader("Search")
     dense = ui.dense_retriever()
     cols = st.columns([4, 1, 1])
-    query = cols[0].text_input("Query", value=st.query_params.get("q", ""), key="ex_query",
-                               placeholder="e.g. type 2 diabetes with kidney disease")
+    query = cols[0].text_input(
+        "Query",
+        value=st.query_params.get("q", ""),
+        key="ex_query",
+        placeholder="e.g. type 2 diabetes with kidney disease",
+    )
     k = int(cols[1].number_input("k", 1, 50, 10, key="ex_k"))
     weight = float(cols[2].slider("dense_weight", 0.0, 1.0, 0.5, 0.05, key="ex_weight"))
     if not query.strip():
         return
     results = None
     with ui.cursor() as con:
-        results = search_side_by_side(con, query, ["bm25", "dense", "hybrid"], k=k, dense=dense,
-                                      dense_weight=weight)
+        results = search_side_by_side(con, query, ["bm25", "dense", "hybrid"], k=k, dense=dense, dense_weight=weight)
     columns = st.columns(len(results))
     for column, (method, result) in zip(columns, results.items(), strict=True):
         column.markdown(f"**{method}**" + (" (degraded)" if result.degraded else ""))
         if not result.hits:
             column.info(result.reason or "no results")
             continue
-        column.dataframe(pd.DataFrame([{"rank": h.rank, "code": h.code, "name": h.name,
-                                        "score": h.score} for h in result.hits]),
-                         hide_index=True, width="stretch", key=f"ex_{method}",
-                         column_config={"score": st.column_config.NumberColumn(format="%.4f")})
+        column.dataframe(
+            pd.DataFrame([{"rank": h.rank, "code": h.code, "name": h.name, "score": h.score} for h in result.hits]),
+            hide_index=True,
+            width="stretch",
+            key=f"ex_{method}",
+            column_config={"score": st.column_config.NumberColumn(format="%.4f")},
+        )
         for note in result.notes:
             column.caption(note)
 
 
 def lookup_section() -> None:
     st.subheader("Look a code up")
-    code = st.text_input("ICD-10-CM code", value=st.query_params.get("code", ""), key="ex_code",
-                         placeholder="e.g. E11.22")
+    code = st.text_input(
+        "ICD-10-CM code", value=st.query_params.get("code", ""), key="ex_code", placeholder="e.g. E11.22"
+    )
     if not code.strip():
         return
     with ui.cursor() as con:
         details = code_details(con, code, ui.libraries(), ui.cohort_membership())
     if details is None:
-        st.warning(f"{code!r} is not a code in the loaded vocabulary. Check the spelling (dots "
-                   "are optional), or search for it by name above.")
+        st.warning(
+            f"{code!r} is not a code in the loaded vocabulary. Check the spelling (dots "
+            "are optional), or search for it by name above."
+        )
         return
     concept = details.concept
     st.markdown(f"### {concept.code} · {concept.name}")
-    st.caption(f"{concept.kind} · {'billable' if concept.billable else 'not billable'} · "
-               f"concept id {concept.concept_id}")
+    st.caption(
+        f"{concept.kind} · {'billable' if concept.billable else 'not billable'} · concept id {concept.concept_id}"
+    )
     left, right = st.columns(2)
     left.markdown("**Ancestors** (nearest first)")
-    left.dataframe(pd.DataFrame([{"code": c.code, "name": c.name, "kind": c.kind}
-                                 for c in details.ancestors]), hide_index=True, width="stretch",
-                   key="ex_ancestors")
+    left.dataframe(
+        pd.DataFrame([{"code": c.code, "name": c.name, "kind": c.kind} for c in details.ancestors]),
+        hide_index=True,
+        width="stretch",
+        key="ex_ancestors",
+    )
     right.markdown(f"**Children** ({len(details.children)})")
     if details.children:
-        right.dataframe(pd.DataFrame([{"code": c.code, "name": c.name, "billable": c.billable}
-                                      for c in details.children]), hide_index=True,
-                        width="stretch", key="ex_children")
+        right.dataframe(
+            pd.DataFrame([{"code": c.code, "name": c.name, "billable": c.billable} for c in details.children]),
+            hide_index=True,
+            width="stretch",
+            key="ex_children",
+        )
     else:
         right.caption("none: a leaf code")
     left, right = st.columns(2)
     left.markdown(f"**Notes** ({len(details.notes)})")
     if details.notes:
-        left.dataframe(pd.DataFrame([n.model_dump() for n in details.notes]), hide_index=True,
-                       width="stretch", key="ex_notes")
+        left.dataframe(
+            pd.DataFrame([n.model_dump() for n in details.notes]), hide_index=True, width="stretch", key="ex_notes"
+        )
     right.markdown(f"**Cohorts that contain it** ({len(details.cohorts)})")
     if details.cohorts:
-        right.dataframe(pd.DataFrame([c.model_dump() for c in details.cohorts]), hide_index=True,
-                        width="stretch", key="ex_cohorts")
+        right.dataframe(
+            pd.DataFrame([c.model_dump() for c in details.cohorts]), hide_index=True, width="stretch", key="ex_cohorts"
+        )
 
 
 def main() -> None:
-    ui.page_header("Explore", "BM25, dense and hybrid retrieval side by side, and a code's place "
-                   "in the hierarchy.")
+    ui.page_header("Explore", "BM25, dense and hybrid retrieval side by side, and a code's place in the hierarchy.")
     ui.require_vocabulary()
     ui.dense_notice()
     search_section()

@@ -40,13 +40,21 @@ def _open(state: AssemblyState) -> None:
 def start_section(reviewer: str) -> None:
     libraries = ui.libraries()
     with st.form("as_new"):
-        description = st.text_area("Population description", key="as_description",
-                                   max_chars=workflow.MAX_DESCRIPTION_CHARS,
-                                   placeholder="e.g. adults hospitalized with heart failure and type 2 diabetes")
+        description = st.text_area(
+            "Population description",
+            key="as_description",
+            max_chars=workflow.MAX_DESCRIPTION_CHARS,
+            placeholder="e.g. adults hospitalized with heart failure and type 2 diabetes",
+        )
         cols = st.columns([1, 2, 1])
         options = ["offline", "claude"] if views.claude_available() else ["offline"]
-        decomposer = cols[0].radio("Decomposer", options, key="as_decomposer", horizontal=True,
-                                   help=None if len(options) > 1 else "Set ANTHROPIC_API_KEY to use Claude.")
+        decomposer = cols[0].radio(
+            "Decomposer",
+            options,
+            key="as_decomposer",
+            horizontal=True,
+            help=None if len(options) > 1 else "Set ANTHROPIC_API_KEY to use Claude.",
+        )
         ids = [lib.library_id for lib in libraries]
         chosen = cols[1].multiselect("Curated libraries to check first", ids, default=ids, key="as_libraries")
         k = int(cols[2].number_input("Hits per term (k)", 1, 50, 10, key="as_k"))
@@ -55,9 +63,16 @@ def start_section(reviewer: str) -> None:
         return
     paths = [lib.path for lib in libraries if lib.library_id in chosen]
     with st.spinner("Decomposing and searching"), ui.cursor() as con:
-        state = workflow.start(con, description, views.decomposer_for(decomposer, con), reviewer=reviewer,
-                               decomposer_name=decomposer, library_paths=paths,
-                               dense=ui.dense_retriever(), k=k)
+        state = workflow.start(
+            con,
+            description,
+            views.decomposer_for(decomposer, con),
+            reviewer=reviewer,
+            decomposer_name=decomposer,
+            library_paths=paths,
+            dense=ui.dense_retriever(),
+            k=k,
+        )
     _open(state)
 
 
@@ -67,8 +82,7 @@ def resume_section() -> None:
         return
     with st.expander(f"Resume a saved session ({len(sessions)})"):
         ids = [s.session_id for s in sessions]
-        labels = {s.session_id: f"{s.session_id} · {s.updated_at} · {s.stage} · {s.description[:60]}"
-                  for s in sessions}
+        labels = {s.session_id: f"{s.session_id} · {s.updated_at} · {s.stage} · {s.description[:60]}" for s in sessions}
         picked = st.selectbox("Session", ids, format_func=labels.get, key="as_resume_pick")
         if st.button("Resume", key="as_resume"):
             _open(workflow.resume(picked))
@@ -83,8 +97,10 @@ def terms_section(state: AssemblyState) -> None:
     for index, term in enumerate(state.terms):
         if term.status != "ambiguous":
             continue
-        st.warning(f"'{plain(term.term)}' matches several curated cohorts; it was not guessed. Pick one, or "
-                   "review the generated candidates below.")
+        st.warning(
+            f"'{plain(term.term)}' matches several curated cohorts; it was not guessed. Pick one, or "
+            "review the generated candidates below."
+        )
         cols = st.columns([3, 1])
         ids = [m.cohort_id for m in term.ambiguous]
         names = {m.cohort_id: f"{m.library_id}/{m.cohort_id} {m.cohort_name}" for m in term.ambiguous}
@@ -111,16 +127,24 @@ def gate_section(state: AssemblyState, reviewer: str) -> None:
         row = st.columns([6, 3, 2])
         row[0].markdown(views.candidate_label(state, candidate.code))
         current = candidate.decision or views.PENDING
-        choice = row[1].radio("decision", views.CHOICES, index=views.CHOICES.index(current), horizontal=True,
-                              key=f"as_dec_{candidate.code}", label_visibility="collapsed")
+        choice = row[1].radio(
+            "decision",
+            views.CHOICES,
+            index=views.CHOICES.index(current),
+            horizontal=True,
+            key=f"as_dec_{candidate.code}",
+            label_visibility="collapsed",
+        )
         expand = False
         if candidate.n_descendants:
-            expand = row[2].checkbox(f"expand to {candidate.n_descendants} descendants",
-                                     value=candidate.expand_descendants, key=f"as_exp_{candidate.code}")
+            expand = row[2].checkbox(
+                f"expand to {candidate.n_descendants} descendants",
+                value=candidate.expand_descendants,
+                key=f"as_exp_{candidate.code}",
+            )
         choices[candidate.code] = (choice, expand)
     changed = views.changed_decisions(state, choices)
-    if st.button(f"Save {len(changed)} decisions", key="as_save", type="primary",
-                 disabled=not changed or not reviewer):
+    if st.button(f"Save {len(changed)} decisions", key="as_save", type="primary", disabled=not changed or not reviewer):
         _open(workflow.decide(state, changed, reviewer))
         st.rerun()
     if not reviewer:
@@ -144,10 +168,16 @@ def result_section(state: AssemblyState) -> None:
     with ui.cursor() as con:
         circe = concept_set_circe_json(con, concept_set)
     cols = st.columns(2)
-    cols[0].download_button("Download CSV", concept_set_csv(concept_set), f"concept_set_{state.session_id}.csv",
-                            "text/csv", key="as_dl_csv")
-    cols[1].download_button("Download Circe concept set (JSON)", circe, f"concept_set_{state.session_id}.json",
-                            "application/json", key="as_dl_circe")
+    cols[0].download_button(
+        "Download CSV", concept_set_csv(concept_set), f"concept_set_{state.session_id}.csv", "text/csv", key="as_dl_csv"
+    )
+    cols[1].download_button(
+        "Download Circe concept set (JSON)",
+        circe,
+        f"concept_set_{state.session_id}.json",
+        "application/json",
+        key="as_dl_circe",
+    )
 
 
 def audit_section(state: AssemblyState) -> None:
@@ -155,13 +185,21 @@ def audit_section(state: AssemblyState) -> None:
     with st.expander(f"Audit trail ({len(records)} decisions)"):
         if records:
             st.dataframe(pd.DataFrame([r.model_dump() for r in records]), hide_index=True, width="stretch")
-        st.download_button("Download audit trail (CSV)", audit.audit_csv(records),
-                           f"audit_{state.session_id}.csv", "text/csv", key="as_dl_audit")
+        st.download_button(
+            "Download audit trail (CSV)",
+            audit.audit_csv(records),
+            f"audit_{state.session_id}.csv",
+            "text/csv",
+            key="as_dl_audit",
+        )
 
 
 def main() -> None:
-    ui.page_header("Assemble", "Describe a population; seed terms resolve to curated cohorts first, "
-                   "and every generated code passes your review before it joins the concept set.")
+    ui.page_header(
+        "Assemble",
+        "Describe a population; seed terms resolve to curated cohorts first, "
+        "and every generated code passes your review before it joins the concept set.",
+    )
     ui.require_vocabulary()
     state = _session()
     if state is not None and state.reviewer and not st.session_state.get("as_reviewer"):
@@ -175,8 +213,7 @@ def main() -> None:
             return
     else:
         cols = st.columns([4, 1])
-        cols[0].markdown(f"**Session {state.session_id}** · {plain(state.description)} · "
-                         f"decomposer {state.decomposer}")
+        cols[0].markdown(f"**Session {state.session_id}** · {plain(state.description)} · decomposer {state.decomposer}")
         if cols[1].button("New session", key="as_new_session"):
             st.session_state.pop("as_state", None)
             st.query_params.clear()

@@ -159,10 +159,20 @@ def save_benchmark_run(
     """Store one finished run, whole, and return its id."""
     run_id = uuid.uuid4().hex[:12]
     row = (
-        run_id, label, started_at, finished_at or now_iso(), library_id, str(library_path),
-        vocabulary_release, vocabulary_build_id, parameters.model_dump_json(),
-        json.dumps(parameters.cohort_ids), json.dumps(parameters.methods), len(report.results),
-        json.dumps(report_means(report)), report.model_dump_json(),
+        run_id,
+        label,
+        started_at,
+        finished_at or now_iso(),
+        library_id,
+        str(library_path),
+        vocabulary_release,
+        vocabulary_build_id,
+        parameters.model_dump_json(),
+        json.dumps(parameters.cohort_ids),
+        json.dumps(parameters.methods),
+        len(report.results),
+        json.dumps(report_means(report)),
+        report.model_dump_json(),
     )
     with connect_app_state(path) as con, con:
         con.execute(
@@ -176,12 +186,16 @@ def save_benchmark_run(
 
 def _summary(row: sqlite3.Row) -> dict[str, Any]:
     return {
-        "run_id": row["run_id"], "label": row["label"], "started_at": row["started_at"],
-        "finished_at": row["finished_at"], "library_id": row["library_id"],
+        "run_id": row["run_id"],
+        "label": row["label"],
+        "started_at": row["started_at"],
+        "finished_at": row["finished_at"],
+        "library_id": row["library_id"],
         "vocabulary_release": row["vocabulary_release"],
         "vocabulary_build_id": row["vocabulary_build_id"],
         "parameters": BenchmarkParameters.model_validate_json(row["parameters"]),
-        "n_results": row["n_results"], "means": json.loads(row["means"]),
+        "n_results": row["n_results"],
+        "means": json.loads(row["means"]),
     }
 
 
@@ -195,8 +209,7 @@ def list_benchmark_runs(limit: int = 100, path: Path | None = None) -> list[Benc
     """Saved runs, newest first."""
     with connect_app_state(path) as con:
         rows = con.execute(
-            f"SELECT {_SUMMARY_COLUMNS} FROM benchmark_run "
-            "ORDER BY finished_at DESC, rowid DESC LIMIT ?",
+            f"SELECT {_SUMMARY_COLUMNS} FROM benchmark_run ORDER BY finished_at DESC, rowid DESC LIMIT ?",
             [limit],
         ).fetchall()
     return [BenchmarkRunSummary(**_summary(row)) for row in rows]
@@ -218,16 +231,15 @@ def load_benchmark_run(run_id: str, path: Path | None = None) -> SavedBenchmarkR
         raise AppStateError(f"no saved benchmark run with id {run_id!r}: pick one from the list")
     row = rows[0]
     return SavedBenchmarkRun(
-        **_summary(row), library_path=row["library_path"],
+        **_summary(row),
+        library_path=row["library_path"],
         report=BenchmarkReport.model_validate_json(row["report"]),
     )
 
 
 def rename_benchmark_run(run_id: str, label: str, path: Path | None = None) -> None:
     with connect_app_state(path) as con, con:
-        changed = con.execute(
-            "UPDATE benchmark_run SET label = ? WHERE run_id = ?", [label, run_id]
-        ).rowcount
+        changed = con.execute("UPDATE benchmark_run SET label = ? WHERE run_id = ?", [label, run_id]).rowcount
     if not changed:
         raise AppStateError(f"no saved benchmark run with id {run_id!r}")
 
@@ -259,13 +271,20 @@ def compare_benchmark_runs(run_ids: list[str], path: Path | None = None) -> list
         run = load_benchmark_run(run_id, path=path)
         for method in run.parameters.methods:
             n_cohorts = len({r.cohort_id for r in run.report.results if r.method == method})
-            rows.append(RunComparisonRow(
-                run_id=run.run_id, label=run.label, finished_at=run.finished_at,
-                library_id=run.library_id, vocabulary_release=run.vocabulary_release,
-                method=method, k=run.parameters.k, dense_weight=run.parameters.dense_weight,
-                n_cohorts=n_cohorts,
-                mean_coverage=run.means["coverage"].get(method),
-                mean_over_inclusion=run.means["over_inclusion"].get(method),
-                mean_hierarchical=run.means["hierarchical"].get(method),
-            ))
+            rows.append(
+                RunComparisonRow(
+                    run_id=run.run_id,
+                    label=run.label,
+                    finished_at=run.finished_at,
+                    library_id=run.library_id,
+                    vocabulary_release=run.vocabulary_release,
+                    method=method,
+                    k=run.parameters.k,
+                    dense_weight=run.parameters.dense_weight,
+                    n_cohorts=n_cohorts,
+                    mean_coverage=run.means["coverage"].get(method),
+                    mean_over_inclusion=run.means["over_inclusion"].get(method),
+                    mean_hierarchical=run.means["hierarchical"].get(method),
+                )
+            )
     return rows

@@ -71,8 +71,10 @@ def _dense_or_none(con, wanted: bool, build: bool = False, progress: ProgressCal
 def dense_unavailable_message(status, consequence: str = "dense methods are skipped") -> str:  # noqa: ANN001
     """Why the dense index cannot be used, in its own words (not built, stale, corrupt), and how to rebuild."""
     if status.state in ("corrupt", "stale"):
-        return (f"the dense index is {status.state} ({status.reason}); {consequence}: "
-                "rebuild it with `python -m phenoforge build`")
+        return (
+            f"the dense index is {status.state} ({status.reason}); {consequence}: "
+            "rebuild it with `python -m phenoforge build`"
+        )
     return f"the dense index is not built; {consequence} (build it with `python -m phenoforge build`)"
 
 
@@ -109,8 +111,10 @@ def resolve_library_dirs(names: list[str] | None, bundled_only: bool = False) ->
             raise PhenoforgeError("no cohort library is installed: run `python -m phenoforge build`")
         if not chosen:
             installed_ids = ", ".join(library.library_id for library in installed)
-            raise PhenoforgeError(f"no bundled library is built (run `python -m phenoforge build`); "
-                                  f"name an installed one with --library: {installed_ids}")
+            raise PhenoforgeError(
+                f"no bundled library is built (run `python -m phenoforge build`); "
+                f"name an installed one with --library: {installed_ids}"
+            )
         return [library.path for library in chosen]
     found = []
     for name in names:
@@ -140,25 +144,36 @@ def cmd_build(args: argparse.Namespace) -> int:
             was_corrupt = database_state(vocab_db_path()) == "corrupt"
             ensure_vocabulary(progress=progress, force=args.force)
             if was_corrupt:
-                print("note: the vocabulary database was corrupt and has been rebuilt with a new build id; "
-                      + ("run `python -m phenoforge build` without --no-dense to rebuild the dense index"
-                         if args.no_dense else "the bundled libraries and the dense index are rebuilt next"))
+                print(
+                    "note: the vocabulary database was corrupt and has been rebuilt with a new build id; "
+                    + (
+                        "run `python -m phenoforge build` without --no-dense to rebuild the dense index"
+                        if args.no_dense
+                        else "the bundled libraries and the dense index are rebuilt next"
+                    )
+                )
         con = connect()
         info = vocabulary_info(con)
-        print(f"vocabulary: {info.vocabulary_release}, {info.n_icd10cm:,} ICD-10-CM nodes "
-              f"({info.n_billable:,} billable), built {info.built_at}")
+        print(
+            f"vocabulary: {info.vocabulary_release}, {info.n_icd10cm:,} ICD-10-CM nodes "
+            f"({info.n_billable:,} billable), built {info.built_at}"
+        )
         if not args.skip_libraries:
             from phenoforge.libraries import build_bundled_libraries
 
             for manifest in build_bundled_libraries(con, progress=progress, force=args.force):
-                print(f"library {manifest.library_id}: {manifest.stats.n_cohorts} cohorts, "
-                      f"{manifest.stats.n_listed_codes:,} codes, "
-                      f"{manifest.stats.n_codes_not_in_vocabulary} not in the vocabulary")
+                print(
+                    f"library {manifest.library_id}: {manifest.stats.n_cohorts} cohorts, "
+                    f"{manifest.stats.n_listed_codes:,} codes, "
+                    f"{manifest.stats.n_codes_not_in_vocabulary} not in the vocabulary"
+                )
         if not args.no_dense:
             retriever = _dense_or_none(con, True, build=True, progress=progress)
             status = retriever.status
-            print(f"dense index: {status.state}, {status.count:,} codes ({status.model}, {status.mode}), "
-                  f"built {status.built_at}")
+            print(
+                f"dense index: {status.state}, {status.count:,} codes ({status.model}, {status.mode}), "
+                f"built {status.built_at}"
+            )
     print(f"done in {time.perf_counter() - started:.1f} s")
     return 0
 
@@ -171,8 +186,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     dense = _dense_or_none(con, any(method in ("dense", "hybrid") for method in methods))
     output = {}
     for method in methods:
-        result = search_concepts(con, args.query, method=method, k=args.k, dense=dense,
-                                 dense_weight=args.dense_weight)
+        result = search_concepts(con, args.query, method=method, k=args.k, dense=dense, dense_weight=args.dense_weight)
         output[method] = result
         if args.json:
             continue
@@ -197,8 +211,10 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     print(f"{concept.code}  {concept.name}  [{concept.kind}{', billable' if concept.billable else ''}]")
     print("ancestors: " + " > ".join(reversed(expand_ancestors(con, concept.code))))
     children = expand_descendants(con, concept.code, include_self=False)
-    print(f"descendants: {len(children)}" + (f" ({', '.join(children[:10])}{' ...' if len(children) > 10 else ''})"
-                                            if children else ""))
+    print(
+        f"descendants: {len(children)}"
+        + (f" ({', '.join(children[:10])}{' ...' if len(children) > 10 else ''})" if children else "")
+    )
     return 0
 
 
@@ -239,21 +255,36 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     declared = resolve_methods(methods)  # unknown names and bad module:function fail here, before any work
     wants_dense = any(m.retrieves_dense for m in declared)
     dense = _dense_or_none(con, not args.no_dense and wants_dense)
-    dense_problem = "switched off (--no-dense)" if args.no_dense else (
-        None if dense is not None or not wants_dense else _dense_problem(con))
+    dense_problem = (
+        "switched off (--no-dense)"
+        if args.no_dense
+        else (None if dense is not None or not wants_dense else _dense_problem(con))
+    )
     reports = {}
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in resolve_library_dirs(args.library, bundled_only=True):
             library = load_library(library_dir)
             cohort_ids = args.cohorts or library.cohort_ids
             started = time.perf_counter()
-            report = run_benchmark(con, library_dir, cohort_ids, methods=methods, dense=dense, k=args.k,
-                                   fanout_threshold=args.fanout_threshold, dense_weight=args.dense_weight,
-                                   progress=progress, measures=args.measures, dense_problem=dense_problem)
+            report = run_benchmark(
+                con,
+                library_dir,
+                cohort_ids,
+                methods=methods,
+                dense=dense,
+                k=args.k,
+                fanout_threshold=args.fanout_threshold,
+                dense_weight=args.dense_weight,
+                progress=progress,
+                measures=args.measures,
+                dense_problem=dense_problem,
+            )
             reports[library.library_id] = report
             if not args.json:
-                print(f"\n{library.manifest.name} ({library.library_id}): {len(cohort_ids)} cohorts, "
-                      f"k={args.k}, dense_weight={args.dense_weight}, {time.perf_counter() - started:.1f} s")
+                print(
+                    f"\n{library.manifest.name} ({library.library_id}): {len(cohort_ids)} cohorts, "
+                    f"k={args.k}, dense_weight={args.dense_weight}, {time.perf_counter() - started:.1f} s"
+                )
                 print(_benchmark_table(report))
                 if report.skipped:
                     print(f"skipped: {len(report.skipped)} (e.g. {report.skipped[0]})")
@@ -271,40 +302,68 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     con = _connect()
     dense = _dense_or_none(con, True)
     if dense is None:
-        print("the sweep compares dense weights: it needs the dense index (`python -m phenoforge build`)",
-              file=sys.stderr)
+        print(
+            "the sweep compares dense weights: it needs the dense index (`python -m phenoforge build`)", file=sys.stderr
+        )
         return 1
     rows = []
     choices = {}
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in resolve_library_dirs(args.library, bundled_only=True):
             library = load_library(library_dir)
-            cache = collect_rankings(con, library_dir, args.cohorts or library.cohort_ids, dense=dense,
-                                     fanout_threshold=args.fanout_threshold, progress=progress)
+            cache = collect_rankings(
+                con,
+                library_dir,
+                args.cohorts or library.cohort_ids,
+                dense=dense,
+                fanout_threshold=args.fanout_threshold,
+                progress=progress,
+            )
             per_weight: dict[float, dict[str, float]] = {}
             for weight in args.weights:
                 report = rescore_hybrid(con, cache, weight, k=args.k)
                 per_weight[weight] = {r.cohort_id: r.hierarchical_score for r in report.results}
-                rows.append((library.library_id, weight, report.mean_coverage_by_method["hybrid"],
-                             report.mean_over_inclusion_by_method["hybrid"],
-                             report.mean_hierarchical_score_by_method["hybrid"]))
+                rows.append(
+                    (
+                        library.library_id,
+                        weight,
+                        report.mean_coverage_by_method["hybrid"],
+                        report.mean_over_inclusion_by_method["hybrid"],
+                        report.mean_hierarchical_score_by_method["hybrid"],
+                    )
+                )
             if len(args.weights) > 1 and len(per_weight[args.weights[0]]) >= 2:
                 choices[library.library_id] = cross_validate_choice(per_weight, n_folds=args.folds)
     if args.json:
-        print(json.dumps({
-            "rows": [dict(zip(["library", "dense_weight", "coverage", "over_inclusion", "hierarchical_score"], row,
-                              strict=True)) for row in rows],
-            "cross_validated": {library_id: choice.model_dump() for library_id, choice in choices.items()},
-        }, indent=1))
+        print(
+            json.dumps(
+                {
+                    "rows": [
+                        dict(
+                            zip(
+                                ["library", "dense_weight", "coverage", "over_inclusion", "hierarchical_score"],
+                                row,
+                                strict=True,
+                            )
+                        )
+                        for row in rows
+                    ],
+                    "cross_validated": {library_id: choice.model_dump() for library_id, choice in choices.items()},
+                },
+                indent=1,
+            )
+        )
         return 0
     print(f"{'library':<22}{'weight':>7}{'coverage':>10}{'over-incl':>11}{'hier.':>8}")
     for library_id, weight, coverage, penalty, score in rows:
         print(f"{library_id:<22}{weight:>7.2f}{coverage:>10.3f}{penalty:>11.3f}{score:>8.3f}")
     for library_id, choice in choices.items():
-        print(f"{library_id}: in-sample best dense_weight={choice.in_sample_choice:.2f} "
-              f"(hierarchical {choice.in_sample_score:.3f}, chosen and scored on the same cohorts); "
-              f"cross-validated {choice.out_of_sample_score:.3f} ({choice.n_folds} folds: chosen on the other "
-              f"folds, scored on the held-out one; choices {', '.join(f'{c:.2f}' for c in choice.choices_per_fold)})")
+        print(
+            f"{library_id}: in-sample best dense_weight={choice.in_sample_choice:.2f} "
+            f"(hierarchical {choice.in_sample_score:.3f}, chosen and scored on the same cohorts); "
+            f"cross-validated {choice.out_of_sample_score:.3f} ({choice.n_folds} folds: chosen on the other "
+            f"folds, scored on the held-out one; choices {', '.join(f'{c:.2f}' for c in choice.choices_per_fold)})"
+        )
     return 0
 
 
@@ -347,21 +406,31 @@ def cmd_run_import(args: argparse.Namespace) -> int:
     answered = qrels.subset(list(run.cohorts))
     started = app_state.now_iso()
     with progress_bar(not args.quiet and not args.json) as progress:
-        report = run_methods(con, answered, args.compare, dense, args.k, args.dense_weight,
-                             progress=progress, extra_runs=[run])
+        report = run_methods(
+            con, answered, args.compare, dense, args.k, args.dense_weight, progress=progress, extra_runs=[run]
+        )
     info = vocabulary_info(con)
-    parameters = BenchmarkParameters(methods=[*args.compare, run.name], k=args.k, dense_weight=args.dense_weight,
-                                     cohort_ids=list(answered.cohorts))
+    parameters = BenchmarkParameters(
+        methods=[*args.compare, run.name], k=args.k, dense_weight=args.dense_weight, cohort_ids=list(answered.cohorts)
+    )
     run_id = app_state.save_benchmark_run(
-        report, parameters, library_id=library.library_id, library_path=library.path,
-        vocabulary_release=info.vocabulary_release, vocabulary_build_id=info.build_id,
-        started_at=started, finished_at=app_state.now_iso(), label=f"imported run {run.name}",
+        report,
+        parameters,
+        library_id=library.library_id,
+        library_path=library.path,
+        vocabulary_release=info.vocabulary_release,
+        vocabulary_build_id=info.build_id,
+        started_at=started,
+        finished_at=app_state.now_iso(),
+        label=f"imported run {run.name}",
     )
     if args.json:
         print(json.dumps({"run_id": run_id, "report": report.model_dump()}, indent=1))
         return 0
-    print(f"imported run {run.name!r} ({args.file}): {len(run.cohorts)} of {len(qrels.cohorts)} cohorts of "
-          f"{library.library_id}; saved as run {run_id}")
+    print(
+        f"imported run {run.name!r} ({args.file}): {len(run.cohorts)} of {len(qrels.cohorts)} cohorts of "
+        f"{library.library_id}; saved as run {run_id}"
+    )
     for note in run.notes:
         print(f"note: {note}")
     print(_benchmark_table(report))
@@ -373,8 +442,10 @@ def cmd_run_import(args: argparse.Namespace) -> int:
         print(f"{method:<24} hierarchical {interval.mean:.3f} (95% CI {interval.low:.3f}-{interval.high:.3f})")
     for comparison in compare_methods(scores, baseline=run.name):
         verdict = "real difference" if comparison.significant else "not shown"
-        print(f"{comparison.method_b} vs {run.name}: mean diff {comparison.mean_diff:+.3f}, "
-              f"p (Holm) {comparison.p_holm:.4f}: {verdict}" + (f" ({comparison.note})" if comparison.note else ""))
+        print(
+            f"{comparison.method_b} vs {run.name}: mean diff {comparison.mean_diff:+.3f}, "
+            f"p (Holm) {comparison.p_holm:.4f}: {verdict}" + (f" ({comparison.note})" if comparison.note else "")
+        )
     return 0
 
 
@@ -388,10 +459,14 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     method = args.method or (methods[0] if len(methods) == 1 else None)
     if method not in methods:
         raise PhenoforgeError(f"run {args.run_id} has methods {', '.join(methods)}: choose one with --method")
-    run = Run(name=method, cohorts={
-        r.cohort_id: [RunEntry(code=code, rank=rank) for rank, code in enumerate(r.predicted_codes, start=1)]
-        for r in saved.report.results if r.method == method
-    })
+    run = Run(
+        name=method,
+        cohorts={
+            r.cohort_id: [RunEntry(code=code, rank=rank) for rank, code in enumerate(r.predicted_codes, start=1)]
+            for r in saved.report.results
+            if r.method == method
+        },
+    )
     text = run_to_json(run) if args.format == "json" else run_to_csv(run)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -464,14 +539,25 @@ def build_parser() -> argparse.ArgumentParser:
     lookup.set_defaults(func=cmd_lookup)
 
     bench = sub.add_parser("benchmark", help="score every method against curated cohorts")
-    bench.add_argument("--library", action="append",
-                       help="library id or folder (repeatable; default: the bundled libraries, not imported ones)")
+    bench.add_argument(
+        "--library",
+        action="append",
+        help="library id or folder (repeatable; default: the bundled libraries, not imported ones)",
+    )
     bench.add_argument("--cohorts", nargs="+", help="only these cohort ids")
-    bench.add_argument("--methods", nargs="+", metavar="METHOD",
-                       help="registered method names (see `python -m phenoforge methods`) or your own as "
-                            "module:function (default: bm25 dense hybrid expand_descendants)")
-    bench.add_argument("--measures", nargs="+", metavar="MEASURE",
-                       help="measures to record, e.g. hierarchical 'coverage(max_distance=4)' (default: all)")
+    bench.add_argument(
+        "--methods",
+        nargs="+",
+        metavar="METHOD",
+        help="registered method names (see `python -m phenoforge methods`) or your own as "
+        "module:function (default: bm25 dense hybrid expand_descendants)",
+    )
+    bench.add_argument(
+        "--measures",
+        nargs="+",
+        metavar="MEASURE",
+        help="measures to record, e.g. hierarchical 'coverage(max_distance=4)' (default: all)",
+    )
     bench.add_argument("-k", type=_positive_int("k"), default=25)
     bench.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     bench.add_argument("--fanout-threshold", type=_positive_int("fanout-threshold"), default=100)
@@ -485,8 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--cohorts", nargs="+")
     sweep.add_argument("--weights", type=_weights, default=DEFAULT_SWEEP_WEIGHTS)
     sweep.add_argument("-k", type=_positive_int("k"), default=25)
-    sweep.add_argument("--folds", type=_positive_int("folds"), default=5,
-                       help="cross-validation folds over cohorts for the out-of-sample figure (default: 5)")
+    sweep.add_argument(
+        "--folds",
+        type=_positive_int("folds"),
+        default=5,
+        help="cross-validation folds over cohorts for the out-of-sample figure (default: 5)",
+    )
     sweep.add_argument("--fanout-threshold", type=_positive_int("fanout-threshold"), default=100)
     sweep.add_argument("--json", action="store_true")
     sweep.add_argument("--quiet", action="store_true")
@@ -503,8 +593,13 @@ def build_parser() -> argparse.ArgumentParser:
     run_import.add_argument("file")
     run_import.add_argument("--library", required=True, help="library id or folder the run answers")
     run_import.add_argument("--name", help="the run's name (default: the file name)")
-    run_import.add_argument("--compare", nargs="*", default=["hybrid"], metavar="METHOD",
-                            help="built-in methods scored on the same cohorts, with paired tests (default: hybrid)")
+    run_import.add_argument(
+        "--compare",
+        nargs="*",
+        default=["hybrid"],
+        metavar="METHOD",
+        help="built-in methods scored on the same cohorts, with paired tests (default: hybrid)",
+    )
     run_import.add_argument("-k", type=_positive_int("k"), default=25)
     run_import.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     run_import.add_argument("--json", action="store_true")

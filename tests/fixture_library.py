@@ -35,11 +35,16 @@ def write_icd_library(
         citation=citation or Citation(source="tests", version="1", licence="CC0"),
         created_at="2026-12-02T00:00:00+00:00",
         group=group,
-        stats=LibraryStats(n_cohorts=len(cohorts),
-                           n_listed_codes=sum(len(codes) for _n, codes, _d in cohorts.values())),
-        cohorts=[CohortEntry(cohort_id=cid, cohort_name=cohort_name, file=cohort_file_name(cid))
-                 for cid, (cohort_name, _codes, _desc) in cohorts.items()],
+        stats=LibraryStats(
+            n_cohorts=len(cohorts), n_listed_codes=sum(len(codes) for _n, codes, _d in cohorts.values())
+        ),
+        cohorts=[
+            CohortEntry(cohort_id=cid, cohort_name=cohort_name, file=cohort_file_name(cid))
+            for cid, (cohort_name, _codes, _desc) in cohorts.items()
+        ],
     )
-    definitions = {cid: icd_cohort_definition(cohort_name, list(codes), include_descendants=desc)
-                   for cid, (cohort_name, codes, desc) in cohorts.items()}
+    definitions = {
+        cid: icd_cohort_definition(cohort_name, list(codes), include_descendants=desc)
+        for cid, (cohort_name, codes, desc) in cohorts.items()
+    }
     return write_library(dest, manifest, definitions)

@@ -21,8 +21,9 @@ COHORTS = {
 
 
 def write_fixture_library(dest: Path, library_id: str = "cli-lib") -> Path:
-    return write_icd_library(dest, COHORTS, library_id, name="CLI fixture library",
-                             description="three cohorts over the fixture vocabulary")
+    return write_icd_library(
+        dest, COHORTS, library_id, name="CLI fixture library", description="three cohorts over the fixture vocabulary"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -109,8 +110,11 @@ def test_search_hybrid_without_dense_says_it_is_bm25_only(capsys: pytest.Capture
 
 
 def test_search_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["search", "asthma", "-k", "0"], ["search", "asthma", "--dense-weight", "1.5"],
-                 ["search", "asthma", "--method", "tfidf"]):
+    for argv in (
+        ["search", "asthma", "-k", "0"],
+        ["search", "asthma", "--dense-weight", "1.5"],
+        ["search", "asthma", "--method", "tfidf"],
+    ):
         with pytest.raises(SystemExit) as error:
             main(argv)
         assert error.value.code == 2
@@ -143,8 +147,9 @@ def test_benchmark_json_on_a_library_given_by_path(tmp_path: Path, capsys: pytes
 
 def test_benchmark_json_uses_the_installed_library_by_id(capsys: pytest.CaptureFixture[str]) -> None:
     write_fixture_library(libraries_dir() / "cli-lib")
-    code, out, _err = run(capsys, "benchmark", "--library", "cli-lib", "--methods", "bm25",
-                          "--cohorts", "hf", "-k", "2", "--json")
+    code, out, _err = run(
+        capsys, "benchmark", "--library", "cli-lib", "--methods", "bm25", "--cohorts", "hf", "-k", "2", "--json"
+    )
     assert code == 0
     report = json.loads(out)["cli-lib"]
     (result,) = report["results"]
@@ -159,18 +164,34 @@ def test_benchmark_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "CLI fixture library (cli-lib): 3 cohorts, k=25" in out
     header = next(line for line in out.splitlines() if line.startswith("method"))
     # column heads are the measures' own labels, with their direction
-    assert header.split() == ["method", "cohorts", "Coverage", "↑", "Over-inclusion", "↓", "Hierarchical", "score",
-                              "↑", "Exact-match", "F1", "↑"]
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()
-            and line.split()[0] in ("bm25", "hybrid", "expand_descendants", "dense")}
+    assert header.split() == [
+        "method",
+        "cohorts",
+        "Coverage",
+        "↑",
+        "Over-inclusion",
+        "↓",
+        "Hierarchical",
+        "score",
+        "↑",
+        "Exact-match",
+        "F1",
+        "↑",
+    ]
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if line.split() and line.split()[0] in ("bm25", "hybrid", "expand_descendants", "dense")
+    }
     assert set(rows) == {"bm25", "hybrid", "expand_descendants"}
     assert all(row[1] == "3" for row in rows.values())
     assert all(0.0 <= float(value) <= 1.0 for row in rows.values() for value in row[2:6])
     assert "skipped: 3" in out
 
 
-@pytest.mark.parametrize("argv", [["benchmark", "--library", "nope"],
-                                  ["benchmark", "--library", "nope", "--json", "--no-dense"]])
+@pytest.mark.parametrize(
+    "argv", [["benchmark", "--library", "nope"], ["benchmark", "--library", "nope", "--json", "--no-dense"]]
+)
 def test_benchmark_unknown_library_is_a_one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     write_fixture_library(libraries_dir() / "cli-lib")
     code, out, err = run(capsys, *argv)
@@ -242,4 +263,3 @@ def test_only_broken_libraries_is_a_one_line_error(capsys: pytest.CaptureFixture
     code, _out, err = run(capsys, "benchmark", "--no-dense", "--quiet")
     assert code == 2
     assert str(broken / "manifest.json") in err and "Traceback" not in err
-

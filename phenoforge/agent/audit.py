@@ -127,8 +127,16 @@ def save_state(
             "updated_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
             "reviewer = excluded.reviewer, stage = excluded.stage, updated_at = excluded.updated_at, "
             "state = excluded.state",
-            [state.session_id, state.description, state.reviewer, state.decomposer, state.stage,
-             state.created_at, state.updated_at, state.model_dump_json()],
+            [
+                state.session_id,
+                state.description,
+                state.reviewer,
+                state.decomposer,
+                state.stage,
+                state.created_at,
+                state.updated_at,
+                state.model_dump_json(),
+            ],
         )
         for code, decision, expand in decisions or []:
             candidate = state.candidate(code)
@@ -137,8 +145,15 @@ def save_state(
             con.execute(
                 "INSERT INTO assembly_decision (session_id, decided_at, reviewer, code, decision, "
                 "expand_descendants, terms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [state.session_id, candidate.decided_at, candidate.reviewer, code, decision,
-                 int(bool(expand) and candidate.expand_descendants), "; ".join(candidate.terms)],
+                [
+                    state.session_id,
+                    candidate.decided_at,
+                    candidate.reviewer,
+                    code,
+                    decision,
+                    int(bool(expand) and candidate.expand_descendants),
+                    "; ".join(candidate.terms),
+                ],
             )
 
 

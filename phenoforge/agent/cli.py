@@ -57,8 +57,9 @@ def _dense(con, wanted: bool):  # noqa: ANN001, ANN202
         from phenoforge.cli import dense_unavailable_message
         from phenoforge.engine.dense import dense_index_status
 
-        print(f"note: {dense_unavailable_message(dense_index_status(con), 'hybrid runs as BM25 alone')}",
-              file=sys.stderr)
+        print(
+            f"note: {dense_unavailable_message(dense_index_status(con), 'hybrid runs as BM25 alone')}", file=sys.stderr
+        )
     return retriever
 
 

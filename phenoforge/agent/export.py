@@ -27,8 +27,17 @@ def concept_set_csv(concept_set: ConceptSet) -> str:
     writer = SafeWriter(out, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
     for entry in concept_set.entries:
-        writer.writerow([entry.code, entry.name, entry.tier, entry.source, entry.evidence,
-                         "; ".join(entry.terms), entry.via_descendants_of or ""])
+        writer.writerow(
+            [
+                entry.code,
+                entry.name,
+                entry.tier,
+                entry.source,
+                entry.evidence,
+                "; ".join(entry.terms),
+                entry.via_descendants_of or "",
+            ]
+        )
     for item in concept_set.unmappable:
         writer.writerow(["", "", "unmappable", "", item.reason, item.term, ""])
     return out.getvalue()
@@ -63,23 +72,25 @@ def concept_set_circe(con: duckdb.DuckDBPyConnection, concept_set: ConceptSet, s
     items = []
     for code in items_codes:
         node = hierarchy.resolve(code)
-        items.append({
-            "concept": {
-                "CONCEPT_ID": node if node is not None else 0,
-                "CONCEPT_NAME": names.get(code) or (hierarchy.name[node] if node is not None else ""),
-                "CONCEPT_CODE": code,
-                "VOCABULARY_ID": ICD10CM,
-                "DOMAIN_ID": "Condition",
-                "CONCEPT_CLASS_ID": hierarchy.kind[node] if node is not None else "",
-                "STANDARD_CONCEPT": "N",
-                "STANDARD_CONCEPT_CAPTION": "Non-Standard",
-                "INVALID_REASON": "V",
-                "INVALID_REASON_CAPTION": "Valid",
-            },
-            "isExcluded": False,
-            "includeDescendants": code in roots,
-            "includeMapped": False,
-        })
+        items.append(
+            {
+                "concept": {
+                    "CONCEPT_ID": node if node is not None else 0,
+                    "CONCEPT_NAME": names.get(code) or (hierarchy.name[node] if node is not None else ""),
+                    "CONCEPT_CODE": code,
+                    "VOCABULARY_ID": ICD10CM,
+                    "DOMAIN_ID": "Condition",
+                    "CONCEPT_CLASS_ID": hierarchy.kind[node] if node is not None else "",
+                    "STANDARD_CONCEPT": "N",
+                    "STANDARD_CONCEPT_CAPTION": "Non-Standard",
+                    "INVALID_REASON": "V",
+                    "INVALID_REASON_CAPTION": "Valid",
+                },
+                "isExcluded": False,
+                "includeDescendants": code in roots,
+                "includeMapped": False,
+            }
+        )
     return {"id": set_id, "name": concept_set.description[:200], "expression": {"items": items}}
 
 

@@ -54,19 +54,54 @@ RETRIEVAL_THRESHOLD = 0.5
 NAME_THRESHOLD = 0.5
 DEFAULT_K = 10
 
-GENERIC_WORDS = frozenset({
-    "disease", "diseases", "disorder", "disorders", "mellitus", "condition", "conditions",
-    "syndrome", "syndromes", "unspecified", "specified", "nos", "status", "type",
-})
+GENERIC_WORDS = frozenset(
+    {
+        "disease",
+        "diseases",
+        "disorder",
+        "disorders",
+        "mellitus",
+        "condition",
+        "conditions",
+        "syndrome",
+        "syndromes",
+        "unspecified",
+        "specified",
+        "nos",
+        "status",
+        "type",
+    }
+)
 WORD_SYNONYMS = {
-    "renal": "kidney", "kidneys": "kidney", "cardiac": "heart", "hepatic": "liver",
-    "pulmonary": "lung", "lungs": "lung", "cerebrovascular": "stroke", "neoplasm": "cancer",
-    "neoplasms": "cancer", "malignant": "cancer", "malignancy": "cancer", "tumor": "cancer",
-    "tumors": "cancer", "tumour": "cancer", "carcinoma": "cancer",
-    "seizures": "seizure", "epileptic": "epilepsy", "diabetic": "diabetes", "obese": "obesity",
-    "depressive": "depression", "hypertensive": "hypertension", "psychotic": "psychosis",
-    "psychoses": "psychosis", "arthritic": "arthritis", "anemias": "anemia", "ulcers": "ulcer",
-    "fractures": "fracture", "infections": "infection", "cancers": "cancer",
+    "renal": "kidney",
+    "kidneys": "kidney",
+    "cardiac": "heart",
+    "hepatic": "liver",
+    "pulmonary": "lung",
+    "lungs": "lung",
+    "cerebrovascular": "stroke",
+    "neoplasm": "cancer",
+    "neoplasms": "cancer",
+    "malignant": "cancer",
+    "malignancy": "cancer",
+    "tumor": "cancer",
+    "tumors": "cancer",
+    "tumour": "cancer",
+    "carcinoma": "cancer",
+    "seizures": "seizure",
+    "epileptic": "epilepsy",
+    "diabetic": "diabetes",
+    "obese": "obesity",
+    "depressive": "depression",
+    "hypertensive": "hypertension",
+    "psychotic": "psychosis",
+    "psychoses": "psychosis",
+    "arthritic": "arthritis",
+    "anemias": "anemia",
+    "ulcers": "ulcer",
+    "fractures": "fracture",
+    "infections": "infection",
+    "cancers": "cancer",
 }
 
 Decomposer = Callable[[str], list[str]]
@@ -124,15 +159,17 @@ def index_library(
             except LibraryError as error:
                 broken.append(f"cohort {library.library_id}/{entry.cohort_id} is skipped: {error}")
                 continue
-            cohorts.append(IndexedCohort(
-                library_id=library.library_id,
-                library_path=str(library.path),
-                cohort_id=entry.cohort_id,
-                cohort_name=entry.cohort_name,
-                codes=frozenset(curated.codes),
-                ordered_codes=tuple(curated.codes),
-                words=frozenset(content_words(entry.cohort_name)),
-            ))
+            cohorts.append(
+                IndexedCohort(
+                    library_id=library.library_id,
+                    library_path=str(library.path),
+                    cohort_id=entry.cohort_id,
+                    cohort_name=entry.cohort_name,
+                    codes=frozenset(curated.codes),
+                    ordered_codes=tuple(curated.codes),
+                    words=frozenset(content_words(entry.cohort_name)),
+                )
+            )
     finally:
         cursor.close()
     with _INDEX_LOCK:
@@ -248,18 +285,30 @@ def check_curated(
         exact = [match for match in matches if match.exact_name]
         if len(matches) == 1 or (len(matches) > 1 and len(exact) == 1):
             chosen = matches[0] if len(matches) == 1 else exact[0]
-            update |= {"status": "curated", "curated": chosen, "ambiguous": [],
-                       "note": None if len(matches) == 1 else
-                       f"{len(matches)} cohorts matched; '{chosen.cohort_name}' is the term itself"}
+            update |= {
+                "status": "curated",
+                "curated": chosen,
+                "ambiguous": [],
+                "note": None
+                if len(matches) == 1
+                else f"{len(matches)} cohorts matched; '{chosen.cohort_name}' is the term itself",
+            }
         elif len(matches) > 1:
-            update |= {"status": "ambiguous", "ambiguous": matches, "curated": None,
-                       "note": f"matches {len(matches)} cohorts: "
-                       + "; ".join(f"{m.library_id}/{m.cohort_id} {m.cohort_name}" for m in matches)}
+            update |= {
+                "status": "ambiguous",
+                "ambiguous": matches,
+                "curated": None,
+                "note": f"matches {len(matches)} cohorts: "
+                + "; ".join(f"{m.library_id}/{m.cohort_id} {m.cohort_name}" for m in matches),
+            }
         else:
             update |= {"status": "pending", "curated": None, "ambiguous": []}
         terms.append(term_state.model_copy(update=update))
-    notes = list(state.notes) + [f"{problem} (its terms fall through to generated candidates)"
-                                 for problem in problems if problem not in state.notes]
+    notes = list(state.notes) + [
+        f"{problem} (its terms fall through to generated candidates)"
+        for problem in problems
+        if problem not in state.notes
+    ]
     return state.model_copy(update={"terms": terms, "stage": "checked", "updated_at": _now(), "notes": notes})
 
 
@@ -295,10 +344,14 @@ def generate(
             continue
         result = hybrid_search(con, term_state.term, k=state.k, dense=dense)
         if not result.hits:
-            terms.append(term_state.model_copy(update={
-                "status": "unmappable" if term_state.status == "pending" else term_state.status,
-                "search_reason": result.reason or "retrieval returned nothing",
-            }))
+            terms.append(
+                term_state.model_copy(
+                    update={
+                        "status": "unmappable" if term_state.status == "pending" else term_state.status,
+                        "search_reason": result.reason or "retrieval returned nothing",
+                    }
+                )
+            )
             continue
         for hit in result.hits:
             sub = ", ".join(f"{p.retriever} #{p.rank}" for p in hit.provenance if p.retriever != "hybrid")
@@ -309,19 +362,33 @@ def generate(
             if existing is None:
                 hint, below, kind, billable = _hint(con, hit.code)
                 by_code[hit.code] = Candidate(
-                    code=hit.code, name=hit.name, kind=kind, billable=billable, sources=[source],
-                    hierarchy_hint=hint, n_descendants=below,
+                    code=hit.code,
+                    name=hit.name,
+                    kind=kind,
+                    billable=billable,
+                    sources=[source],
+                    hierarchy_hint=hint,
+                    n_descendants=below,
                 )
             elif all(s.term != term_state.term for s in existing.sources):
                 existing.sources.append(source)
-        terms.append(term_state.model_copy(update={
-            "status": "generated" if term_state.status == "pending" else term_state.status,
-            "candidate_codes": result.codes,
-            "search_degraded": result.degraded,
-        }))
-    return state.model_copy(update={
-        "terms": terms, "candidates": list(by_code.values()), "stage": "generated", "updated_at": _now(),
-    })
+        terms.append(
+            term_state.model_copy(
+                update={
+                    "status": "generated" if term_state.status == "pending" else term_state.status,
+                    "candidate_codes": result.codes,
+                    "search_degraded": result.degraded,
+                }
+            )
+        )
+    return state.model_copy(
+        update={
+            "terms": terms,
+            "candidates": list(by_code.values()),
+            "stage": "generated",
+            "updated_at": _now(),
+        }
+    )
 
 
 def confirm(
@@ -342,12 +409,14 @@ def confirm(
     for candidate in state.candidates:
         if candidate.code in wanted:
             decision, expand = wanted[candidate.code]
-            candidate = candidate.model_copy(update={
-                "decision": decision,
-                "expand_descendants": bool(expand) and decision == "accept" and candidate.n_descendants > 0,
-                "reviewer": reviewer.strip(),
-                "decided_at": when,
-            })
+            candidate = candidate.model_copy(
+                update={
+                    "decision": decision,
+                    "expand_descendants": bool(expand) and decision == "accept" and candidate.n_descendants > 0,
+                    "reviewer": reviewer.strip(),
+                    "decided_at": when,
+                }
+            )
         candidates.append(candidate)
     return state.model_copy(update={"candidates": candidates, "stage": "confirming", "updated_at": when})
 
@@ -360,18 +429,22 @@ def choose_cohort(state: AssemblyState, term: str, cohort_id: str) -> AssemblySt
             picked = next((m for m in term_state.ambiguous if m.cohort_id == cohort_id), None)
             if picked is None:
                 raise ValueError(f"{cohort_id!r} is not one of the cohorts '{term}' matched")
-            term_state = term_state.model_copy(update={
-                "status": "curated", "curated": picked,
-                "note": f"ambiguous between {len(term_state.ambiguous)} cohorts; reviewer chose {cohort_id}",
-            })
+            term_state = term_state.model_copy(
+                update={
+                    "status": "curated",
+                    "curated": picked,
+                    "note": f"ambiguous between {len(term_state.ambiguous)} cohorts; reviewer chose {cohort_id}",
+                }
+            )
         terms.append(term_state)
     # the term is settled: its undecided candidates leave the gate unless another term shares them
     candidates = []
     for candidate in state.candidates:
         others = [source for source in candidate.sources if source.term != term]
         if others or candidate.decision is not None:
-            candidates.append(candidate if candidate.decision is not None else
-                              candidate.model_copy(update={"sources": others}))
+            candidates.append(
+                candidate if candidate.decision is not None else candidate.model_copy(update={"sources": others})
+            )
     return state.model_copy(update={"terms": terms, "candidates": candidates, "updated_at": _now()})
 
 
@@ -403,27 +476,48 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
                 f"words in the cohort name, {match.retrieval_overlap:.0%} of its top-{state.k} hits in the cohort"
             )
             for code in cohort_codes(con, match.library_path, match.cohort_id):
-                add(ConceptEntry(code=code, name=name_of(code), tier="curated",
-                                 source=f"{match.library_id}/{match.cohort_id}", evidence=evidence,
-                                 terms=[term_state.term]))
+                add(
+                    ConceptEntry(
+                        code=code,
+                        name=name_of(code),
+                        tier="curated",
+                        source=f"{match.library_id}/{match.cohort_id}",
+                        evidence=evidence,
+                        terms=[term_state.term],
+                    )
+                )
     for candidate in state.candidates:
         if candidate.decision != "accept":
             continue
         best = min(candidate.sources, key=lambda source: source.rank)
         evidence = f"accepted by {candidate.reviewer} at {candidate.decided_at}"
-        add(ConceptEntry(code=candidate.code, name=candidate.name, tier="generated",
-                         source=f"{best.retriever} rank {best.rank} for '{best.term}'",
-                         evidence=evidence, terms=candidate.terms))
+        add(
+            ConceptEntry(
+                code=candidate.code,
+                name=candidate.name,
+                tier="generated",
+                source=f"{best.retriever} rank {best.rank} for '{best.term}'",
+                evidence=evidence,
+                terms=candidate.terms,
+            )
+        )
         if candidate.expand_descendants:
             node = hierarchy.resolve(candidate.code)
             if node is not None:
                 roots.append(candidate.code)
                 for child in hierarchy.descendants(node):
                     code = hierarchy.code[child]
-                    add(ConceptEntry(code=code, name=hierarchy.name[child], tier="generated",
-                                     source=f"descendant of {candidate.code}",
-                                     evidence=f"{evidence}, with all codes below {candidate.code}",
-                                     terms=candidate.terms, via_descendants_of=candidate.code))
+                    add(
+                        ConceptEntry(
+                            code=code,
+                            name=hierarchy.name[child],
+                            tier="generated",
+                            source=f"descendant of {candidate.code}",
+                            evidence=f"{evidence}, with all codes below {candidate.code}",
+                            terms=candidate.terms,
+                            via_descendants_of=candidate.code,
+                        )
+                    )
     for term_state in state.terms:
         if term_state.status == "curated":
             continue
@@ -446,7 +540,9 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
     if not state.terms:
         unmappable.append(UnmappableTerm(term=state.description, reason="no clinical condition was extracted"))
     concept_set = ConceptSet(
-        description=state.description, entries=list(entries.values()), unmappable=unmappable,
+        description=state.description,
+        entries=list(entries.values()),
+        unmappable=unmappable,
         descendant_roots=roots,
     )
     return state.model_copy(update={"concept_set": concept_set, "stage": "assembled", "updated_at": _now()})
@@ -462,9 +558,14 @@ def new_state(
 ) -> AssemblyState:
     now = _now()
     return AssemblyState(
-        session_id=session_id, description=" ".join(description.split()), reviewer=reviewer,
-        decomposer=decomposer, library_paths=[str(path) for path in library_paths or []], k=k,
-        created_at=now, updated_at=now,
+        session_id=session_id,
+        description=" ".join(description.split()),
+        reviewer=reviewer,
+        decomposer=decomposer,
+        library_paths=[str(path) for path in library_paths or []],
+        k=k,
+        created_at=now,
+        updated_at=now,
     )
 
 
@@ -482,7 +583,9 @@ def run_ungated(
     state = decompose(state, decompose_fn)
     state = check_curated(state, con, dense=dense, libraries=libraries, fanout_threshold=fanout_threshold)
     state = generate(state, con, dense=dense)
-    state = confirm(state, [(c.code, "accept", False) for c in state.candidates], reviewer="eval",
-                    when=state.updated_at) if state.candidates else state
+    state = (
+        confirm(state, [(c.code, "accept", False) for c in state.candidates], reviewer="eval", when=state.updated_at)
+        if state.candidates
+        else state
+    )
     return assemble(state, con)
-

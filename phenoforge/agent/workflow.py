@@ -72,8 +72,12 @@ def start(
         list_libraries(errors=broken) if library_paths is None else [load_library(path) for path in library_paths]
     )
     state = nodes.new_state(
-        description, audit.new_session_id(), reviewer=reviewer, decomposer=decomposer_name,
-        library_paths=[library.path for library in libraries], k=k,
+        description,
+        audit.new_session_id(),
+        reviewer=reviewer,
+        decomposer=decomposer_name,
+        library_paths=[library.path for library in libraries],
+        k=k,
     )
     state.notes.extend(f"library skipped: {problem}" for problem in broken)
     if not libraries:
@@ -96,8 +100,9 @@ def decide(
         return state
     new = nodes.confirm(state, decisions, reviewer)
     new = new.model_copy(update={"reviewer": reviewer.strip() or state.reviewer})
-    audit.save_state(new, decisions=[(code, decision, expand) for code, decision, expand in decisions],
-                     path=app_state_path)
+    audit.save_state(
+        new, decisions=[(code, decision, expand) for code, decision, expand in decisions], path=app_state_path
+    )
     return new
 
 

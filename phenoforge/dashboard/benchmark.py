@@ -109,22 +109,23 @@ def method_summaries(
     grouped = _by_method(report)
     for method, results in grouped.items():
         cis = {
-            metric: bootstrap_ci([metric_value(r, metric) for r in results],
-                                 n_resamples=n_resamples)
+            metric: bootstrap_ci([metric_value(r, metric) for r in results], n_resamples=n_resamples)
             for metric in ("hierarchical", "coverage", "over_inclusion")
         }
-        summaries.append(MethodSummary(
-            method=method,
-            n_cohorts=len(results),
-            mean_hierarchical=report.mean_hierarchical_score_by_method[method],
-            ci_hierarchical=(cis["hierarchical"].low, cis["hierarchical"].high),
-            mean_coverage=report.mean_coverage_by_method[method],
-            ci_coverage=(cis["coverage"].low, cis["coverage"].high),
-            mean_over_inclusion=report.mean_over_inclusion_by_method[method],
-            ci_over_inclusion=(cis["over_inclusion"].low, cis["over_inclusion"].high),
-            mean_precision=1.0 - report.mean_over_inclusion_by_method[method],
-            mean_exact_f1=sum(r.exact_f1 for r in results) / len(results),
-        ))
+        summaries.append(
+            MethodSummary(
+                method=method,
+                n_cohorts=len(results),
+                mean_hierarchical=report.mean_hierarchical_score_by_method[method],
+                ci_hierarchical=(cis["hierarchical"].low, cis["hierarchical"].high),
+                mean_coverage=report.mean_coverage_by_method[method],
+                ci_coverage=(cis["coverage"].low, cis["coverage"].high),
+                mean_over_inclusion=report.mean_over_inclusion_by_method[method],
+                ci_over_inclusion=(cis["over_inclusion"].low, cis["over_inclusion"].high),
+                mean_precision=1.0 - report.mean_over_inclusion_by_method[method],
+                mean_exact_f1=sum(r.exact_f1 for r in results) / len(results),
+            )
+        )
     if baseline is not None:
         base = next((s for s in summaries if s.method == baseline), None)
         if base is not None:
@@ -222,38 +223,50 @@ def drilldown_link(library_id: str, cohort_id: str, method: str, run_id: str | N
 
 
 def cohort_rows(
-    report: BenchmarkReport, library_id: str, run_id: str | None = None,
+    report: BenchmarkReport,
+    library_id: str,
+    run_id: str | None = None,
     baseline: str | None = None,
 ) -> list[dict[str, object]]:
     """The per-cohort table: one row per cohort and method, with its drilldown link."""
-    base = (
-        {r.cohort_id: r.hierarchical_score for r in report.results if r.method == baseline}
-        if baseline else {}
-    )
+    base = {r.cohort_id: r.hierarchical_score for r in report.results if r.method == baseline} if baseline else {}
     rows: list[dict[str, object]] = []
     for r in report.results:
         delta = (r.hierarchical_score - base[r.cohort_id]) if r.cohort_id in base else None
-        rows.append({
-            "cohort_id": r.cohort_id,
-            "cohort_name": r.cohort_name,
-            "method": r.method,
-            "hierarchical": r.hierarchical_score,
-            "delta_vs_baseline": delta,
-            "coverage": r.coverage,
-            "over_inclusion": r.over_inclusion_penalty,
-            "precision": 1.0 - r.over_inclusion_penalty,
-            "exact_f1": r.exact_f1,
-            "n_predicted": len(r.predicted_codes),
-            "n_curated": len(r.ground_truth_codes),
-            "drilldown": drilldown_link(library_id, r.cohort_id, r.method, run_id),
-        })
+        rows.append(
+            {
+                "cohort_id": r.cohort_id,
+                "cohort_name": r.cohort_name,
+                "method": r.method,
+                "hierarchical": r.hierarchical_score,
+                "delta_vs_baseline": delta,
+                "coverage": r.coverage,
+                "over_inclusion": r.over_inclusion_penalty,
+                "precision": 1.0 - r.over_inclusion_penalty,
+                "exact_f1": r.exact_f1,
+                "n_predicted": len(r.predicted_codes),
+                "n_curated": len(r.ground_truth_codes),
+                "drilldown": drilldown_link(library_id, r.cohort_id, r.method, run_id),
+            }
+        )
     return rows
 
 
 CSV_COLUMNS = [
-    "cohort_id", "cohort_name", "method", "coverage", "over_inclusion_penalty",
-    "hierarchical_score", "exact_precision", "exact_recall", "exact_f1", "n_predicted",
-    "n_ground_truth", "predicted_codes", "ground_truth_codes", "unresolvable_ground_truth",
+    "cohort_id",
+    "cohort_name",
+    "method",
+    "coverage",
+    "over_inclusion_penalty",
+    "hierarchical_score",
+    "exact_precision",
+    "exact_recall",
+    "exact_f1",
+    "n_predicted",
+    "n_ground_truth",
+    "predicted_codes",
+    "ground_truth_codes",
+    "unresolvable_ground_truth",
 ]
 
 
@@ -263,18 +276,30 @@ def report_csv(report: BenchmarkReport) -> str:
     writer = SafeWriter(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in report.results:
-        writer.writerow([
-            r.cohort_id, r.cohort_name, r.method, f"{r.coverage:.6f}",
-            f"{r.over_inclusion_penalty:.6f}", f"{r.hierarchical_score:.6f}",
-            f"{r.exact_precision:.6f}", f"{r.exact_recall:.6f}", f"{r.exact_f1:.6f}",
-            len(r.predicted_codes), len(r.ground_truth_codes), " ".join(r.predicted_codes),
-            " ".join(r.ground_truth_codes), " ".join(r.unresolvable_ground_truth),
-        ])
+        writer.writerow(
+            [
+                r.cohort_id,
+                r.cohort_name,
+                r.method,
+                f"{r.coverage:.6f}",
+                f"{r.over_inclusion_penalty:.6f}",
+                f"{r.hierarchical_score:.6f}",
+                f"{r.exact_precision:.6f}",
+                f"{r.exact_recall:.6f}",
+                f"{r.exact_f1:.6f}",
+                len(r.predicted_codes),
+                len(r.ground_truth_codes),
+                " ".join(r.predicted_codes),
+                " ".join(r.ground_truth_codes),
+                " ".join(r.unresolvable_ground_truth),
+            ]
+        )
     return buffer.getvalue()
 
 
-def report_json(report: BenchmarkReport, parameters: BenchmarkParameters | None = None,
-                meta: dict[str, str] | None = None) -> str:
+def report_json(
+    report: BenchmarkReport, parameters: BenchmarkParameters | None = None, meta: dict[str, str] | None = None
+) -> str:
     payload: dict[str, object] = {"report": json.loads(report.model_dump_json())}
     if parameters is not None:
         payload["parameters"] = json.loads(parameters.model_dump_json())
@@ -349,13 +374,24 @@ def _save(
     info = vocabulary_info(con)
     finished = app_state.now_iso()
     run_id = app_state.save_benchmark_run(
-        report, parameters, library_id=library.library_id, library_path=library.path,
-        vocabulary_release=info.vocabulary_release, vocabulary_build_id=info.build_id,
-        started_at=started, finished_at=finished, label=label,
+        report,
+        parameters,
+        library_id=library.library_id,
+        library_path=library.path,
+        vocabulary_release=info.vocabulary_release,
+        vocabulary_build_id=info.build_id,
+        started_at=started,
+        finished_at=finished,
+        label=label,
     )
     return BenchmarkRun(
-        run_id=run_id, library_id=library.library_id, library_path=str(library.path),
-        parameters=parameters, report=report, started_at=started, finished_at=finished,
+        run_id=run_id,
+        library_id=library.library_id,
+        library_path=str(library.path),
+        parameters=parameters,
+        report=report,
+        started_at=started,
+        finished_at=finished,
         vocabulary_release=info.vocabulary_release,
     )
 
@@ -372,9 +408,16 @@ def run_and_save(
     """Run the benchmark as asked and store it in the app-state database before returning."""
     started = app_state.now_iso()
     report = run_benchmark(
-        con, Path(library.path), parameters.cohort_ids, methods=parameters.methods, dense=dense,
-        k=parameters.k, fanout_threshold=parameters.fanout_threshold,
-        dense_weight=parameters.dense_weight, progress=progress, dense_problem=dense_problem,
+        con,
+        Path(library.path),
+        parameters.cohort_ids,
+        methods=parameters.methods,
+        dense=dense,
+        k=parameters.k,
+        fanout_threshold=parameters.fanout_threshold,
+        dense_weight=parameters.dense_weight,
+        progress=progress,
+        dense_problem=dense_problem,
     )
     return _save(con, library, report, parameters, started, label)
 
@@ -383,9 +426,14 @@ def saved_run(run_id: str) -> BenchmarkRun:
     """A saved run, reopened in the shape a fresh run has."""
     saved = app_state.load_benchmark_run(run_id)
     return BenchmarkRun(
-        run_id=saved.run_id, library_id=saved.library_id, library_path=saved.library_path,
-        parameters=saved.parameters, report=saved.report, started_at=saved.started_at,
-        finished_at=saved.finished_at, vocabulary_release=saved.vocabulary_release,
+        run_id=saved.run_id,
+        library_id=saved.library_id,
+        library_path=saved.library_path,
+        parameters=saved.parameters,
+        report=saved.report,
+        started_at=saved.started_at,
+        finished_at=saved.finished_at,
+        vocabulary_release=saved.vocabulary_release,
     )
 
 

@@ -15,8 +15,13 @@ from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
 
 
 def results_for(
-    con: duckdb.DuckDBPyConnection, library: Library, cohort_id: str, methods: list[str],
-    run: BenchmarkRun | None = None, dense: object | None = None, k: int = 25,
+    con: duckdb.DuckDBPyConnection,
+    library: Library,
+    cohort_id: str,
+    methods: list[str],
+    run: BenchmarkRun | None = None,
+    dense: object | None = None,
+    k: int = 25,
     dense_weight: float = 0.5,
 ) -> tuple[list[CohortEvalResult], list[str]]:
     """The cohort's results per method: from ``run`` when given, else computed now."""
@@ -26,8 +31,9 @@ def results_for(
         missing = [f"{cohort_id}/{m}: not in run {run.run_id}" for m in methods if m not in found]
         skipped = [s for s in run.report.skipped if s.startswith(f"{cohort_id}/")]
         return results, missing + skipped
-    report = run_benchmark(con, Path(library.path), [cohort_id], methods=methods, dense=dense,
-                           k=k, dense_weight=dense_weight)
+    report = run_benchmark(
+        con, Path(library.path), [cohort_id], methods=methods, dense=dense, k=k, dense_weight=dense_weight
+    )
     return report.results, report.skipped
 
 
@@ -39,8 +45,7 @@ def method_means(library_id: str, run: BenchmarkRun | None = None) -> dict[str, 
     if run is not None:
         sources = [(run.run_id, run.report)]
     else:
-        sources = [(s.run_id, None) for s in app_state.list_benchmark_runs(limit=50)
-                   if s.library_id == library_id]
+        sources = [(s.run_id, None) for s in app_state.list_benchmark_runs(limit=50) if s.library_id == library_id]
     for run_id, report in sources:
         if report is None:
             report = app_state.load_benchmark_run(run_id).report
@@ -58,8 +63,12 @@ def method_means(library_id: str, run: BenchmarkRun | None = None) -> dict[str, 
 
 
 def deep_link_notices(
-    wanted_library: str | None, shown_library: str, installed: list[str],
-    wanted_cohort: str | None, shown_cohort: str | None, cohort_ids: list[str],
+    wanted_library: str | None,
+    shown_library: str,
+    installed: list[str],
+    wanted_cohort: str | None,
+    shown_cohort: str | None,
+    cohort_ids: list[str],
 ) -> list[str]:
     """What a deep link asked for and could not get, so another cohort is never shown silently.
 
@@ -68,9 +77,13 @@ def deep_link_notices(
     """
     notices: list[str] = []
     if wanted_library and wanted_library not in installed:
-        notices.append(f"The link asks for library '{plain(wanted_library)}', which is not installed; "
-                       f"showing '{plain(shown_library)}' instead.")
+        notices.append(
+            f"The link asks for library '{plain(wanted_library)}', which is not installed; "
+            f"showing '{plain(shown_library)}' instead."
+        )
     elif wanted_cohort and wanted_library in (None, "", shown_library) and wanted_cohort not in cohort_ids:
-        notices.append(f"The link asks for cohort '{plain(wanted_cohort)}', which library "
-                       f"'{plain(shown_library)}' does not have; showing '{plain(shown_cohort or '')}' instead.")
+        notices.append(
+            f"The link asks for cohort '{plain(wanted_cohort)}', which library "
+            f"'{plain(shown_library)}' does not have; showing '{plain(shown_cohort or '')}' instead."
+        )
     return notices

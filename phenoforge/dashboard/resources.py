@@ -71,8 +71,7 @@ def open_vocabulary(path: Path | None = None) -> duckdb.DuckDBPyConnection:
     path = Path(path) if path is not None else vocab_db_path()
     if not path.exists():
         raise VocabularyError(
-            "no vocabulary database yet: open the Home page to build it, or run "
-            "`python -m phenoforge build`"
+            "no vocabulary database yet: open the Home page to build it, or run `python -m phenoforge build`"
         )
     return connect(path, build=False)
 
@@ -96,8 +95,7 @@ def embedder_factory() -> Callable[[], Any] | None:
         factory = getattr(importlib.import_module(module_name), attr or "embed_fn")
     except (ImportError, AttributeError) as error:
         raise PhenoforgeError(
-            f"{EMBEDDER_ENV}={spec!r} does not name an importable factory ({error}); "
-            "unset it to use the real model"
+            f"{EMBEDDER_ENV}={spec!r} does not name an importable factory ({error}); unset it to use the real model"
         ) from error
     return factory
 
@@ -166,8 +164,9 @@ class DenseManager:
         try:
             embed_fn = make_embed_fn() if embedder_factory() is not None else None
             # The retriever keeps its connection: a cursor of its own, never a pooled one.
-            retriever = dense_module.load_dense_if_ready(self.pool.con.cursor(),
-                                                   index_dir=self.index_dir, embed_fn=embed_fn)
+            retriever = dense_module.load_dense_if_ready(
+                self.pool.con.cursor(), index_dir=self.index_dir, embed_fn=embed_fn
+            )
         except PhenoforgeError as error:
             with self._lock:
                 self._state = DenseState(state="failed", error=str(error))
@@ -180,11 +179,15 @@ class DenseManager:
                 self._retriever = retriever
                 self._state = DenseState(state="ready", message="dense index ready")
             elif unusable is not None and self._state.state in ("missing", "corrupt", "stale"):
-                self._state = DenseState(state="missing") if unusable.state == "missing" else DenseState(
-                    state=unusable.state,
-                    message=f"the dense index is {unusable.state} ({unusable.reason}); dense methods are "
-                    "unavailable and hybrid runs as BM25 alone: rebuild it from the Home page or with "
-                    "`python -m phenoforge build`",
+                self._state = (
+                    DenseState(state="missing")
+                    if unusable.state == "missing"
+                    else DenseState(
+                        state=unusable.state,
+                        message=f"the dense index is {unusable.state} ({unusable.reason}); dense methods are "
+                        "unavailable and hybrid runs as BM25 alone: rebuild it from the Home page or with "
+                        "`python -m phenoforge build`",
+                    )
                 )
             return self._retriever
 
@@ -208,8 +211,7 @@ class DenseManager:
                 message="loading the model (or waiting for another build of the index to finish)",
             )
             self._started = time.monotonic()
-            self._thread = threading.Thread(target=self._build, name="phenoforge-dense-build",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._build, name="phenoforge-dense-build", daemon=True)
             self._thread.start()
         return True
 
@@ -222,11 +224,11 @@ class DenseManager:
             embed_fn = make_embed_fn()
             # The build runs for minutes: its own cursor, not one borrowed from the pool.
             cur = self.pool.con.cursor()
-            retriever = dense_module.ensure_dense_index(cur, embed_fn=embed_fn, index_dir=self.index_dir,
-                                                  progress=self._progress)
+            retriever = dense_module.ensure_dense_index(
+                cur, embed_fn=embed_fn, index_dir=self.index_dir, progress=self._progress
+            )
         except Exception as error:  # noqa: BLE001 - shown to the user, the thread must not die silently
-            message = str(error) if isinstance(error, PhenoforgeError) else (
-                f"{type(error).__name__}: {error}")
+            message = str(error) if isinstance(error, PhenoforgeError) else (f"{type(error).__name__}: {error}")
             with self._lock:
                 self._state = DenseState(
                     state="failed",

@@ -22,12 +22,15 @@ CURVE_WEIGHTS: tuple[float, ...] = tuple(round(i / 20, 2) for i in range(21))
 
 
 def collect(
-    con: duckdb.DuckDBPyConnection, library_dir: Path, cohort_ids: list[str], dense: object | None,
-    k: int = 25, progress: ProgressCallback | None = None,
+    con: duckdb.DuckDBPyConnection,
+    library_dir: Path,
+    cohort_ids: list[str],
+    dense: object | None,
+    k: int = 25,
+    progress: ProgressCallback | None = None,
 ) -> RankingCache:
     """Query every retriever once, deep enough for ``k`` at any weight."""
-    return collect_rankings(con, library_dir, cohort_ids, dense=dense, depth=fusion_depth(k),
-                            progress=progress)
+    return collect_rankings(con, library_dir, cohort_ids, dense=dense, depth=fusion_depth(k), progress=progress)
 
 
 class WeightScorer:
@@ -50,13 +53,11 @@ class WeightScorer:
             self._reports[key] = report
         return report
 
-    def curve(self, con: duckdb.DuckDBPyConnection,
-              weights: tuple[float, ...] = CURVE_WEIGHTS) -> list[tuple[float, float]]:
+    def curve(
+        self, con: duckdb.DuckDBPyConnection, weights: tuple[float, ...] = CURVE_WEIGHTS
+    ) -> list[tuple[float, float]]:
         """(weight, mean hierarchical score) along the grid."""
-        return [
-            (w, self.report(con, w).mean_hierarchical_score_by_method.get("hybrid", 0.0))
-            for w in weights
-        ]
+        return [(w, self.report(con, w).mean_hierarchical_score_by_method.get("hybrid", 0.0)) for w in weights]
 
 
 class CohortShift(BaseModel):
@@ -72,11 +73,15 @@ def cohort_shifts(reference: BenchmarkReport, current: BenchmarkReport) -> list[
     largest gain first."""
     before = {r.cohort_id: r for r in reference.results}
     shifts = [
-        CohortShift(cohort_id=r.cohort_id, cohort_name=r.cohort_name,
-                    reference=before[r.cohort_id].hierarchical_score,
-                    current=r.hierarchical_score,
-                    delta=r.hierarchical_score - before[r.cohort_id].hierarchical_score)
-        for r in current.results if r.cohort_id in before
+        CohortShift(
+            cohort_id=r.cohort_id,
+            cohort_name=r.cohort_name,
+            reference=before[r.cohort_id].hierarchical_score,
+            current=r.hierarchical_score,
+            delta=r.hierarchical_score - before[r.cohort_id].hierarchical_score,
+        )
+        for r in current.results
+        if r.cohort_id in before
     ]
     return sorted(shifts, key=lambda s: (-s.delta, s.cohort_id))
 

@@ -97,9 +97,7 @@ class Library:
         try:
             return self._by_id[str(cohort_id)]
         except KeyError:
-            raise LibraryError(
-                f"cohort {cohort_id!r} is not in library {self.library_id!r} ({self.path})"
-            ) from None
+            raise LibraryError(f"cohort {cohort_id!r} is not in library {self.library_id!r} ({self.path})") from None
 
     def definition(self, cohort_id: str) -> dict[str, Any]:
         file = self.path / self.cohort(cohort_id).file
@@ -127,8 +125,7 @@ def load_library(path: Path | str) -> Library:
         manifest = LibraryManifest.model_validate(raw)
     except ValidationError as error:
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in issue['loc'])}: {issue['msg']}"
-            for issue in error.errors()[:5]
+            f"{'.'.join(str(part) for part in issue['loc'])}: {issue['msg']}" for issue in error.errors()[:5]
         )
         raise LibraryError(f"{manifest_file}: malformed manifest ({problems})") from None
     return Library(path, manifest)
@@ -164,8 +161,10 @@ def list_libraries(root: Path | None = None, errors: list[str] | None = None) ->
         if first is library:
             libraries.append(library)
             continue
-        message = (f"{library.path}: library id {library.library_id!r} is already used by {first.path}; "
-                   "this copy is skipped: re-import it with another --id")
+        message = (
+            f"{library.path}: library id {library.library_id!r} is already used by {first.path}; "
+            "this copy is skipped: re-import it with another --id"
+        )
         if errors is None:
             raise LibraryError(message)
         errors.append(message)
@@ -180,17 +179,12 @@ def cohort_file_name(cohort_id: str) -> str:
     return f"cohorts/{safe}.json"
 
 
-def write_library(
-    dest: Path, manifest: LibraryManifest, definitions: dict[str, dict[str, Any]]
-) -> Path:
+def write_library(dest: Path, manifest: LibraryManifest, definitions: dict[str, dict[str, Any]]) -> Path:
     """Write a whole library atomically: a temporary sibling directory, then a rename."""
     dest = Path(dest)
     listed = {entry.cohort_id for entry in manifest.cohorts}
     if listed != set(definitions):
-        raise LibraryError(
-            f"{dest}: manifest cohorts and definitions differ "
-            f"({sorted(listed ^ set(definitions))[:5]})"
-        )
+        raise LibraryError(f"{dest}: manifest cohorts and definitions differ ({sorted(listed ^ set(definitions))[:5]})")
     files = [entry.file for entry in manifest.cohorts]
     if len(set(files)) != len(files):
         raise LibraryError(f"{dest}: two cohorts share one file name; give them distinct ids")
@@ -206,9 +200,7 @@ def write_library(
             (tmp / "cohorts").mkdir(parents=True)
             for entry in manifest.cohorts:
                 (tmp / entry.file).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / entry.file).write_text(
-                    json.dumps(definitions[entry.cohort_id], indent=1), encoding="utf-8"
-                )
+                (tmp / entry.file).write_text(json.dumps(definitions[entry.cohort_id], indent=1), encoding="utf-8")
             (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=1), encoding="utf-8")
         except OSError as error:
             raise _write_error(dest, error) from None
@@ -233,9 +225,7 @@ def _write_error(dest: Path, error: OSError) -> LibraryError | DiskFullError:
     return LibraryError(f"cannot write the library {dest} ({error.strerror or error}); {kept}")
 
 
-def icd_cohort_definition(
-    cohort_name: str, codes: list[str], include_descendants: bool = False
-) -> dict[str, Any]:
+def icd_cohort_definition(cohort_name: str, codes: list[str], include_descendants: bool = False) -> dict[str, Any]:
     """A Circe cohort definition whose one entry concept set lists ICD-10-CM codes."""
     items = [
         {
@@ -343,9 +333,7 @@ def load_curated_concept_set(
     except ValueError as error:
         raise LibraryError(f"{library.path / entry.file}: {error}") from None
     if not cohort.roles.inclusion:
-        raise LibraryError(
-            f"{library.path / entry.file}: no concept set is referenced by PrimaryCriteria"
-        )
+        raise LibraryError(f"{library.path / entry.file}: no concept set is referenced by PrimaryCriteria")
     include = Resolution()
     for set_id in cohort.roles.inclusion:
         part = resolve_curated_concepts(con, cohort.concept_sets[set_id].items, fanout_threshold)

@@ -33,8 +33,7 @@ def read_metadata(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
 def build_id(con: duckdb.DuckDBPyConnection) -> str:
     rows = con.execute("SELECT value FROM metadata WHERE key = 'build_id'").fetchall()
     if not rows:
-        raise VocabularyError("the vocabulary database has no build id: rebuild it with "
-                              "`python -m phenoforge build`")
+        raise VocabularyError("the vocabulary database has no build id: rebuild it with `python -m phenoforge build`")
     return str(rows[0][0])
 
 
@@ -137,9 +136,7 @@ def connect(path: Path | None = None, build: bool = True) -> duckdb.DuckDBPyConn
     if build and path == vocab_db_path():
         ensure_vocabulary(path, repair=False)
     if not path.exists():
-        raise VocabularyError(
-            f"no vocabulary database at {path}: run `python -m phenoforge build` to create it"
-        )
+        raise VocabularyError(f"no vocabulary database at {path}: run `python -m phenoforge build` to create it")
     try:
         con = duckdb.connect(str(path), read_only=True)
         read_metadata(con)
@@ -155,17 +152,13 @@ def connect(path: Path | None = None, build: bool = True) -> duckdb.DuckDBPyConn
 def vocabulary_info(con: duckdb.DuckDBPyConnection) -> VocabularyInfo:
     metadata = read_metadata(con)
     counts = dict(
-        con.execute(
-            "SELECT kind, count(*) FROM concept WHERE vocabulary_id = ? GROUP BY kind", [ICD10CM]
-        ).fetchall()
+        con.execute("SELECT kind, count(*) FROM concept WHERE vocabulary_id = ? GROUP BY kind", [ICD10CM]).fetchall()
     )
     total, billable = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE billable AND vocabulary_id = ?) FROM concept",
         [ICD10CM],
     ).fetchall()[0]
-    path_rows = con.execute(
-        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
-    ).fetchall()
+    path_rows = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
     return VocabularyInfo(
         path=str(path_rows[0][0]) if path_rows and path_rows[0][0] else "",
         source=metadata.get("source", "unknown"),

@@ -16,7 +16,32 @@ _SQL = re.compile(
     re.IGNORECASE,
 )
 STOPWORDS = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "into", "is", "it", "its", "nos", "of", "on", "or", "other", "the", "to", "with", "without"]  # noqa: E501
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "nos",
+        "of",
+        "on",
+        "or",
+        "other",
+        "the",
+        "to",
+        "with",
+        "without",
+    ]  # noqa: E501
 )
 
 

@@ -87,8 +87,7 @@ def icd10cm_rows(progress: ProgressCallback = no_progress) -> VocabularyRows:
         billable = icd.is_leaf(code) and kind in ("category", "subcategory", "extension")
         key = code_key(code) or code
         rows.concepts.append(
-            (ids[code], ICD10CM, code, key, icd.get_description(code), kind, billable,
-             None, None, None)
+            (ids[code], ICD10CM, code, key, icd.get_description(code), kind, billable, None, None, None)
         )
         parent = next((node for node in icd.get_ancestors(code) if node != code), None)
         if parent:
@@ -165,7 +164,7 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple], w
     frame = pd.DataFrame.from_records(list(rows))
     con.register("_rows", frame)
     try:
-        columns = ", ".join(f"_rows.\"{index}\"" for index in range(width))
+        columns = ", ".join(f'_rows."{index}"' for index in range(width))
         con.execute(f"INSERT INTO {table} SELECT {columns} FROM _rows")  # table is ours, not input
     finally:
         con.unregister("_rows")

@@ -48,9 +48,7 @@ if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
 
 
-def _libraries_for(
-    library_dir: Path, broken: list[str] | None = None
-) -> tuple[dict[str, Library], Library | None]:
+def _libraries_for(library_dir: Path, broken: list[str] | None = None) -> tuple[dict[str, Library], Library | None]:
     """``(libraries by directory name, the single library when library_dir is one)``; a broken library
     in a folder of libraries is skipped and its error appended to ``broken``."""
     library_dir = Path(library_dir)

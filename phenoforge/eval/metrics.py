@@ -65,9 +65,7 @@ def set_coverage(predicted_scores: Sequence[float], n_ground_truth: int) -> floa
     0.75
     """
     if len(predicted_scores) != n_ground_truth:
-        raise ValueError(
-            f"got {len(predicted_scores)} scores for {n_ground_truth} ground-truth codes"
-        )
+        raise ValueError(f"got {len(predicted_scores)} scores for {n_ground_truth} ground-truth codes")
     if n_ground_truth == 0:
         return 1.0
     return float(sum(predicted_scores) / n_ground_truth)

@@ -75,9 +75,7 @@ def paired_permutation_test(
     nonzero = diffs[np.abs(diffs) > 1e-12]
     m = int(nonzero.size)
     if m == 0:
-        return PairedTestResult(
-            n=n, n_nonzero=0, mean_diff=mean_diff, p_value=1.0, exact=True, min_p_value=1.0
-        )
+        return PairedTestResult(n=n, n_nonzero=0, mean_diff=mean_diff, p_value=1.0, exact=True, min_p_value=1.0)
     min_p = min(1.0, 2.0 / 2.0**m)
     observed = abs(float(nonzero.sum()))
     tolerance = 1e-9 * max(1.0, observed)
@@ -94,8 +92,12 @@ def paired_permutation_test(
         p_value = (hits + 1) / (n_resamples + 1)
         exact = False
     return PairedTestResult(
-        n=n, n_nonzero=m, mean_diff=mean_diff, p_value=min(1.0, max(p_value, min_p)),
-        exact=exact, min_p_value=min_p,
+        n=n,
+        n_nonzero=m,
+        mean_diff=mean_diff,
+        p_value=min(1.0, max(p_value, min_p)),
+        exact=exact,
+        min_p_value=min_p,
     )
 
 
@@ -118,8 +120,7 @@ def bootstrap_ci(
     data = np.asarray(values, dtype=float)
     n = int(data.size)
     if n == 0:
-        return ConfidenceInterval(mean=math.nan, low=math.nan, high=math.nan, n=0,
-                                  confidence=confidence)
+        return ConfidenceInterval(mean=math.nan, low=math.nan, high=math.nan, n=0, confidence=confidence)
     mean = float(data.mean())
     if n == 1 or np.all(data == data[0]):
         return ConfidenceInterval(mean=mean, low=mean, high=mean, n=n, confidence=confidence)
@@ -130,8 +131,7 @@ def bootstrap_ci(
     # Floating-point means of resamples may stray a hair outside [min, max]; clamp for honesty.
     low = max(float(low), float(data.min()))
     high = min(float(high), float(data.max()))
-    return ConfidenceInterval(mean=mean, low=min(low, mean), high=max(high, mean), n=n,
-                              confidence=confidence)
+    return ConfidenceInterval(mean=mean, low=min(low, mean), high=max(high, mean), n=n, confidence=confidence)
 
 
 def compare_methods(
@@ -159,8 +159,7 @@ def compare_methods(
         shared = sorted(set(scores[method_a]) & set(scores[method_b]))
         a = [float(scores[method_a][cohort]) for cohort in shared]
         b = [float(scores[method_b][cohort]) for cohort in shared]
-        raw.append((method_a, method_b, shared,
-                    paired_permutation_test(a, b, n_resamples=n_resamples, seed=seed)))
+        raw.append((method_a, method_b, shared, paired_permutation_test(a, b, n_resamples=n_resamples, seed=seed)))
     adjusted = holm_adjust([test.p_value for *_rest, test in raw])
     family = len(raw)
     comparisons: list[MethodComparison] = []
@@ -178,9 +177,18 @@ def compare_methods(
             )
         mean_a = float(np.mean([scores[method_a][c] for c in shared])) if shared else math.nan
         mean_b = float(np.mean([scores[method_b][c] for c in shared])) if shared else math.nan
-        comparisons.append(MethodComparison(
-            method_a=method_a, method_b=method_b, n_cohorts=len(shared), mean_a=mean_a,
-            mean_b=mean_b, mean_diff=test.mean_diff, p_value=test.p_value, p_holm=p_holm,
-            significant=bool(shared) and p_holm < alpha, note=note,
-        ))
+        comparisons.append(
+            MethodComparison(
+                method_a=method_a,
+                method_b=method_b,
+                n_cohorts=len(shared),
+                mean_a=mean_a,
+                mean_b=mean_b,
+                mean_diff=test.mean_diff,
+                p_value=test.p_value,
+                p_holm=p_holm,
+                significant=bool(shared) and p_holm < alpha,
+                note=note,
+            )
+        )
     return comparisons

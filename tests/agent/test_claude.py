@@ -149,8 +149,12 @@ def test_empty_terms_exhaust_bounded_retries(tmp_path: Path) -> None:
 
 
 def test_rate_limit_then_success(tmp_path: Path) -> None:
-    server = Server([status(429, "rate_limit_error", "Number of requests has exceeded your rate limit"),
-                     ok(tool_reply(["atrial fibrillation"]))])
+    server = Server(
+        [
+            status(429, "rate_limit_error", "Number of requests has exceeded your rate limit"),
+            ok(tool_reply(["atrial fibrillation"])),
+        ]
+    )
     assert make(server, tmp_path, max_retries=2)("adults diagnosed with atrial fibrillation") == ["atrial fibrillation"]
     assert len(server.requests) == 2
 
@@ -279,8 +283,9 @@ def test_budget_is_one_deadline_for_every_call(tmp_path: Path) -> None:
     """Once the run's budget is spent, calls fail at once without touching the network."""
     clock = FakeClock()
     server = Server([ok(tool_reply(["asthma"]))])
-    client = anthropic.Anthropic(api_key=KEY, http_client=httpx2.Client(transport=httpx2.MockTransport(server)),
-                                 max_retries=2, timeout=30.0)
+    client = anthropic.Anthropic(
+        api_key=KEY, http_client=httpx2.Client(transport=httpx2.MockTransport(server)), max_retries=2, timeout=30.0
+    )
     decompose = claude.ClaudeDecomposer(client, "claude-sonnet-5", cache=None, budget=10.0, clock=clock)
     assert decompose("adults with asthma") == ["asthma"]
     clock.now += 11.0

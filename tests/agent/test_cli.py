@@ -38,8 +38,21 @@ def scripted(monkeypatch: pytest.MonkeyPatch, answers: list[str]) -> list[str]:
 
 def test_assemble_yes_writes_exports(tmp_path: Path, fixture_library: Path, capsys) -> None:
     out_csv, out_circe = tmp_path / "set.csv", tmp_path / "set.json"
-    code = main(["assemble", DESCRIPTION, "--reviewer", "ann", "--yes", "--library", str(fixture_library),
-                 "--csv", str(out_csv), "--circe", str(out_circe)])
+    code = main(
+        [
+            "assemble",
+            DESCRIPTION,
+            "--reviewer",
+            "ann",
+            "--yes",
+            "--library",
+            str(fixture_library),
+            "--csv",
+            str(out_csv),
+            "--circe",
+            str(out_circe),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "curated -> fixlib/fix-ASTHMA" in printed and "concept set:" in printed
@@ -94,8 +107,11 @@ def test_flags_contradict(capsys) -> None:
 
 
 def test_decompose_eval_json_and_table(monkeypatch, fixture_library: Path, capsys) -> None:
-    cases = [DecompositionTestCase(population_description="adults with asthma", cohort_id="fix-ASTHMA",
-                                   source="test", library_id="fixlib")]
+    cases = [
+        DecompositionTestCase(
+            population_description="adults with asthma", cohort_id="fix-ASTHMA", source="test", library_id="fixlib"
+        )
+    ]
     monkeypatch.setitem(decomposition.CASE_SETS, "default", cases)
     assert main(["decompose-eval", "--library", str(fixture_library), "--json", "--quiet"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -118,8 +134,10 @@ def test_decompose_eval_claude_without_key(monkeypatch, fixture_library: Path, c
 
 def test_ambiguous_term_can_be_settled_interactively(monkeypatch, fixture_library: Path, capsys) -> None:
     scripted(monkeypatch, ["7", "2"])
-    assert main(["assemble", "patients with atrial fibrillation", "--reviewer", "cy",
-                 "--library", str(fixture_library)]) == 0
+    assert (
+        main(["assemble", "patients with atrial fibrillation", "--reviewer", "cy", "--library", str(fixture_library)])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "'7' is not a choice" in printed and "matches several curated cohorts" in printed
     state = audit.load_state(audit.list_sessions()[0].session_id)
@@ -128,10 +146,12 @@ def test_ambiguous_term_can_be_settled_interactively(monkeypatch, fixture_librar
 
 
 ASTHMA_AND_HF = [
-    DecompositionTestCase(population_description="adults with asthma", cohort_id="fix-ASTHMA", source="t",
-                          library_id="fixlib"),
-    DecompositionTestCase(population_description="adults with heart failure", cohort_id="fix-HF", source="t",
-                          library_id="fixlib"),
+    DecompositionTestCase(
+        population_description="adults with asthma", cohort_id="fix-ASTHMA", source="t", library_id="fixlib"
+    ),
+    DecompositionTestCase(
+        population_description="adults with heart failure", cohort_id="fix-HF", source="t", library_id="fixlib"
+    ),
 ]
 
 
@@ -158,10 +178,26 @@ def test_decompose_eval_claude_all_failing_exits_non_zero(monkeypatch, fixture_l
     import httpx2
 
     monkeypatch.setitem(decomposition.CASE_SETS, "default", ASTHMA_AND_HF)
-    built = mock_claude(monkeypatch, lambda request: httpx2.Response(
-        401, json={"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}))
-    code = main(["decompose-eval", "--decomposer", "claude", "--library", str(fixture_library), "--quiet",
-                 "--timeout", "7", "--budget", "60"])
+    built = mock_claude(
+        monkeypatch,
+        lambda request: httpx2.Response(
+            401, json={"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
+        ),
+    )
+    code = main(
+        [
+            "decompose-eval",
+            "--decomposer",
+            "claude",
+            "--library",
+            str(fixture_library),
+            "--quiet",
+            "--timeout",
+            "7",
+            "--budget",
+            "60",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 1
     assert "0 of 2 cases ran: ClaudeAuthError: the Anthropic API rejected the API key (HTTP 401)" in captured.err
@@ -176,16 +212,41 @@ def test_decompose_eval_claude_partial_failure_is_labelled(monkeypatch, fixture_
     def handler(request: httpx2.Request) -> httpx2.Response:
         if "asthma" in json.loads(request.content)["messages"][0]["content"]:
             raise httpx2.ReadTimeout("timed out", request=request)
-        return httpx2.Response(200, json={
-            "id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-5",
-            "content": [{"type": "tool_use", "id": "t", "name": "record_conditions",
-                         "input": {"terms": ["heart failure"]}}],
-            "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}})
+        return httpx2.Response(
+            200,
+            json={
+                "id": "m",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-5",
+                "content": [
+                    {"type": "tool_use", "id": "t", "name": "record_conditions", "input": {"terms": ["heart failure"]}}
+                ],
+                "stop_reason": "tool_use",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            },
+        )
 
     monkeypatch.setitem(decomposition.CASE_SETS, "default", ASTHMA_AND_HF)
     mock_claude(monkeypatch, handler)
-    assert main(["decompose-eval", "--decomposer", "claude", "--library", str(fixture_library), "--quiet",
-                 "--repeat", "1", "--timeout", "2"]) == 0
+    assert (
+        main(
+            [
+                "decompose-eval",
+                "--decomposer",
+                "claude",
+                "--library",
+                str(fixture_library),
+                "--quiet",
+                "--repeat",
+                "1",
+                "--timeout",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "1 of 2 cases ran (1 failed: 1 ClaudeTimeoutError" in out
     assert "means are over the 1 that ran" in out
@@ -194,9 +255,11 @@ def test_decompose_eval_claude_partial_failure_is_labelled(monkeypatch, fixture_
 
 def test_decompose_eval_cases_file_and_split(monkeypatch, fixture_library: Path, tmp_path: Path, capsys) -> None:
     cases_file = tmp_path / "mine.csv"
-    cases_file.write_text("population_description,cohort_id,library,source\n"
-                          "children with asthma using inhaled steroids,fix-ASTHMA,fixlib,my trial\n",
-                          encoding="utf-8")
+    cases_file.write_text(
+        "population_description,cohort_id,library,source\n"
+        "children with asthma using inhaled steroids,fix-ASTHMA,fixlib,my trial\n",
+        encoding="utf-8",
+    )
     assert main(["decompose-eval", "--cases", str(cases_file), "--library", str(fixture_library), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "asthma -> target fix-ASTHMA" in out and "1 of 1 cases ran" in out

@@ -24,14 +24,18 @@ def decompose(fixture_con: duckdb.DuckDBPyConnection) -> GroundedDecomposer:
     [
         ("adults with type 2 diabetes mellitus", ["type 2 diabetes mellitus"]),
         # a drug, a lab threshold and a time window match no diagnosis
-        ("adults with type 2 diabetes inadequately controlled on metformin with an HbA1c of 7.5% for 3 months",
-         ["type 2 diabetes"]),
+        (
+            "adults with type 2 diabetes inadequately controlled on metformin with an HbA1c of 7.5% for 3 months",
+            ["type 2 diabetes"],
+        ),
         # settings and procedures
         ("patients admitted to the icu with heart failure referred for catheter ablation", ["heart failure"]),
         ("children with asthma using inhaled bronchodilators", ["asthma"]),
         # lists keep every condition
-        ("patients with asthma, heart failure, or atrial fibrillation",
-         ["asthma", "heart failure", "atrial fibrillation"]),
+        (
+            "patients with asthma, heart failure, or atrial fibrillation",
+            ["asthma", "heart failure", "atrial fibrillation"],
+        ),
         ("patients with type 1 or type 2 diabetes", ["type 1 diabetes", "type 2 diabetes"]),
         # severity modifiers stay attached to their condition
         ("adults with mild intermittent asthma", ["mild intermittent asthma"]),
@@ -67,8 +71,9 @@ def test_grounding_is_built_once_per_vocabulary(fixture_con: duckdb.DuckDBPyConn
     assert get_grounding(fixture_con) is first
     assert "asthma" in first.solo and "fracture" in first.heads
     assert "femur" not in first.heads  # a site qualifies a fracture; it does not head a diagnosis
-    assert all(code[0] not in "TVWXYZ" for code in (first.index.codes[row] for rows in first.postings.values()
-                                                    for row in rows))
+    assert all(
+        code[0] not in "TVWXYZ" for code in (first.index.codes[row] for rows in first.postings.values() for row in rows)
+    )
 
 
 def test_lay_terms_name_their_source() -> None:

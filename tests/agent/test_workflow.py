@@ -30,8 +30,9 @@ def run(con, library: Path, terms: list[str], description: str = "a study popula
     return nodes.generate(state, con)
 
 
-def test_curated_match_when_names_and_retrieval_agree(fixture_con: duckdb.DuckDBPyConnection,
-                                                       fixture_library: Path) -> None:
+def test_curated_match_when_names_and_retrieval_agree(
+    fixture_con: duckdb.DuckDBPyConnection, fixture_library: Path
+) -> None:
     state = run(fixture_con, fixture_library, ["asthma"])
     term = state.terms[0]
     assert term.status == "curated"
@@ -122,9 +123,13 @@ def test_confirm_validates_input(fixture_con, fixture_library) -> None:
 
 
 def test_session_survives_restart_with_audit_trail(fixture_con, fixture_library) -> None:
-    state = workflow.start(fixture_con, "adults with asthma or a femur fracture",
-                           fixed(["asthma", "fracture of femur"]), reviewer="ann",
-                           library_paths=[fixture_library])
+    state = workflow.start(
+        fixture_con,
+        "adults with asthma or a femur fracture",
+        fixed(["asthma", "fracture of femur"]),
+        reviewer="ann",
+        library_paths=[fixture_library],
+    )
     state = workflow.decide(state, [("S72", "accept", True)], reviewer="ann")
     state = workflow.decide(state, [("S72.0", "reject", False)], reviewer="bob")
     # "restart": nothing in memory, read back from the app-state database
@@ -150,8 +155,9 @@ def test_session_survives_restart_with_audit_trail(fixture_con, fixture_library)
 
 
 def test_failed_save_records_nothing(fixture_con, fixture_library) -> None:
-    state = workflow.start(fixture_con, "femur fracture", fixed(["fracture of femur"]), reviewer="ann",
-                           library_paths=[fixture_library])
+    state = workflow.start(
+        fixture_con, "femur fracture", fixed(["fracture of femur"]), reviewer="ann", library_paths=[fixture_library]
+    )
     # a decision row for a code the state has not applied is refused, and the whole write rolls back
     with pytest.raises(Exception, match="not applied"):
         audit.save_state(state.model_copy(update={"stage": "confirming"}), decisions=[("S72", "accept", False)])
@@ -198,8 +204,11 @@ def test_a_corrupt_cohort_file_is_named_not_silently_skipped(fixture_con, fixtur
 def test_generate_leaves_its_input_state_alone(fixture_con, fixture_library) -> None:
     """The module promises nodes return new states; generate used to append sources to the input's candidates."""
     state = run(fixture_con, fixture_library, ["fracture of femur"])
-    again = state.model_copy(update={"terms": [*state.terms, state.terms[0].model_copy(
-        update={"term": "femur fracture", "status": "pending"})]})
+    again = state.model_copy(
+        update={
+            "terms": [*state.terms, state.terms[0].model_copy(update={"term": "femur fracture", "status": "pending"})]
+        }
+    )
     before = again.model_dump()
     after = nodes.generate(again, fixture_con)
     assert again.model_dump() == before

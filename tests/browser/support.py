@@ -73,10 +73,28 @@ def start_server(data_dir: Path, log_path: Path) -> Server:
     env = {**os.environ, **dashboard_env(data_dir)}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--server.headless", "true",
-             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--server.headless",
+                "true",
+                "--browser.gatherUsageStats",
+                "false",
+                "--server.fileWatcherType",
+                "none",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     server = Server(process, url, log_path)
     try:
@@ -97,9 +115,15 @@ def make_driver(profile: Path) -> Any:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for argument in ("--headless", "--no-sandbox", "--disable-gpu",
-                     "--disable-background-networking", "--disable-dev-shm-usage",
-                     "--window-size=1500,2200", f"--user-data-dir={profile}"):
+    for argument in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-dev-shm-usage",
+        "--window-size=1500,2200",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(WAIT)
@@ -116,8 +140,7 @@ def wait_text(driver: Any, *texts: str, timeout: float = WAIT) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     try:
-        WebDriverWait(driver, timeout, poll_frequency=0.2).until(
-            lambda d: all(text in body(d) for text in texts))
+        WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: all(text in body(d) for text in texts))
     except Exception as error:
         raise AssertionError(f"never saw {texts!r}; page says:\n{body(driver)[:2000]}") from error
 
@@ -128,8 +151,11 @@ def wait_idle(driver: Any, timeout: float = WAIT) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(driver, timeout, poll_frequency=0.2).until(
-        lambda d: not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"] button')
-        and not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidgetRunningIcon"]'))
+        lambda d: (
+            not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidget"] button')
+            and not d.find_elements(By.CSS_SELECTOR, '[data-testid="stStatusWidgetRunningIcon"]')
+        )
+    )
 
 
 def no_exception(driver: Any) -> None:
@@ -157,8 +183,7 @@ def metrics(driver: Any) -> dict[str, str]:
 def wait_metrics(driver: Any, *labels: str) -> dict[str, str]:
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(driver, WAIT, poll_frequency=0.2).until(
-        lambda d: all(label in metrics(d) for label in labels))
+    WebDriverWait(driver, WAIT, poll_frequency=0.2).until(lambda d: all(label in metrics(d) for label in labels))
     return metrics(driver)
 
 

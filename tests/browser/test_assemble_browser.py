@@ -61,8 +61,11 @@ def _candidate_codes(driver: Any) -> list[str]:
 
     slugs = []
     for element in driver.find_elements(By.XPATH, '//div[contains(@class, "st-key-as_dec_")]'):
-        slugs += [name.removeprefix("st-key-as_dec_") for name in (element.get_attribute("class") or "").split()
-                  if name.startswith("st-key-as_dec_")]
+        slugs += [
+            name.removeprefix("st-key-as_dec_")
+            for name in (element.get_attribute("class") or "").split()
+            if name.startswith("st-key-as_dec_")
+        ]
     shown = [str(strong.text).strip() for strong in driver.find_elements(By.XPATH, "//strong")]
     codes = [code for code in shown if _slug(code) in slugs]
     assert [_slug(code) for code in codes] == slugs, (shown, slugs)
@@ -118,7 +121,8 @@ def _session_id(driver: Any) -> str:
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(driver, web.WAIT, poll_frequency=0.2).until(
-        lambda d: parse_qs(urlparse(d.current_url).query).get("session"))
+        lambda d: parse_qs(urlparse(d.current_url).query).get("session")
+    )
     return parse_qs(urlparse(driver.current_url).query)["session"][0]
 
 
@@ -136,11 +140,11 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     web.wait_idle(driver)
     web.no_exception(driver)
 
-    reviewer = driver.find_element(By.XPATH, f'{_keyed("as_reviewer")}//input')
+    reviewer = driver.find_element(By.XPATH, f"{_keyed('as_reviewer')}//input")
     reviewer.send_keys(REVIEWER, Keys.ENTER)
     WebDriverWait(driver, web.WAIT).until(lambda d: reviewer.get_attribute("value") == REVIEWER)
     web.wait_idle(driver)
-    driver.find_element(By.XPATH, f'{_keyed("as_description")}//textarea').send_keys(DESCRIPTION)
+    driver.find_element(By.XPATH, f"{_keyed('as_description')}//textarea").send_keys(DESCRIPTION)
     web.click_button(driver, "Decompose and search")
     web.wait_text(driver, "Seed terms", "Generated candidates", "femur fracture")
     web.wait_idle(driver)
@@ -155,8 +159,9 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     _choose(driver, rejected, "reject")
     web.wait_idle(driver)
     web.click_button(driver, "Save 2 decisions")
-    web.wait_text(driver, f"Generated candidates ({len(codes) - 2} of {len(codes)} pending)",
-                  "Audit trail (2 decisions)")
+    web.wait_text(
+        driver, f"Generated candidates ({len(codes) - 2} of {len(codes)} pending)", "Audit trail (2 decisions)"
+    )
     web.wait_idle(driver)
     web.no_exception(driver)
     session_id = _session_id(driver)
@@ -174,8 +179,13 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     servers.append(web.start_server(data_dir, tmp_path / "streamlit-2.log"))
     assert servers[1].url != first.url
     driver.get(f"{servers[1].url}/Assemble?session={session_id}")
-    web.wait_text(driver, f"Session {session_id}", DESCRIPTION,
-                  f"Generated candidates ({len(codes) - 2} of {len(codes)} pending)", "Audit trail (2 decisions)")
+    web.wait_text(
+        driver,
+        f"Session {session_id}",
+        DESCRIPTION,
+        f"Generated candidates ({len(codes) - 2} of {len(codes)} pending)",
+        "Audit trail (2 decisions)",
+    )
     web.wait_idle(driver)
     web.no_exception(driver)
     assert _chosen(driver, ACCEPTED) == "accept"
@@ -186,9 +196,12 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     web.shot(driver, "assemble-after-restart")
 
     trail = audit.decisions(session_id, path=data_dir / "app_state.sqlite")
-    assert sorted((r.code, r.decision, r.reviewer, r.description, r.session_id) for r in trail) == sorted([
-        (ACCEPTED, "accept", REVIEWER, DESCRIPTION, session_id),
-        (rejected, "reject", REVIEWER, DESCRIPTION, session_id)])
+    assert sorted((r.code, r.decision, r.reviewer, r.description, r.session_id) for r in trail) == sorted(
+        [
+            (ACCEPTED, "accept", REVIEWER, DESCRIPTION, session_id),
+            (rejected, "reject", REVIEWER, DESCRIPTION, session_id),
+        ]
+    )
     state = audit.load_state(session_id, path=data_dir / "app_state.sqlite")
     assert state.candidate(ACCEPTED).decision == "accept"  # type: ignore[union-attr]
     assert state.candidate(rejected).decision == "reject"  # type: ignore[union-attr]

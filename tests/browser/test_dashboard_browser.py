@@ -53,13 +53,14 @@ def _expected_drilldown(data_dir: Path, cohort: str) -> dict[str, str]:
 
     con = duckdb.connect(str(data_dir / "vocab.duckdb"), read_only=True)
     try:
-        (result,) = run_benchmark(con, data_dir / "libraries" / LIBRARY_DIR, [cohort],
-                                  methods=["bm25"], k=25).results
+        (result,) = run_benchmark(con, data_dir / "libraries" / LIBRARY_DIR, [cohort], methods=["bm25"], k=25).results
     finally:
         con.close()
-    return {"Coverage": f"{result.coverage:.3f}",
-            "Over-inclusion": f"{result.over_inclusion_penalty:.3f}",
-            "Hierarchical": f"{result.hierarchical_score:.3f}"}
+    return {
+        "Coverage": f"{result.coverage:.3f}",
+        "Over-inclusion": f"{result.over_inclusion_penalty:.3f}",
+        "Hierarchical": f"{result.hierarchical_score:.3f}",
+    }
 
 
 def _expected_weight(data_dir: Path, weight: float, k: int = 25) -> str:
@@ -70,8 +71,9 @@ def _expected_weight(data_dir: Path, weight: float, k: int = 25) -> str:
     con = duckdb.connect(str(data_dir / "vocab.duckdb"), read_only=True)
     try:
         dense = load_dense_if_ready(con, index_dir=data_dir / "dense", embed_fn=FakeEmbedder())
-        cache = collect_rankings(con, data_dir / "libraries" / LIBRARY_DIR, list(FIXTURE_COHORTS),
-                                 dense=dense, depth=100)
+        cache = collect_rankings(
+            con, data_dir / "libraries" / LIBRARY_DIR, list(FIXTURE_COHORTS), dense=dense, depth=100
+        )
         report = rescore_hybrid(con, cache, weight, k=k)
     finally:
         con.close()
@@ -85,8 +87,9 @@ def test_every_page_in_a_real_browser(server: str, data_dir: Path, browser) -> N
 
     driver = browser()
     driver.get(server)
-    web.wait_text(driver, "phenoforge test fixture", "Cohort libraries", "Dense index: ready",
-               "No benchmark has been run yet.")
+    web.wait_text(
+        driver, "phenoforge test fixture", "Cohort libraries", "Dense index: ready", "No benchmark has been run yet."
+    )
     web.wait_idle(driver)
     web.no_exception(driver)
     assert web.wait_metrics(driver, "ICD-10-CM concepts")["ICD-10-CM concepts"] == "48"
@@ -128,7 +131,8 @@ def test_every_page_in_a_real_browser(server: str, data_dir: Path, browser) -> N
     expected = _expected_weight(data_dir, 0.0)
     assert expected != before
     WebDriverWait(driver, web.WAIT, poll_frequency=0.2).until(
-        lambda d: web.metrics(d).get("Mean hierarchical") == expected)
+        lambda d: web.metrics(d).get("Mean hierarchical") == expected
+    )
     web.wait_idle(driver)
     web.no_exception(driver)
     web.shot(driver, "4-hybrid-weight")
@@ -143,8 +147,7 @@ def test_every_page_in_a_real_browser(server: str, data_dir: Path, browser) -> N
     web.shot(driver, "5-decomposition")
 
     driver.get(f"{server}/Explore?q=heart%20failure&code=I50.21")
-    web.wait_text(driver, "I50.21 · Acute systolic (congestive) heart failure",
-               "Cohorts that contain it (1)")
+    web.wait_text(driver, "I50.21 · Acute systolic (congestive) heart failure", "Cohorts that contain it (1)")
     web.wait_idle(driver)
     web.no_exception(driver)
     web.shot(driver, "6-explore")

@@ -37,9 +37,15 @@ def test_run_shows_the_package_numbers(
 ) -> None:
     at = _run_page(app)
     dense = load_dense_if_ready(dash_con, index_dir=dash / "dense", embed_fn=FakeEmbedder())
-    expected = run_benchmark(dash_con, dash / "libraries" / LIBRARY_DIR, COHORTS,
-                             methods=["bm25", "hybrid", "dense"], dense=dense, k=10,
-                             dense_weight=0.3)
+    expected = run_benchmark(
+        dash_con,
+        dash / "libraries" / LIBRARY_DIR,
+        COHORTS,
+        methods=["bm25", "hybrid", "dense"],
+        dense=dense,
+        k=10,
+        dense_weight=0.3,
+    )
     summary = frame_with(at, "hierarchical 95% CI").set_index("method")
     for s in method_summaries(expected, baseline="bm25"):
         assert summary.loc[s.method, "hierarchical"] == pytest.approx(s.mean_hierarchical)
@@ -47,7 +53,8 @@ def test_run_shows_the_package_numbers(
         assert summary.loc[s.method, "over-inclusion"] == pytest.approx(s.mean_over_inclusion)
         assert summary.loc[s.method, "Δ hierarchical"] == pytest.approx(s.delta_hierarchical)
         assert summary.loc[s.method, "hierarchical 95% CI"] == (
-            f"{s.ci_hierarchical[0]:.3f} – {s.ci_hierarchical[1]:.3f}")
+            f"{s.ci_hierarchical[0]:.3f} – {s.ci_hierarchical[1]:.3f}"
+        )
     tests = frame_with(at, "p (Holm)").set_index("method")
     for c in significance(expected, "bm25"):
         assert tests.loc[c.method_b, "p (Holm)"] == pytest.approx(c.p_holm)
@@ -77,7 +84,8 @@ def test_baseline_switch_changes_deltas(app: Callable[[str], AppTest]) -> None:
     summary = frame_with(at, "hierarchical 95% CI").set_index("method")
     assert summary.loc["hybrid", "Δ hierarchical"] == pytest.approx(0.0)
     assert summary.loc["bm25", "Δ hierarchical"] == pytest.approx(
-        summary.loc["bm25", "hierarchical"] - summary.loc["hybrid", "hierarchical"])
+        summary.loc["bm25", "hierarchical"] - summary.loc["hybrid", "hierarchical"]
+    )
     tests = frame_with(at, "p (Holm)")
     assert set(tests["method"]) == {"bm25", "dense"}
 

@@ -35,8 +35,7 @@ def test_deep_link_shows_the_cohort_and_method(
     at = _page(app, library="ohdsi-fixture", cohort="503", method="bm25")
     assert at.selectbox(key="dd_cohort_ohdsi-fixture").value == "503"
     assert at.multiselect(key="dd_methods").value == ["bm25"]
-    (expected,) = run_benchmark(dash_con, dash / "libraries" / LIBRARY_DIR, ["503"],
-                                methods=["bm25"], k=25).results
+    (expected,) = run_benchmark(dash_con, dash / "libraries" / LIBRARY_DIR, ["503"], methods=["bm25"], k=25).results
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Coverage"] == f"{expected.coverage:.3f}"
     assert metrics["Over-inclusion"] == f"{expected.over_inclusion_penalty:.3f}"
@@ -66,16 +65,16 @@ def test_changing_method_updates_the_url(app: Callable[[str], AppTest]) -> None:
     assert not at.exception
     assert at.query_params["method"] == "bm25,expand_descendants"
     assert at.query_params["cohort"] == "519"
-    assert [h.value for h in at.subheader] == ["Heart failure · bm25",
-                                               "Heart failure · expand_descendants"]
+    assert [h.value for h in at.subheader] == ["Heart failure · bm25", "Heart failure · expand_descendants"]
 
 
 def test_saved_run_link_uses_the_run_and_its_means(
     app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
 ) -> None:
     library = load_library(dash / "libraries" / LIBRARY_DIR)
-    run = run_and_save(dash_con, library, BenchmarkParameters(
-        methods=["bm25"], k=5, dense_weight=0.5, cohort_ids=library.cohort_ids))
+    run = run_and_save(
+        dash_con, library, BenchmarkParameters(methods=["bm25"], k=5, dense_weight=0.5, cohort_ids=library.cohort_ids)
+    )
     at = _page(app, library="ohdsi-fixture", cohort="521", method="bm25", run=run.run_id)
     result = next(r for r in run.report.results if r.cohort_id == "521")
     metrics = {m.label: m for m in at.metric}

@@ -23,8 +23,8 @@ def broken_library(dash: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.parametrize(
-    ("page", "picker"), [("app.py", None), ("pages/1_Benchmark.py", "bench_library"),
-                         ("pages/3_Hybrid_weight.py", "hw_library")]
+    ("page", "picker"),
+    [("app.py", None), ("pages/1_Benchmark.py", "bench_library"), ("pages/3_Hybrid_weight.py", "hw_library")],
 )
 def test_malformed_library_is_named_and_skipped(
     app: Callable[[str], AppTest], broken_library: Path, page: str, picker: str | None

@@ -32,13 +32,12 @@ def test_slider_moves_the_numbers(
         at.slider(key="hw_weight").set_value(weight).run()
         assert not at.exception
         expected = rescore_hybrid(dash_con, cache, weight, k=5)
-        direct = run_benchmark(dash_con, library_dir, cohorts, methods=["hybrid"], dense=dense,
-                               k=5, dense_weight=weight)
-        assert expected.mean_hierarchical_score_by_method == pytest.approx(
-            direct.mean_hierarchical_score_by_method)
+        direct = run_benchmark(
+            dash_con, library_dir, cohorts, methods=["hybrid"], dense=dense, k=5, dense_weight=weight
+        )
+        assert expected.mean_hierarchical_score_by_method == pytest.approx(direct.mean_hierarchical_score_by_method)
         metrics = {m.label: m.value for m in at.metric}
-        assert metrics["Mean hierarchical"] == (
-            f"{expected.mean_hierarchical_score_by_method['hybrid']:.4f}")
+        assert metrics["Mean hierarchical"] == (f"{expected.mean_hierarchical_score_by_method['hybrid']:.4f}")
         assert metrics["Mean coverage"] == f"{expected.mean_coverage_by_method['hybrid']:.4f}"
         shifts = cohort_shifts(rescore_hybrid(dash_con, cache, 0.0, k=5), expected)
         losing = [s for s in shifts if s.delta < -1e-12][::-1][:8]
@@ -52,8 +51,9 @@ def test_slider_moves_the_numbers(
     assert seen[0] != seen[1]
 
 
-def test_without_dense_the_page_waits(app: Callable[[str], AppTest], tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch, dash: Path) -> None:
+def test_without_dense_the_page_waits(
+    app: Callable[[str], AppTest], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dash: Path
+) -> None:
     import dashboard_ui
 
     monkeypatch.setattr(dashboard_ui, "dense_retriever", lambda: None)

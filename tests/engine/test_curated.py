@@ -55,18 +55,22 @@ def write(dest: Path, definitions: dict[str, tuple[str, dict[str, Any]]], librar
     return write_library(dest, manifest, {cid: definition for cid, (_n, definition) in definitions.items()})
 
 
-def item(code: str, excluded: bool = False, descendants: bool = False, vocabulary: str = "ICD10CM",
-         concept_id: int = 0) -> dict[str, Any]:
+def item(
+    code: str, excluded: bool = False, descendants: bool = False, vocabulary: str = "ICD10CM", concept_id: int = 0
+) -> dict[str, Any]:
     return {
-        "concept": {"CONCEPT_ID": concept_id, "CONCEPT_CODE": code, "VOCABULARY_ID": vocabulary,
-                    "CONCEPT_NAME": None},
+        "concept": {"CONCEPT_ID": concept_id, "CONCEPT_CODE": code, "VOCABULARY_ID": vocabulary, "CONCEPT_NAME": None},
         "isExcluded": excluded,
         "includeDescendants": descendants,
     }
 
 
-def circe(sets: dict[int, list[dict[str, Any]]], entry: list[int], rules: list[dict[str, Any]] | None = None,
-          names: dict[int, str] | None = None) -> dict[str, Any]:
+def circe(
+    sets: dict[int, list[dict[str, Any]]],
+    entry: list[int],
+    rules: list[dict[str, Any]] | None = None,
+    names: dict[int, str] | None = None,
+) -> dict[str, Any]:
     names = names or {}
     return {
         "ConceptSets": [
@@ -98,9 +102,13 @@ def rule(codeset_id: int, occurrence_type: int, count: int) -> dict[str, Any]:
 
 def items(*raw: dict[str, Any]) -> list[ConceptItem]:
     return [
-        ConceptItem(code=r["concept"]["CONCEPT_CODE"], vocabulary_id=r["concept"]["VOCABULARY_ID"],
-                    concept_id=r["concept"]["CONCEPT_ID"], is_excluded=r["isExcluded"],
-                    include_descendants=r["includeDescendants"])
+        ConceptItem(
+            code=r["concept"]["CONCEPT_CODE"],
+            vocabulary_id=r["concept"]["VOCABULARY_ID"],
+            concept_id=r["concept"]["CONCEPT_ID"],
+            is_excluded=r["isExcluded"],
+            include_descendants=r["includeDescendants"],
+        )
         for r in raw
     ]
 
@@ -357,8 +365,9 @@ def test_exclusion_concept_set_is_subtracted(fixture_con: duckdb.DuckDBPyConnect
 
 
 def test_at_most_zero_is_an_exclusion_too(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
-    definition = circe({0: [item("E11", descendants=True)], 1: [item("E11.9")]}, entry=[0],
-                       rules=[rule(1, occurrence_type=1, count=0)])
+    definition = circe(
+        {0: [item("E11", descendants=True)], 1: [item("E11.9")]}, entry=[0], rules=[rule(1, occurrence_type=1, count=0)]
+    )
     dest = write(tmp_path / "lib", {"c": ("C", definition)})
     assert "E11.9" not in load_curated_concept_set(fixture_con, dest, "c").codes
 
@@ -414,9 +423,11 @@ def test_cohort_ids_that_sanitise_alike_keep_their_own_definitions(tmp_path: Pat
 def test_correlated_criteria_inside_primary_criteria_are_not_entry_sets(
     fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
 ) -> None:
-    definition = circe({0: [item("E11", descendants=True)], 1: [item("E11.2", descendants=True)],
-                        2: [item("I50", descendants=True)]}, entry=[0],
-                       names={0: "T2DM", 1: "diabetic kidney disease", 2: "heart failure"})
+    definition = circe(
+        {0: [item("E11", descendants=True)], 1: [item("E11.2", descendants=True)], 2: [item("I50", descendants=True)]},
+        entry=[0],
+        names={0: "T2DM", 1: "diabetic kidney disease", 2: "heart failure"},
+    )
     # Atlas "with all of the following criteria" on the entry event: no kidney disease, at least one HF code
     definition["PrimaryCriteria"]["CriteriaList"][0]["ConditionOccurrence"]["CorrelatedCriteria"] = {
         "Type": "ALL",

@@ -55,8 +55,11 @@ def test_connect_to_the_default_path_uses_a_fixture_there_without_rebuilding(
 def test_connect_builds_the_default_on_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
     def rows(progress=None) -> VocabularyRows:  # noqa: ANN001
         built = fixture_rows()
-        built.metadata = {"source": ICD_PACKAGE, "source_version": ICD_PACKAGE_VERSION,
-                          "vocabulary_release": ICD_RELEASE}
+        built.metadata = {
+            "source": ICD_PACKAGE,
+            "source_version": ICD_PACKAGE_VERSION,
+            "vocabulary_release": ICD_RELEASE,
+        }
         return built
 
     monkeypatch.setattr(vocab_build, "icd10cm_rows", rows)
@@ -76,8 +79,11 @@ def test_corrupt_default_database_is_reported_not_rebuilt_on_connect(monkeypatch
     def rows(progress=None) -> VocabularyRows:  # noqa: ANN001
         calls.append(1)
         built = fixture_rows()
-        built.metadata = {"source": ICD_PACKAGE, "source_version": ICD_PACKAGE_VERSION,
-                          "vocabulary_release": ICD_RELEASE}
+        built.metadata = {
+            "source": ICD_PACKAGE,
+            "source_version": ICD_PACKAGE_VERSION,
+            "vocabulary_release": ICD_RELEASE,
+        }
         return built
 
     monkeypatch.setattr(vocab_build, "icd10cm_rows", rows)

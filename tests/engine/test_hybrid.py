@@ -31,8 +31,13 @@ class FixedDense:
 
     def search(self, query: str, k: int = 10) -> SearchResult:
         hits = [
-            Hit(code=c, name=c, rank=r, score=s,
-                provenance=[Provenance(retriever="dense", query=query, rank=r, score=s)])
+            Hit(
+                code=c,
+                name=c,
+                rank=r,
+                score=s,
+                provenance=[Provenance(retriever="dense", query=query, rank=r, score=s)],
+            )
             for r, (c, s) in enumerate(self.ranking(query, k), start=1)
         ]
         return SearchResult(query=query, method="dense", hits=hits)
@@ -226,8 +231,10 @@ def test_control_characters_only_get_one_clear_reason_from_every_method(
 ) -> None:
     """Issue 12 item 13: a NUL-only query gave no hits and no reason; every method now says why, alike."""
     dense = FixedDense(DENSE_ORDER)
-    results = {method: search_concepts(fixture_con, query, method=method, k=5, dense=dense)
-               for method in ("bm25", "dense", "hybrid")}
+    results = {
+        method: search_concepts(fixture_con, query, method=method, k=5, dense=dense)
+        for method in ("bm25", "dense", "hybrid")
+    }
     assert all(result.hits == [] for result in results.values())
     reasons = {result.reason for result in results.values()}
     assert len(reasons) == 1 and "control characters" in reasons.pop()

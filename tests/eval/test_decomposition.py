@@ -33,8 +33,9 @@ def library(tmp_path: Path) -> Path:
 
 
 def case(description: str, cohort_id: str) -> DecompositionTestCase:
-    return DecompositionTestCase(population_description=description, cohort_id=cohort_id, source="test",
-                                 library_id="fixlib")
+    return DecompositionTestCase(
+        population_description=description, cohort_id=cohort_id, source="test", library_id="fixlib"
+    )
 
 
 TABLE = {
@@ -50,8 +51,11 @@ def table_decomposer(description: str) -> list[str]:
 
 
 def test_landing_and_gap(fixture_con, library: Path) -> None:
-    cases = [case("adults with asthma", "fix-ASTHMA"), case("patients with atrial fibrillation", "fix-AF1"),
-             case("adults with asthma or heart failure", "fix-HF")]
+    cases = [
+        case("adults with asthma", "fix-ASTHMA"),
+        case("patients with atrial fibrillation", "fix-AF1"),
+        case("adults with asthma or heart failure", "fix-HF"),
+    ]
     report = score_decomposition(fixture_con, library, table_decomposer, test_cases=cases)
     assert report.n_scored == 3 and report.retrieval.startswith("hybrid, BM25 only")
     asthma, af, both = report.results
@@ -72,8 +76,9 @@ def test_landing_and_gap(fixture_con, library: Path) -> None:
 
 
 def test_fall_through_to_generation(fixture_con, library: Path) -> None:
-    report = score_decomposition(fixture_con, library, table_decomposer,
-                                 test_cases=[case("adults with a femur fracture", "fix-HF")])
+    report = score_decomposition(
+        fixture_con, library, table_decomposer, test_cases=[case("adults with a femur fracture", "fix-HF")]
+    )
     resolution = report.results[0].term_resolutions[0]
     assert resolution.landed == "none" and resolution.tier == "generated"
     assert "S72" in resolution.codes and report.results[0].predicted_codes
@@ -93,8 +98,9 @@ def test_errors_are_recorded_and_left_out_of_the_mean(fixture_con, library: Path
 
 def test_missing_cohort_is_skipped(fixture_con, library: Path) -> None:
     missing = DecompositionTestCase(population_description="x", cohort_id="nope", source="t", library_id="fixlib")
-    report = score_decomposition(fixture_con, library, table_decomposer,
-                                 test_cases=[missing, case("adults with asthma", "fix-ASTHMA")])
+    report = score_decomposition(
+        fixture_con, library, table_decomposer, test_cases=[missing, case("adults with asthma", "fix-ASTHMA")]
+    )
     assert report.n_scored == 1 and report.skipped and "nope" in report.skipped[0]
 
 
@@ -128,11 +134,19 @@ def test_ran_summary_and_landing_rate(fixture_con, library: Path) -> None:
         raise ClaudeTimeoutError("the Anthropic API did not answer within 5 s; try again, or raise --timeout")
 
     failed = score_decomposition(fixture_con, library, always_fails, test_cases=cases)
-    assert ran_summary(failed) == ("0 of 2 cases ran: ClaudeTimeoutError: the Anthropic API did not answer "
-                                   "within 5 s; try again, or raise --timeout")
+    assert ran_summary(failed) == (
+        "0 of 2 cases ran: ClaudeTimeoutError: the Anthropic API did not answer "
+        "within 5 s; try again, or raise --timeout"
+    )
     assert landing_rate(failed) == 0.0
-    assert ran_summary(score_decomposition(fixture_con, library, table_decomposer,
-                                           test_cases=[case("adults with asthma", "fix-ASTHMA")])) == "1 of 1 cases ran"
+    assert (
+        ran_summary(
+            score_decomposition(
+                fixture_con, library, table_decomposer, test_cases=[case("adults with asthma", "fix-ASTHMA")]
+            )
+        )
+        == "1 of 1 cases ran"
+    )
 
 
 def test_cases_csv_reports_every_bad_line(library: Path, tmp_path: Path) -> None:
@@ -160,8 +174,9 @@ def test_cases_csv_reports_every_bad_line(library: Path, tmp_path: Path) -> None
 
 def test_cases_csv_without_library_finds_the_cohort(fixture_con, library: Path, tmp_path: Path) -> None:
     good = tmp_path / "good.csv"
-    good.write_text("cohort_id,population_description\nfix-ASTHMA,children with asthma on inhaled steroids\n",
-                    encoding="utf-8")
+    good.write_text(
+        "cohort_id,population_description\nfix-ASTHMA,children with asthma on inhaled steroids\n", encoding="utf-8"
+    )
     cases = load_cases_csv(good, libraries_root=library.parent)
     assert [(c.cohort_id, c.library_id, c.source) for c in cases] == [("fix-ASTHMA", "", f"{good} line 2")]
     report = score_decomposition(fixture_con, library.parent, lambda description: ["asthma"], test_cases=cases)
@@ -169,8 +184,9 @@ def test_cases_csv_without_library_finds_the_cohort(fixture_con, library: Path, 
 
 
 def test_library_root_selects_each_case_library(fixture_con, library: Path) -> None:
-    report = score_decomposition(fixture_con, library.parent, table_decomposer,
-                                 test_cases=[case("adults with asthma", "fix-ASTHMA")])
+    report = score_decomposition(
+        fixture_con, library.parent, table_decomposer, test_cases=[case("adults with asthma", "fix-ASTHMA")]
+    )
     assert report.n_scored == 1 and report.results[0].term_resolutions[0].landed == "target"
 
 
@@ -180,8 +196,9 @@ def test_repeat_reports_the_spread(fixture_con, library: Path) -> None:
     def wobbly(description: str) -> list[str]:
         return next(answers)
 
-    report = repeat_decomposition(fixture_con, library, wobbly, 2,
-                                  test_cases=[case("adults with asthma", "fix-ASTHMA")])
+    report = repeat_decomposition(
+        fixture_con, library, wobbly, 2, test_cases=[case("adults with asthma", "fix-ASTHMA")]
+    )
     spread = report.cases[0]
     assert report.n == 2 and len(spread.gaps) == 2
     assert spread.distinct_term_sets == [["asthma"], ["fracture of femur"]]
@@ -196,8 +213,11 @@ def test_repeat_reports_the_spread(fixture_con, library: Path) -> None:
 def test_default_cases_cover_the_bundled_libraries_and_patterns() -> None:
     from phenoforge.libraries import read_cms_hcc, read_elixhauser
 
-    names = {cohort.cohort_id: cohort.cohort_name for source in (read_elixhauser(), read_cms_hcc("V28"),
-                                                                 read_cms_hcc("V24")) for cohort in source.cohorts}
+    names = {
+        cohort.cohort_id: cohort.cohort_name
+        for source in (read_elixhauser(), read_cms_hcc("V28"), read_cms_hcc("V24"))
+        for cohort in source.cohorts
+    }
     assert len(DEFAULT_TEST_CASES) >= 30
     assert {c.library_id for c in DEFAULT_TEST_CASES} == {"elixhauser", "cms-hcc-v28", "cms-hcc-v24"}
     assert set(Counter(c.pattern for c in DEFAULT_TEST_CASES)) >= {"single", "and", "or", "qualifiers", "lay"}
@@ -214,8 +234,30 @@ def test_default_cases_cover_the_bundled_libraries_and_patterns() -> None:
 
 def test_ohdsi_cases_are_the_reference_set() -> None:
     assert [c.cohort_id for c in OHDSI_TEST_CASES] == [
-        "503", "40", "288", "499", "611", "619", "647", "687", "510", "513", "519", "507", "521", "594",
-        "602", "457", "549", "524", "463", "775", "626", "558", "563"]
+        "503",
+        "40",
+        "288",
+        "499",
+        "611",
+        "619",
+        "647",
+        "687",
+        "510",
+        "513",
+        "519",
+        "507",
+        "521",
+        "594",
+        "602",
+        "457",
+        "549",
+        "524",
+        "463",
+        "775",
+        "626",
+        "558",
+        "563",
+    ]
     assert OHDSI_TEST_CASES[0].population_description == "adults with type 2 diabetes mellitus"
     assert OHDSI_TEST_CASES[12].population_description == "adults with a physician's diagnosis of asthma"
     assert all(c.library_id == "ohdsi" for c in OHDSI_TEST_CASES)
@@ -234,8 +276,11 @@ def test_split_is_declared_and_disjoint() -> None:
 def test_new_cases_are_eligibility_criteria_with_sources() -> None:
     from phenoforge.libraries import read_cms_hcc, read_elixhauser
 
-    names = {cohort.cohort_id for source in (read_elixhauser(), read_cms_hcc("V28"), read_cms_hcc("V24"))
-             for cohort in source.cohorts}
+    names = {
+        cohort.cohort_id
+        for source in (read_elixhauser(), read_cms_hcc("V28"), read_cms_hcc("V24"))
+        for cohort in source.cohorts
+    }
     assert len(NEW_TEST_CASES) >= 40 and cases_for_split("new") == NEW_TEST_CASES
     assert all(c.split == "new" and len(c.source) > 20 and c.cohort_id in names for c in NEW_TEST_CASES)
     assert set(Counter(c.pattern for c in NEW_TEST_CASES)) >= {"medication", "setting", "lab", "staging", "time", "lay"}

@@ -57,8 +57,10 @@ class FakeDense:
 
     def _order(self, query: str) -> list[tuple[str, float]]:
         scored = [
-            (code, int.from_bytes(hashlib.blake2b(f"{query}|{code}".encode(), digest_size=4).digest(), "little")
-             / 2**32)
+            (
+                code,
+                int.from_bytes(hashlib.blake2b(f"{query}|{code}".encode(), digest_size=4).digest(), "little") / 2**32,
+            )
             for code in RETRIEVABLE
         ]
         # codes sharing a word with the query first, so dense is not pure noise
@@ -71,11 +73,20 @@ class FakeDense:
 
     def search(self, query: str, k: int = 10) -> SearchResult:
         ranked = self.ranking(query, k)
-        return SearchResult(query=query, method="dense", hits=[
-            Hit(code=c, name=_name(c), rank=r, score=s, provenance=[Provenance(retriever="dense", query=query,
-                                                                               rank=r, score=s)])
-            for r, (c, s) in enumerate(ranked, start=1)
-        ])
+        return SearchResult(
+            query=query,
+            method="dense",
+            hits=[
+                Hit(
+                    code=c,
+                    name=_name(c),
+                    rank=r,
+                    score=s,
+                    provenance=[Provenance(retriever="dense", query=query, rank=r, score=s)],
+                )
+                for r, (c, s) in enumerate(ranked, start=1)
+            ],
+        )
 
 
 def _name(code: str) -> str:
@@ -217,8 +228,9 @@ def test_default_methods_and_skips(fixture_con: duckdb.DuckDBPyConnection, libra
     assert set(report.mean_coverage_by_method) == set(DEFAULT_METHODS)
 
 
-def test_dense_is_skipped_not_errored_without_a_retriever(fixture_con: duckdb.DuckDBPyConnection,
-                                                          library: Path) -> None:
+def test_dense_is_skipped_not_errored_without_a_retriever(
+    fixture_con: duckdb.DuckDBPyConnection, library: Path
+) -> None:
     report = run_benchmark(fixture_con, library, SCORED, methods=ALL_METHODS)
     assert "dense" not in {r.method for r in report.results}
     expected = sorted(f"{c}/dense: no dense retriever" for c in SCORED)
@@ -227,8 +239,7 @@ def test_dense_is_skipped_not_errored_without_a_retriever(fixture_con: duckdb.Du
     assert {r.method for r in report.results} == {"bm25", "hybrid", "expand_descendants"}
 
 
-def test_expand_descendants_seeds_from_the_shortest_code(fixture_con: duckdb.DuckDBPyConnection,
-                                                         library: Path) -> None:
+def test_expand_descendants_seeds_from_the_shortest_code(fixture_con: duckdb.DuckDBPyConnection, library: Path) -> None:
     report = run_benchmark(fixture_con, library, ["dm2", "hf", "asthma"], methods=["expand_descendants"])
     by_cohort = {r.cohort_id: r for r in report.results}
     assert by_cohort["dm2"].predicted_codes == expand_descendants(fixture_con, "E11")
@@ -251,10 +262,22 @@ def test_queries_are_the_cohort_names(fixture_con: duckdb.DuckDBPyConnection, li
 def test_results_equal_score_cohort(fixture_con: duckdb.DuckDBPyConnection, library: Path) -> None:
     report = run_benchmark(fixture_con, library, SCORED)
     for result in report.results:
-        again = score_cohort(fixture_con, result.cohort_id, result.cohort_name, result.ground_truth_codes,
-                             result.predicted_codes, result.method)
-        for field in ("coverage", "over_inclusion_penalty", "hierarchical_score", "exact_precision",
-                      "exact_recall", "exact_f1"):
+        again = score_cohort(
+            fixture_con,
+            result.cohort_id,
+            result.cohort_name,
+            result.ground_truth_codes,
+            result.predicted_codes,
+            result.method,
+        )
+        for field in (
+            "coverage",
+            "over_inclusion_penalty",
+            "hierarchical_score",
+            "exact_precision",
+            "exact_recall",
+            "exact_f1",
+        ):
             assert getattr(result, field) == pytest.approx(getattr(again, field)), field
 
 
@@ -322,8 +345,9 @@ def test_rescore_hybrid_equals_run_benchmark(fixture_con: duckdb.DuckDBPyConnect
     calls = dense.calls
     for weight in (0.0, 0.2, 0.5, 0.8, 1.0):
         fast = rescore_hybrid(fixture_con, cache, weight, k=k)
-        slow = run_benchmark(fixture_con, library, list(COHORTS), methods=["hybrid"], dense=dense, k=k,
-                             dense_weight=weight)
+        slow = run_benchmark(
+            fixture_con, library, list(COHORTS), methods=["hybrid"], dense=dense, k=k, dense_weight=weight
+        )
         assert [(r.cohort_id, r.predicted_codes) for r in fast.results] == [
             (r.cohort_id, r.predicted_codes) for r in slow.results
         ]
@@ -368,9 +392,12 @@ def test_rescore_refuses_bad_arguments(fixture_con: duckdb.DuckDBPyConnection, l
 def test_match_scores_equal_brute_force_on_the_real_tree(real_con: duckdb.DuckDBPyConnection) -> None:
     """ICD-10-CM is a tree, so the ancestor-table shortcut must equal the pairwise minimum exactly."""
     rng = random.Random(20261202)
-    codes = [code for (code,) in real_con.execute(
-        "SELECT code FROM concept WHERE code LIKE 'E1%' OR code LIKE 'I5%' OR code LIKE 'S72%' ORDER BY concept_id"
-    ).fetchall()]
+    codes = [
+        code
+        for (code,) in real_con.execute(
+            "SELECT code FROM concept WHERE code LIKE 'E1%' OR code LIKE 'I5%' OR code LIKE 'S72%' ORDER BY concept_id"
+        ).fetchall()
+    ]
     for _ in range(25):
         truth = rng.sample(codes, 6)
         predicted = rng.sample(codes, 12) + [truth[0]]
@@ -387,8 +414,9 @@ def test_benchmark_predictions_equal_the_search_functions(
     """Each retriever is queried once per cohort; the predictions still equal separate searches."""
 
     dense = FakeDense()
-    report = run_benchmark(fixture_con, library, SCORED, methods=["bm25", "dense", "hybrid"], dense=dense, k=5,
-                           dense_weight=weight)
+    report = run_benchmark(
+        fixture_con, library, SCORED, methods=["bm25", "dense", "hybrid"], dense=dense, k=5, dense_weight=weight
+    )
     assert dense.calls == len(SCORED)  # one dense query per cohort, shared by dense and hybrid
     for result in report.results:
         if result.method == "hybrid":
