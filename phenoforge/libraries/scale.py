@@ -119,7 +119,7 @@ def build_scale_library(
     return write_library(dest, manifest, definitions)
 
 
-def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``library build-scale`` to the ``library`` command's subparsers."""
     command = subparsers.add_parser(
         "build-scale",
