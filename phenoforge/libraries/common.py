@@ -39,6 +39,13 @@ PUBLIC_DOMAIN = "US government work, public domain (17 U.S.C. 105)"
 # A letter, then a digit in position 2 or 3 (FY2026 added QA0-), up to 7 characters in all.
 ICD_SHAPE = re.compile(r"^[A-Z](?:[0-9][0-9A-Z]|[A-Z][0-9])[0-9A-Z]{0,4}$")
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""Library ids name folders: letters, digits, '.', '_', '-'."""
+
+
+def valid_cohort_id(cohort_id: str) -> bool:
+    """Cohort ids are any printable text up to 128 characters (``phecode:250.2`` included): cohort
+    file names are derived safely from them, so ids never touch the file system as typed."""
+    return 0 < len(cohort_id) <= 128 and cohort_id.isprintable() and cohort_id == cohort_id.strip()
 
 
 class SourceCohort(BaseModel):

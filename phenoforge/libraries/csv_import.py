@@ -26,6 +26,7 @@ from phenoforge.libraries.common import (
     assemble_library,
     libraries_lock,
     now_iso,
+    valid_cohort_id,
 )
 
 
@@ -112,10 +113,10 @@ def _row_problems(
     found: list[str] = []
     if not cohort_id:
         found.append("empty cohort_id")
-    elif not SAFE_ID.match(cohort_id):
+    elif not valid_cohort_id(cohort_id):
         found.append(
-            f"cohort_id {cohort_id!r} may hold only letters, digits, '.', '_' and '-' "
-            "(at most 128, starting with a letter or digit)"
+            f"cohort_id {cohort_id!r} must be printable text of at most 128 characters "
+            "(no control characters or surrounding spaces)"
         )
     if not cohort_name:
         found.append("empty cohort_name")
@@ -256,7 +257,7 @@ def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[Ro
         code, description = values["code"], values.get("description", "")
         found = _row_problems(cohort_id, cohort_name, code, description, start, cohorts, folded)
         problems.extend(RowProblem(line=start, message=message) for message in found)
-        id_ok = bool(cohort_id) and SAFE_ID.match(cohort_id) is not None
+        id_ok = valid_cohort_id(cohort_id)
         if id_ok and cohort_name and cohort_id not in cohorts and cohort_id.lower() not in folded:
             cohorts[cohort_id] = _PendingCohort(name=cohort_name, line=start)
             folded[cohort_id.lower()] = cohort_id

@@ -84,7 +84,7 @@ BAD_CASES = [
         "has description 'b' here but 'a' on line 2",
     ),
     ("cohort_id,cohort_name,code\nhf,Heart, failure,I50.9\n", 2, "4 fields but the header has 3"),
-    ("cohort_id,cohort_name,code\n../evil,Evil,I50.9\n", 2, "may hold only letters"),
+    ("cohort_id,cohort_name,code\nhf\x07,Evil,I50.9\n", 2, "must be printable text"),
     ("cohort_id,cohort_name,code\nHF,Heart failure,I50.9\nhf,Heart failure,I50.21\n", 3, "only in letter case"),
     ("", 1, "the file is empty"),
     ("cohort_id,cohort_name,code\n\n", 2, "no data rows"),
@@ -175,7 +175,7 @@ def test_import_collects_every_problem(fixture_con: duckdb.DuckDBPyConnection, t
         'hf,"Heart\nfailure",nope\n'  # 4-5: not a code (multi-line field)
         "ok,Fine,E11.9\n"  # 6: fine
         "hf,Cardiac failure,I50.22\n"  # 7: second name
-        "bad id,Bad,XYZ\n",  # 8: bad id and bad code
+        "bad\x07id,Bad,XYZ\n",  # 8: bad id (a control character) and bad code
         encoding="utf-8",
     )
     with pytest.raises(CsvImportError) as caught:
@@ -229,3 +229,14 @@ def test_import_refuses_bundled_folders(fixture_con: duckdb.DuckDBPyConnection, 
 def test_import_missing_file(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
     with pytest.raises(LibraryError, match="no such file"):
         import_library_csv(fixture_con, tmp_path / "nope.csv", tmp_path / "dest")
+
+
+def test_cohort_ids_from_other_tools_are_accepted(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
+    """Issue 8: 'phecode:250.2' was refused although cohort file names are already made safe."""
+    path = tmp_path / "phecodes.csv"
+    path.write_text("cohort_id,cohort_name,code\nphecode:250.2,Type 2 diabetes,E11.9\n../up,Up,I50.9\n")
+    manifest = import_library_csv(fixture_con, path, tmp_path / "lib", library_id="phe", name="Phecodes")
+    assert [entry.cohort_id for entry in manifest.cohorts] == ["phecode:250.2", "../up"]
+    files = [entry.file for entry in manifest.cohorts]
+    assert all(f.startswith("cohorts/") and "/" not in f.removeprefix("cohorts/") and ":" not in f for f in files)
+    assert load_curated_concept_set(fixture_con, tmp_path / "lib", "phecode:250.2").codes == ["E11.9"]
