@@ -105,3 +105,10 @@ def test_benchmark_defaults_to_bundled_libraries(capsys: pytest.CaptureFixture[s
     assert code == 0, err
     assert "Hierarchical score ↑" in out and "Over-inclusion ↓" in out
     assert "! hybrid is degraded" in out
+
+
+def test_exported_runs_neutralise_formula_cells() -> None:
+    from phenoforge.eval.runs import Run, RunEntry, run_to_csv
+
+    text = run_to_csv(Run(name="x", cohorts={"=HYPERLINK(1)": [RunEntry(code="E11.9")]}))
+    assert text.splitlines()[1] == "'=HYPERLINK(1),E11.9,1,"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from phenoforge.csv_safe import SafeWriter
 from phenoforge.errors import PhenoforgeError
 
 if TYPE_CHECKING:
@@ -204,12 +205,12 @@ def read_run(path: Path | str, qrels: Qrels, hierarchy: Hierarchy, name: str | N
 def run_to_csv(run: Run) -> str:
     """The run in the import CSV shape (one row per code; rank filled in list order)."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeWriter(buffer, lineterminator="\n")
     writer.writerow(RUN_CSV_COLUMNS)
     for cohort_id, entries in run.cohorts.items():
         for position, entry in enumerate(entries, start=1):
             score = "" if entry.score is None else f"{entry.score:.6g}"
-            writer.writerow([_csv_safe(cohort_id), entry.code, entry.rank or position, score])
+            writer.writerow([cohort_id, entry.code, entry.rank or position, score])
     return buffer.getvalue()
 
 
@@ -223,8 +224,3 @@ def run_to_json(run: Run) -> str:
         },
     }
     return json.dumps(payload, indent=1)
-
-
-def _csv_safe(value: str) -> str:
-    """A cell a spreadsheet will not read as a formula (OWASP CSV injection guidance)."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
