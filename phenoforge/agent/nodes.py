@@ -13,6 +13,16 @@ signals agree:
   generic words such as "disease" dropped, light plural folding, kidney/renal-style synonyms
   merged) appear in the cohort name.
 
+The name signal also counts the term's head, the part before " with ": ICD-10-CM and clinical
+usage name a condition first and what complicates or qualifies it after "with" ("heart failure with
+reduced ejection fraction" is a heart failure), so a cohort named for the head names the term.
+
+A cohort name can be broader than the term ("Specified heart arrhythmias" for "atrial fibrillation")
+and share none of its words. When no cohort passes both signals, a cohort holding at least
+``STRONG_RETRIEVAL`` of the term's own top-k hits (counted over the hits, so a one-code cohort cannot
+reach it with one hit) is a match on retrieval alone, if it is the only such cohort; it is marked
+``by_retrieval_only`` and the term's note says so.
+
 One matching cohort is a curated match. Several matching cohorts are *ambiguous*: reported with
 all of them, never guessed, unless exactly one cohort's name is the term itself (same word set),
 which is taken. Ambiguous and unmatched terms fall through to generated retrieval.
@@ -52,6 +62,9 @@ if TYPE_CHECKING:
 
 RETRIEVAL_THRESHOLD = 0.5
 NAME_THRESHOLD = 0.5
+STRONG_RETRIEVAL = 0.8
+"""Share of a term's hits inside one cohort that matches it without the name signal (chosen on the
+decomposition development cases; the test cases and the held-out ones are only reported)."""
 DEFAULT_K = 10
 
 GENERIC_WORDS = frozenset(
@@ -236,10 +249,15 @@ def match_term(
         if node is not None:
             below[code] = [hierarchy.code[item] for item in hierarchy.descendants(node)]
     words = content_words(term)
+    head = content_words(term.split(" with ", 1)[0]) if " with " in term else words
     matches: list[CohortMatch] = []
     scored: list[tuple[float, CohortMatch]] = []
+    strong: list[CohortMatch] = []
     for cohort in cohorts:
-        name_overlap = len(words & cohort.words) / len(words) if words else 0.0
+        name_overlap = _overlap(words, cohort.words)
+        if head is not words:
+            name_overlap = max(name_overlap, _overlap(head, cohort.words))
+        inside = 0
         if hit_codes and (name_overlap > 0 or cohort.codes & set(hit_codes)):
             inside = sum(1 for code in hit_codes if _inside(code, cohort.codes, below))
             retrieval = min(1.0, inside / min(len(hit_codes), max(len(cohort.codes), 1)))
@@ -260,9 +278,18 @@ def match_term(
         if retrieval >= RETRIEVAL_THRESHOLD and name_overlap >= NAME_THRESHOLD:
             matches.append(match)
         else:
+            if hit_codes and inside >= STRONG_RETRIEVAL * len(hit_codes):
+                strong.append(match)
             scored.append((retrieval + name_overlap, match))
+    if not matches and len(strong) == 1:
+        only = strong[0].model_copy(update={"by_retrieval_only": True})
+        return [only], [match for _score, match in sorted(scored, key=lambda p: -p[0]) if match is not strong[0]][:3]
     scored.sort(key=lambda pair: -pair[0])
     return matches, [match for _score, match in scored[:3]]
+
+
+def _overlap(words: set[str], cohort_words: frozenset[str]) -> float:
+    return len(words & cohort_words) / len(words) if words else 0.0
 
 
 def check_curated(
@@ -289,9 +316,7 @@ def check_curated(
                 "status": "curated",
                 "curated": chosen,
                 "ambiguous": [],
-                "note": None
-                if len(matches) == 1
-                else f"{len(matches)} cohorts matched; '{chosen.cohort_name}' is the term itself",
+                "note": _match_note(matches, chosen, state.k),
             }
         elif len(matches) > 1:
             update |= {
@@ -310,6 +335,17 @@ def check_curated(
         if problem not in state.notes
     ]
     return state.model_copy(update={"terms": terms, "stage": "checked", "updated_at": _now(), "notes": notes})
+
+
+def _match_note(matches: list[CohortMatch], chosen: CohortMatch, k: int) -> str | None:
+    if chosen.by_retrieval_only:
+        return (
+            f"matched '{chosen.cohort_name}' on retrieval alone: no cohort name shares the term's words, and "
+            f"{chosen.retrieval_overlap:.0%} of its top-{k} hits are in this one cohort only"
+        )
+    if len(matches) > 1:
+        return f"{len(matches)} cohorts matched; '{chosen.cohort_name}' is the term itself"
+    return None
 
 
 def _hint(con: duckdb.DuckDBPyConnection, code: str) -> tuple[str, int, str, bool]:

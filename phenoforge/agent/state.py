@@ -26,6 +26,9 @@ class CohortMatch(BaseModel):
     name_overlap: float = Field(description="share of the term's content words found in the cohort name")
     exact_name: bool = False
     n_codes: int = 0
+    by_retrieval_only: bool = Field(
+        default=False, description="matched because nearly all the term's hits are in this cohort alone; no name"
+    )
 
 
 class TermState(BaseModel):

@@ -215,3 +215,55 @@ def test_generate_leaves_its_input_state_alone(fixture_con, fixture_library) -> 
     shared = [c for c in after.candidates if len(c.sources) == 2]
     assert shared, "the second term should add a source to candidates the first term found"
     assert all(len(c.sources) == 1 for c in again.candidates)
+
+
+def _cohort(cohort_id: str, name: str, codes: list[str]) -> nodes.IndexedCohort:
+    return nodes.IndexedCohort(
+        library_id="lib",
+        library_path="/nowhere",
+        cohort_id=cohort_id,
+        cohort_name=name,
+        codes=frozenset(codes),
+        ordered_codes=tuple(codes),
+        words=frozenset(nodes.content_words(name)),
+    )
+
+
+AF_HITS = ["I48", "I48.0", "I48.91"]
+AF_CODES = ["I48", "I48.0", "I48.91"]
+
+
+def test_a_broader_cohort_name_matches_on_retrieval_alone(fixture_con) -> None:
+    cohorts = [_cohort("arr", "Specified heart arrhythmias", AF_CODES), _cohort("asthma", "Asthma", ["J45"])]
+    matches, _near = nodes.match_term(fixture_con, "atrial fibrillation", cohorts, AF_HITS)
+    assert [match.cohort_id for match in matches] == ["arr"]
+    assert matches[0].by_retrieval_only and matches[0].name_overlap == 0.0
+
+
+def test_retrieval_alone_needs_one_cohort_and_most_of_the_hits(fixture_con) -> None:
+    two = [_cohort("arr", "Specified heart arrhythmias", AF_CODES), _cohort("rhythm", "Rhythm problems", AF_CODES)]
+    assert nodes.match_term(fixture_con, "atrial fibrillation", two, AF_HITS)[0] == []
+    # a one-code cohort holding one of five hits is "100%" by the name rule's denominator, not by the hits
+    tiny = [_cohort("paf", "Paroxysmal arrhythmia episodes", ["I48.0"])]
+    hits = ["I48.0", "J45", "E11", "I50", "E66"]
+    assert nodes.match_term(fixture_con, "atrial fibrillation", tiny, hits)[0] == []
+
+
+def test_the_head_before_with_names_the_term(fixture_con) -> None:
+    cohorts = [_cohort("hf", "Heart failure", ["I50", "I50.2", "I50.21", "I50.22", "I50.9"])]
+    hits = ["I50.2", "I50.21", "I50.22", "I50.9", "I50"]
+    matches, _near = nodes.match_term(fixture_con, "heart failure with reduced ejection fraction", cohorts, hits)
+    assert len(matches) == 1 and matches[0].name_overlap == 1.0 and not matches[0].by_retrieval_only
+
+
+def test_retrieval_only_match_is_explained(fixture_con, tmp_path: Path) -> None:
+    from tests.fixture_library import write_icd_library
+
+    library = write_icd_library(
+        tmp_path / "libraries" / "arr",
+        {"arr": ("Specified heart arrhythmias", ["I48"], True), "asthma": ("Asthma", ["J45"], True)},
+        "arrlib",
+    )
+    term = run(fixture_con, library, ["atrial fibrillation"]).terms[0]
+    assert term.status == "curated" and term.curated is not None and term.curated.cohort_id == "arr"
+    assert term.note is not None and "retrieval alone" in term.note
