@@ -226,6 +226,7 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         if not args.description:
             raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
         decompose_fn: Callable[[str], list[str]]
+        dense = _dense(con, not args.no_dense)
         if args.decomposer == "claude":
             from phenoforge.agent.claude import default_decomposer
 
@@ -233,7 +234,7 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         else:
             from phenoforge.agent.offline import offline_decomposer
 
-            decompose_fn = offline_decomposer(con)
+            decompose_fn = offline_decomposer(con, dense=dense)
         state = workflow.start(
             con,
             args.description,
@@ -241,7 +242,7 @@ def cmd_assemble(args: argparse.Namespace) -> int:
             reviewer=reviewer,
             decomposer_name=args.decomposer,
             library_paths=_library_paths(args.library),
-            dense=_dense(con, not args.no_dense),
+            dense=dense,
             k=args.k,
         )
     print_terms(state, sys.stdout)
@@ -338,7 +339,7 @@ def _cases(args: argparse.Namespace, library_dir: Path) -> list:
     return list(CASE_SETS[args.cases])
 
 
-def _decomposer(args: argparse.Namespace, con):  # noqa: ANN001, ANN202
+def _decomposer(args: argparse.Namespace, con, dense=None):  # noqa: ANN001, ANN202
     if args.decomposer == "claude":
         from phenoforge.agent.claude import default_decomposer
 
@@ -347,7 +348,7 @@ def _decomposer(args: argparse.Namespace, con):  # noqa: ANN001, ANN202
         )
     from phenoforge.agent.offline import offline_decomposer
 
-    return offline_decomposer(con)
+    return offline_decomposer(con, dense=dense)
 
 
 def cmd_decompose_eval(args: argparse.Namespace) -> int:
@@ -365,8 +366,8 @@ def cmd_decompose_eval(args: argparse.Namespace) -> int:
         library_dir = paths[0] if paths else library_dir
     cases = _cases(args, library_dir)
     con = _connect()
-    decompose_fn = _decomposer(args, con)
     dense = _dense(con, not args.no_dense)
+    decompose_fn = _decomposer(args, con, dense)
     from phenoforge.cli import progress_bar
 
     report: DecompositionReport | RepeatReport

@@ -14,6 +14,14 @@ diagnosis vocabulary itself, through the BM25 index's tokens:
 4. attach stage/type/class/severity modifiers next to a kept span ("stage 4", "severe");
 5. a span that only names a symptom or finding (chapter R) is kept only when no disease span was found.
 
+With the dense index (``dense=``), every candidate span is also embedded (one model call per
+description) and graded by its nearest codes: a span is a condition only when one of its nearest
+codes is a diagnosis at cosine ``DENSE_MIN`` or more ("intensive care" is nearest to nothing
+diagnostic), and a condition span is dropped when a longer candidate span around it is nearer to a
+non-diagnosis code (a procedure, device, drug or status: Z, T, V-Y) than the span is to any diagnosis
+(by ``DENSE_MARGIN``): "coronary artery" inside "coronary artery bypass grafting" names the site of a
+procedure; "blood pressure" alone is a measurement.
+
 Words that describe the population rather than a condition (people, demographics, certainty,
 measurement units) are never part of a span; the list is general English, in :data:`FRAMING_WORDS`.
 Spans are graded by the vocabulary, so an unseen drug, procedure or setting simply matches no
@@ -26,6 +34,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -36,7 +45,17 @@ from phenoforge.engine.db import build_id, connect
 from phenoforge.engine.query import STOPWORDS, fold, tokenize
 from phenoforge.engine.schema import ICD10CM
 
+if TYPE_CHECKING:
+    from phenoforge.engine.dense import DenseRetriever
+
 PHRASE_KINDS = ("category", "subcategory")  # extensions (7th characters) repeat their parent's name
+DENSE_MIN = 0.6
+"""Cosine a span needs to its nearest diagnosis to count as a condition (set on the development cases)."""
+DENSE_MARGIN = 0.03
+"""How much nearer a non-diagnosis code must be than the nearest diagnosis to overrule it ("HIV infection"
+is nearest to Z21, asymptomatic HIV status, and a hair further from B20; "blood pressure" is clearly nearer
+to a blood-pressure examination than to any diagnosis)."""
+DENSE_DEPTH = 3
 
 
 def _word_set(text: str) -> frozenset[str]:
@@ -307,9 +326,10 @@ class GroundedDecomposer:
 
     __name__ = "offline"
 
-    def __init__(self, grounding: VocabularyGrounding, max_span: int = 8) -> None:
+    def __init__(self, grounding: VocabularyGrounding, max_span: int = 8, dense: DenseRetriever | None = None) -> None:
         self.grounding = grounding
         self.max_span = max_span
+        self.dense = dense if dense is not None and dense.is_ready else None
 
     def __repr__(self) -> str:
         return "GroundedDecomposer(offline)"
@@ -342,17 +362,56 @@ class GroundedDecomposer:
         finding = all(row in self.grounding.finding_rows for row in rows)
         return _Span(0, 0, tokens, finding)
 
+    def _candidates(self, words: list[_Word]) -> list[tuple[int, int]]:
+        """Every ``(start, end)`` that could be a span: content words at both ends, no framing or stop word."""
+        out: list[tuple[int, int]] = []
+        for start in range(len(words)):
+            for end in range(start + 1, min(start + self.max_span, len(words)) + 1):
+                if words[end - 1].role in ("framing", "stop"):
+                    break
+                if words[start].role in ("content", "modifier") and words[end - 1].role in ("content", "modifier"):
+                    out.append((start, end))
+        return out
+
+    def _dense_grades(self, words: list[_Word]) -> dict[tuple[int, int], tuple[float, float]]:
+        """Per candidate span: (cosine to its nearest diagnosis, cosine of its nearest code when that
+        code is not a diagnosis, else 0); one model call for the whole chunk."""
+        if self.dense is None:
+            return {}
+        spans = self._candidates(words)
+        texts = [" ".join(word.text for word in words[start:end]) for start, end in spans]
+        grades: dict[tuple[int, int], tuple[float, float]] = {}
+        for span, ranking in zip(spans, self.dense.rankings(texts, DENSE_DEPTH), strict=True):
+            diagnosis = max((score for code, score in ranking if _is_diagnosis(code)), default=0.0)
+            other = ranking[0][1] if ranking and not _is_diagnosis(ranking[0][0]) else 0.0
+            grades[span] = (diagnosis, other)
+        return grades
+
+    def _dense_rejects(self, start: int, end: int, grades: dict[tuple[int, int], tuple[float, float]]) -> bool:
+        if not grades or (start, end) not in grades:
+            return False
+        diagnosis, _other = grades[(start, end)]
+        if diagnosis < DENSE_MIN:
+            return True  # nothing diagnostic near it: a setting, a drug, a measurement
+        # the span itself, or a longer span around it, is nearer to a procedure, device, drug or status
+        return any(
+            other > diagnosis + DENSE_MARGIN
+            for (outer_start, outer_end), (_dx, other) in grades.items()
+            if outer_start <= start and end <= outer_end
+        )
+
     def _chunk_spans(self, words: list[_Word]) -> list[_Span]:
         """Longest condition spans first, without overlap."""
         found: list[_Span] = []
         taken = [False] * len(words)
+        grades = self._dense_grades(words)
         for length in range(min(self.max_span, len(words)), 0, -1):
             for start in range(0, len(words) - length + 1):
                 end = start + length
                 if any(taken[start:end]):
                     continue
                 span = self._condition(words[start:end])
-                if span is None:
+                if span is None or self._dense_rejects(start, end, grades):
                     continue
                 span.start, span.end = start, end
                 found.append(span)
@@ -470,11 +529,16 @@ def _with_modifiers(words: list[_Word], span: _Span) -> str:
     return " ".join(word.text for word in words[start:end]).strip(" ,.-")
 
 
-def offline_decompose(description: str, con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
+def offline_decompose(
+    description: str, con: duckdb.DuckDBPyConnection | None = None, dense: DenseRetriever | None = None
+) -> list[str]:
     """Clinical terms named by ``description``, in order, deduplicated (opens the vocabulary if no ``con``)."""
-    return offline_decomposer(con)(description)
+    return offline_decomposer(con, dense=dense)(description)
 
 
-def offline_decomposer(con: duckdb.DuckDBPyConnection | None = None) -> Callable[[str], list[str]]:
-    """The offline decomposer in the same ``str -> list[str]`` shape as the Claude one."""
-    return GroundedDecomposer(get_grounding(con if con is not None else connect()))
+def offline_decomposer(
+    con: duckdb.DuckDBPyConnection | None = None, dense: DenseRetriever | None = None
+) -> Callable[[str], list[str]]:
+    """The offline decomposer in the same ``str -> list[str]`` shape as the Claude one; with a ready
+    dense index its spans are also graded by their nearest codes (see the module docstring)."""
+    return GroundedDecomposer(get_grounding(con if con is not None else connect()), dense=dense)

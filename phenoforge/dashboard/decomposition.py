@@ -74,11 +74,16 @@ def uploaded_cases(data: bytes, name: str, root: Path | None = None) -> list[Dec
 
 
 def make_decomposer(
-    name: str, con: duckdb.DuckDBPyConnection, repeat: int = 1, budget: float | None = 600.0
+    name: str,
+    con: duckdb.DuckDBPyConnection,
+    repeat: int = 1,
+    budget: float | None = 600.0,
+    dense: DenseRetriever | None = None,
 ) -> Callable[[str], list[str]]:
-    """The offline decomposer, or Claude (uncached when repeating; raises a PhenoforgeError saying what to set)."""
+    """The offline decomposer (its spans graded by ``dense`` when ready, as on the CLI), or Claude
+    (uncached when repeating; raises a PhenoforgeError saying what to set)."""
     if name == "offline":
-        return offline_decomposer(con)
+        return offline_decomposer(con, dense=dense)
     if name == "claude":
         return default_decomposer(use_cache=repeat <= 1, budget=budget)
     raise PhenoforgeError(f"unknown decomposer {name!r}; choose one of {', '.join(DECOMPOSERS)}")
@@ -101,7 +106,7 @@ def run_decomposition(
             "libraries on the Home page, or fetch the OHDSI library for the 'ohdsi' set"
         )
     library_dir = Path(root) if root is not None else libraries_dir()
-    decompose_fn = make_decomposer(decomposer, con, repeat=repeat)
+    decompose_fn = make_decomposer(decomposer, con, repeat=repeat, dense=dense)
     if repeat > 1:
         return decomposition.repeat_decomposition(
             con, library_dir, decompose_fn, repeat, dense=dense, k=k, test_cases=cases, progress=progress

@@ -87,3 +87,62 @@ def test_lay_terms_name_their_source() -> None:
 def test_framing_words_are_general_not_conditions() -> None:
     clinical = {"diabetes", "asthma", "failure", "fracture", "obesity", "stroke", "infection", "pregnancy"}
     assert not clinical & FRAMING_WORDS
+
+
+class StubDense:
+    """A ready dense index answering from a table: span text -> nearest (code, cosine) pairs."""
+
+    is_ready = True
+
+    def __init__(self, table: dict[str, list[tuple[str, float]]]) -> None:
+        self.table = table
+        self.calls = 0
+        self.texts: list[str] = []
+
+    def rankings(self, texts: list[str], n: int) -> list[list[tuple[str, float]]]:
+        self.calls += 1
+        self.texts.extend(texts)
+        return [self.table.get(text, [("I50", 0.7)])[:n] for text in texts]
+
+
+def with_dense(fixture_con: duckdb.DuckDBPyConnection, table: dict[str, list[tuple[str, float]]]) -> GroundedDecomposer:
+    return GroundedDecomposer(get_grounding(fixture_con), dense=StubDense(table))  # type: ignore[arg-type]
+
+
+def test_dense_drops_a_condition_inside_a_procedure_name(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    description = "adults with a femur fracture fixation"
+    assert offline_decomposer(fixture_con)(description) == ["femur fracture"]  # BM25 alone keeps the site
+    table = {"femur fracture fixation": [("Z47.89", 0.9)], "femur fracture": [("S72", 0.8)]}
+    assert with_dense(fixture_con, table)(description) == []
+    # the longer span nearer to a diagnosis than to the aftercare code: the fracture stays
+    table["femur fracture fixation"] = [("S72", 0.85), ("Z47.89", 0.7)]
+    assert with_dense(fixture_con, table)(description) == ["femur fracture"]
+
+
+def test_dense_needs_a_diagnosis_near_the_span(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    description = "patients with heart failure"
+    far = {"heart failure": [("Z99.89", 0.5), ("I50", 0.4)]}
+    assert with_dense(fixture_con, far)(description) == []
+    near = {"heart failure": [("I50", 0.61)]}
+    assert with_dense(fixture_con, near)(description) == ["heart failure"]
+
+
+def test_a_status_code_must_be_clearly_nearer_to_overrule_a_diagnosis(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    description = "adults with atrial fibrillation"
+    close = {"atrial fibrillation": [("Z86.79", 0.70), ("I48", 0.69)]}
+    assert with_dense(fixture_con, close)(description) == ["atrial fibrillation"]
+    clear = {"atrial fibrillation": [("Z86.79", 0.80), ("I48", 0.69)]}
+    assert with_dense(fixture_con, clear)(description) == []
+
+
+def test_dense_is_one_call_per_chunk_and_unready_is_ignored(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    stub = StubDense({})
+    decompose = GroundedDecomposer(get_grounding(fixture_con), dense=stub)  # type: ignore[arg-type]
+    assert decompose("patients with asthma, heart failure or atrial fibrillation") == [
+        "asthma",
+        "heart failure",
+        "atrial fibrillation",
+    ]
+    assert stub.calls == 3 and "patients" not in stub.texts  # framing words are never embedded
+    stub.is_ready = False  # type: ignore[misc]
+    assert GroundedDecomposer(get_grounding(fixture_con), dense=stub).dense is None  # type: ignore[arg-type]
