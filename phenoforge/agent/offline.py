@@ -55,7 +55,8 @@ DENSE_MARGIN = 0.03
 """How much nearer a non-diagnosis code must be than the nearest diagnosis to overrule it ("HIV infection"
 is nearest to Z21, asymptomatic HIV status, and a hair further from B20; "blood pressure" is clearly nearer
 to a blood-pressure examination than to any diagnosis)."""
-DENSE_DEPTH = 3
+DENSE_DEPTH = 10
+"""Nearest codes read per span (a 7th-character family can fill the first few)."""
 
 
 def _word_set(text: str) -> frozenset[str]:
@@ -97,6 +98,8 @@ CONNECTORS = frozenset({"of", "with", "without", "to", "the", "a", "an"})
 """Function words ICD-10-CM names use inside a condition ("cirrhosis of liver"); other ones end a span."""
 PREGNANCY_WORDS = frozenset({"pregnancy", "pregnant", "trimester", "gestation", "antenatal", "prenatal"})
 """Context that moves a condition to ICD-10-CM chapter 15 (O codes: conditions in pregnancy)."""
+PREGNANCY_CONTEXT = PREGNANCY_WORDS | {"first", "second", "third", "early", "late"}
+"""A span of only these words ("second trimester of pregnancy") says when, not what."""
 CHUNK_BREAK = re.compile(r"[,;:()\[\]/]|\s(?:and/or|and|or|plus|but|versus|vs\.?|as well as|with or without)\s")
 NAME_CUT = re.compile(
     r",|\s(?:of|with|without|due to|in|following|complicating|associated with|and|or|for|during|from|by|after|on|at"
@@ -274,7 +277,20 @@ def normalise(description: str) -> str:
         ),
         text,
     )
+    text = _COORDINATED.sub(_spell_out_coordinated, text)
     return " ".join(text.split())
+
+
+_COORDINATED = re.compile(r"\b(type|stage|class|grade) (\d+[a-c]?) (or|and|to) (\d+[a-c]?|i{1,3}|iv|v)\b")
+
+
+def _spell_out_coordinated(match: re.Match[str]) -> str:
+    """ "stage 3 or 4" -> "stage 3 or stage 4"; "stage 2 to 4" -> every stage between (so each keeps its word)."""
+    keyword, first, joiner, last = match.groups()
+    last = ROMAN.get(last, last)
+    if joiner == "to" and first.isdigit() and last.isdigit() and 0 < int(last) - int(first) <= 4:
+        return " or ".join(f"{keyword} {number}" for number in range(int(first), int(last) + 1))
+    return f"{keyword} {first} {joiner} {keyword} {last}"
 
 
 @dataclass
@@ -311,6 +327,37 @@ def _span_tokens(words: list[_Word]) -> list[str]:
         if word.role in ("content", "modifier"):
             tokens.extend(_fold_plural(token) for token in tokenize(word.text))
     return tokens
+
+
+def _is_care_complication(code: str) -> bool:
+    """T80-T88, complications of surgical and medical care: a condition ("postprocedural septic shock")
+    that is also the mark of a procedure or device ("breakdown of coronary bypass graft")."""
+    return code[:1] == "T" and "80" <= code[1:3] <= "88"
+
+
+@dataclass(frozen=True)
+class _Grade:
+    """What the dense index says about one span."""
+
+    diagnosis: float  # cosine to the nearest diagnosis (chapters A-S, or a complication of care)
+    own_other: float  # cosine of the nearest code when it is a procedure, device, drug or status, else 0
+    context_other: float  # the same, a complication of care counting as a procedure: read for longer spans
+
+    @classmethod
+    def of(cls, ranking: list[tuple[str, float]]) -> _Grade:
+        diagnosis = max(
+            (score for code, score in ranking if _is_diagnosis(code) or _is_care_complication(code)), default=0.0
+        )
+        if not ranking:
+            return cls(diagnosis, 0.0, 0.0)
+        nearest, score = ranking[0]
+        own = 0.0 if _is_diagnosis(nearest) or _is_care_complication(nearest) else score
+        return cls(diagnosis, own, 0.0 if _is_diagnosis(nearest) else score)
+
+
+def _diagnosis_of(grades: dict[tuple[int, int], _Grade], start: int, end: int) -> float:
+    grade = grades.get((start, end))
+    return grade.diagnosis if grade is not None else 0.0
 
 
 @dataclass
@@ -373,40 +420,41 @@ class GroundedDecomposer:
                     out.append((start, end))
         return out
 
-    def _dense_grades(self, words: list[_Word]) -> dict[tuple[int, int], tuple[float, float]]:
-        """Per candidate span: (cosine to its nearest diagnosis, cosine of its nearest code when that
-        code is not a diagnosis, else 0); one model call for the whole chunk."""
+    def _dense_grades(self, words: list[_Word]) -> dict[tuple[int, int], _Grade]:
+        """Every candidate span's grade from its nearest codes; one model call for the whole chunk."""
         if self.dense is None:
             return {}
         spans = self._candidates(words)
         texts = [" ".join(word.text for word in words[start:end]) for start, end in spans]
-        grades: dict[tuple[int, int], tuple[float, float]] = {}
-        for span, ranking in zip(spans, self.dense.rankings(texts, DENSE_DEPTH), strict=True):
-            diagnosis = max((score for code, score in ranking if _is_diagnosis(code)), default=0.0)
-            other = ranking[0][1] if ranking and not _is_diagnosis(ranking[0][0]) else 0.0
-            grades[span] = (diagnosis, other)
-        return grades
+        return {
+            span: _Grade.of(ranking)
+            for span, ranking in zip(spans, self.dense.rankings(texts, DENSE_DEPTH), strict=True)
+        }
 
-    def _dense_rejects(self, start: int, end: int, grades: dict[tuple[int, int], tuple[float, float]]) -> bool:
-        if not grades or (start, end) not in grades:
+    def _dense_rejects(self, start: int, end: int, grades: dict[tuple[int, int], _Grade]) -> bool:
+        grade = grades.get((start, end))
+        if grade is None:
             return False
-        diagnosis, _other = grades[(start, end)]
-        if diagnosis < DENSE_MIN:
+        if grade.diagnosis < DENSE_MIN:
             return True  # nothing diagnostic near it: a setting, a drug, a measurement
-        # the span itself, or a longer span around it, is nearer to a procedure, device, drug or status
-        return any(
-            other > diagnosis + DENSE_MARGIN
-            for (outer_start, outer_end), (_dx, other) in grades.items()
-            if outer_start <= start and end <= outer_end
+        if grade.own_other > grade.diagnosis + DENSE_MARGIN:
+            return True  # itself a procedure, device, drug or status ("kidney transplant", "dialysis")
+        return any(  # the site or object of a procedure or device named by the words around it
+            outer.context_other > grade.diagnosis + DENSE_MARGIN
+            for (outer_start, outer_end), outer in grades.items()
+            if outer_start <= start and end <= outer_end and (outer_start, outer_end) != (start, end)
         )
 
     def _chunk_spans(self, words: list[_Word]) -> list[_Span]:
-        """Longest condition spans first, without overlap."""
+        """Longest condition spans first, without overlap; of equal length, the one nearest a diagnosis first."""
         found: list[_Span] = []
         taken = [False] * len(words)
         grades = self._dense_grades(words)
         for length in range(min(self.max_span, len(words)), 0, -1):
-            for start in range(0, len(words) - length + 1):
+            starts = list(range(0, len(words) - length + 1))
+            if grades:
+                starts.sort(key=lambda start: -_diagnosis_of(grades, start, start + length))
+            for start in starts:
                 end = start + length
                 if any(taken[start:end]):
                     continue
@@ -417,7 +465,15 @@ class GroundedDecomposer:
                 found.append(span)
                 for position in range(start, end):
                     taken[position] = True
-        return sorted(found, key=lambda span: span.start)
+        merged: list[_Span] = []
+        for span in sorted(found, key=lambda span: span.start):
+            if merged and merged[-1].end == span.start:
+                # one noun phrase the vocabulary names in two pieces ("chronic hepatitis c" + "infection")
+                last = merged[-1]
+                merged[-1] = _Span(last.start, span.end, [*last.tokens, *span.tokens], last.finding and span.finding)
+            else:
+                merged.append(span)
+        return merged
 
     def __call__(self, description: str) -> list[str]:
         text = normalise(description)
@@ -450,10 +506,13 @@ class GroundedDecomposer:
                         if other != terms[-1].text:
                             terms.append(_Term(other, terms[-1].tokens, terms[-1].finding))
                 continue
+            pregnancy = pregnancy or any(
+                word.token in PREGNANCY_WORDS and not _negated(words, _Span(position, position + 1, [], False))
+                for position, word in enumerate(words)
+            )
             for span in spans:
-                if set(span.tokens) <= PREGNANCY_WORDS:
-                    pregnancy = True  # context, not a condition of its own
-                    continue
+                if set(span.tokens) <= PREGNANCY_CONTEXT and set(span.tokens) & PREGNANCY_WORDS:
+                    continue  # when, not what: "pregnancy", "second trimester of pregnancy"
                 if _negated(words, span):
                     continue  # "without diabetes", "no prior stroke": an exclusion, not the population
                 term = _with_modifiers(words, span)
@@ -465,6 +524,8 @@ class GroundedDecomposer:
                 terms.append(_Term(term, span.tokens, span.finding))
         if pregnancy:
             for found in terms:
+                if set(found.tokens) & PREGNANCY_WORDS or "gestational" in found.tokens:
+                    continue  # already says so
                 if any(code.startswith("O") for code in self._codes_with_all([*found.tokens, "pregnancy"])):
                     found.text = f"{found.text} in pregnancy"
                     found.finding = False

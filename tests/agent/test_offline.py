@@ -146,3 +146,30 @@ def test_dense_is_one_call_per_chunk_and_unready_is_ignored(fixture_con: duckdb.
     assert stub.calls == 3 and "patients" not in stub.texts  # framing words are never embedded
     stub.is_ready = False  # type: ignore[misc]
     assert GroundedDecomposer(get_grounding(fixture_con), dense=stub).dense is None  # type: ignore[arg-type]
+
+
+def test_coordinated_numbered_modifiers_each_keep_their_word(decompose: GroundedDecomposer) -> None:
+    assert normalise("stage 3 or 4 ckd") == "stage 3 or stage 4 chronic kidney disease"
+    assert normalise("stage 2-4") == "stage 2 or stage 3 or stage 4"
+    assert normalise("stage iii or iv") == "stage 3 or stage 4"
+    assert decompose("patients with type 1 or 2 diabetes") == ["type 1 diabetes", "type 2 diabetes"]
+
+
+def test_adjacent_spans_stay_one_noun_phrase(decompose: GroundedDecomposer) -> None:
+    # no single diagnosis holds all four words, but nothing separates them: one term, not two
+    assert decompose("adults with asthma heart failure") == ["asthma heart failure"]
+    assert decompose("adults with asthma and heart failure") == ["asthma", "heart failure"]
+
+
+class PregnancyAware(GroundedDecomposer):
+    """The fixture vocabulary has no chapter 15: pretend every condition has an 'in pregnancy' code."""
+
+    def _codes_with_all(self, tokens: list[str]) -> list[str]:
+        return ["O99.51"] if "pregnancy" in tokens else []
+
+
+def test_pregnancy_anywhere_in_the_description_is_context(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    decompose = PregnancyAware(get_grounding(fixture_con))
+    assert decompose("pregnant women with asthma") == ["asthma in pregnancy"]
+    assert decompose("women who developed asthma during the second trimester of pregnancy") == ["asthma in pregnancy"]
+    assert decompose("women with asthma who are not pregnant") == ["asthma"]
