@@ -17,6 +17,7 @@ that library), so near-duplicate cohorts inside one library are what make a term
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import statistics
 from collections import Counter
@@ -74,13 +75,25 @@ def _pick_library(case: DecompositionTestCase, by_name: dict[str, Library], sing
     return library
 
 
-def _skip_reason(case: DecompositionTestCase, by_name: dict[str, Library]) -> str:
+def _skip_reason(case: DecompositionTestCase, by_name: dict[str, Library], single: Library | None = None) -> str:
+    """Why a case cannot run: which of library and cohort is missing, with the nearest cohort ids."""
     if not case.library_id:
         holding = [lib.path.name for lib in by_name.values() if case.cohort_id in lib.cohort_ids]
         if holding:
             return f"{case.cohort_id}: cohort is in several libraries ({', '.join(holding)}); name one in 'library'"
         return f"{case.cohort_id}: no installed library holds this cohort"
-    return f"{case.cohort_id}: library {case.library_id!r} or its cohort is not installed"
+    library = by_name.get(case.library_id) or next(
+        (lib for lib in by_name.values() if lib.library_id.startswith(case.library_id)), single
+    )
+    if library is None:
+        return (
+            f"{case.cohort_id}: library {case.library_id!r} is not installed "
+            f"(installed: {', '.join(sorted(by_name)) or 'none'})"
+        )
+    near = difflib.get_close_matches(case.cohort_id, list(library.cohort_ids), n=3, cutoff=0.8)
+    return f"{case.cohort_id}: cohort {case.cohort_id!r} is not in library {library.path.name!r}" + (
+        f" (did you mean {', '.join(near)}?)" if near else ""
+    )
 
 
 class NoCaseRanError(PhenoforgeError):
@@ -162,7 +175,7 @@ def score_decomposition(
             progress(index, len(cases), f"{case.cohort_id}: {case.population_description[:60]}")
         library = _pick_library(case, by_name, single)
         if library is None:
-            skipped.append(_skip_reason(case, by_name))
+            skipped.append(_skip_reason(case, by_name, single))
             continue
         truth = load_curated_concept_set(con, library.path, case.cohort_id, fanout_threshold)
         baseline_codes = hybrid_search(con, truth.cohort_name, k=k, dense=dense).codes
@@ -427,10 +440,7 @@ def parse_cases_csv(
             split="test",
         )
         if _pick_library(case, by_name, single) is None:
-            problems.append(
-                f"line {line}: {_skip_reason(case, by_name).split(': ', 1)[1]}"
-                + (f" (installed: {', '.join(sorted(by_name)) or 'none'})" if library_name else "")
-            )
+            problems.append(f"line {line}: {_skip_reason(case, by_name, single).split(': ', 1)[1]}")
             continue
         cases.append(case)
     if problems:

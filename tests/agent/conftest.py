@@ -28,3 +28,34 @@ def write_fixture_library(dest: Path, library_id: str = "fixlib") -> Path:
 @pytest.fixture
 def fixture_library(tmp_path: Path) -> Path:
     return write_fixture_library(tmp_path / "libraries" / "fixlib")
+
+
+@pytest.fixture
+def hung_server():
+    """A server that accepts connections and never answers."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                connection, _address = listener.accept()
+            except OSError:
+                continue
+            accepted.append(connection)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    stop.set()
+    thread.join(timeout=2)
+    for connection in accepted:
+        connection.close()
+    listener.close()

@@ -306,37 +306,6 @@ def test_request_timeout_is_cut_to_the_remaining_budget(tmp_path: Path) -> None:
     assert unbounded._request_client() == (client, None)
 
 
-@pytest.fixture
-def hung_server():
-    """A server that accepts connections and never answers."""
-    import socket
-    import threading
-
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                connection, _address = listener.accept()
-            except OSError:
-                continue
-            accepted.append(connection)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
-    stop.set()
-    thread.join(timeout=2)
-    for connection in accepted:
-        connection.close()
-    listener.close()
-
-
 def test_hung_server_is_bounded_by_the_budget(hung_server, tmp_path: Path) -> None:
     import time
 

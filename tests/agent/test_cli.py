@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -268,3 +269,85 @@ def test_decompose_eval_cases_file_and_split(monkeypatch, fixture_library: Path,
     assert "line 2: no installed library holds this cohort" in capsys.readouterr().err
     assert main(["decompose-eval", "--cases", str(cases_file), "--split", "dev", "--quiet"]) == 2
     assert "--split" in capsys.readouterr().err
+
+
+def test_decompose_eval_against_a_hung_server_is_bounded_by_the_budget(
+    monkeypatch, fixture_library: Path, capsys, hung_server, tmp_path: Path
+) -> None:
+    """A server that accepts the connection and never answers: the run ends at --budget, not per-attempt timeouts."""
+    import time
+
+    url, accepted = hung_server
+    monkeypatch.setitem(decomposition.CASE_SETS, "default", ASTHMA_AND_HF)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-KEY")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+    monkeypatch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path))  # an empty response cache
+    started = time.monotonic()
+    code = main(
+        [
+            "decompose-eval",
+            "--decomposer",
+            "claude",
+            "--library",
+            str(fixture_library),
+            "--quiet",
+            "--timeout",
+            "30",
+            "--budget",
+            "1.5",
+        ]
+    )
+    elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert accepted, "the client did connect"
+    assert code == 1 and "0 of 2 cases ran: ClaudeTimeoutError" in err
+    assert elapsed < 10.0, f"{elapsed:.1f} s against a 1.5 s budget (30 s per attempt would be minutes)"
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    agent_cli.register_cli(parser.add_subparsers())
+    evaluate = parser._subparsers._group_actions[0].choices["decompose-eval"]  # type: ignore[union-attr]
+    existing = {flag for action in evaluate._actions for flag in action.option_strings}
+    named = set(re.findall(r"--[a-z][a-z-]*", err))
+    assert named and named <= existing, f"the error names options that do not exist: {named - existing}"
+
+
+def test_decompose_eval_claude_repeat_is_uncached_and_reports_spread(
+    monkeypatch, fixture_library: Path, capsys, tmp_path: Path
+) -> None:
+    import itertools
+
+    import httpx2
+
+    answers = itertools.cycle([["asthma"], ["fracture of femur"]])
+    calls: list[str] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        calls.append(json.loads(request.content)["messages"][0]["content"])
+        return httpx2.Response(
+            200,
+            json={
+                "id": "m",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-5",
+                "content": [
+                    {"type": "tool_use", "id": "t", "name": "record_conditions", "input": {"terms": next(answers)}}
+                ],
+                "stop_reason": "tool_use",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            },
+        )
+
+    monkeypatch.setitem(decomposition.CASE_SETS, "default", ASTHMA_AND_HF[:1])
+    monkeypatch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path))
+    mock_claude(monkeypatch, handler)
+    args = ["decompose-eval", "--decomposer", "claude", "--library", str(fixture_library), "--quiet", "--repeat", "3"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert len(calls) == 3, "each repeat asks the API again (no cached answer)"
+    assert "3 runs (3 with at least one case scored)" in out and "95% CI [" in out
+    assert "2 distinct term sets" in out
+    spread = re.search(r"sd of the per-run means (\d\.\d+)", out)
+    assert spread is not None and float(spread.group(1)) > 0

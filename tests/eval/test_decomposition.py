@@ -156,16 +156,18 @@ def test_cases_csv_reports_every_bad_line(library: Path, tmp_path: Path) -> None
         "adults with asthma,fix-ASTHMA,fixlib,trial X\n"
         ",fix-HF,fixlib,\n"
         "adults with gout,fix-GOUT,fixlib,\n"
-        "adults with asthma,fix-ASTHMA,otherlib,\n",
+        "adults with asthma,fix-ASTHMA,otherlib,\n"
+        "adults with asthma,fix-ASTHM,fixlib,\n",
         encoding="utf-8",
     )
     with pytest.raises(ImportRowError) as caught:
         load_cases_csv(bad, libraries_root=library.parent)
     message = str(caught.value)
-    assert "3 bad line(s)" in message
+    assert "4 bad line(s)" in message
     assert "line 3: population_description is empty" in message
-    assert "line 4: library 'fixlib' or its cohort is not installed" in message
-    assert "line 5: library 'otherlib'" in message and "installed: fixlib" in message
+    assert "line 4: cohort 'fix-GOUT' is not in library 'fixlib'" in message  # the library is there
+    assert "line 5: library 'otherlib' is not installed (installed: fixlib)" in message
+    assert "line 6: cohort 'fix-ASTHM' is not in library 'fixlib' (did you mean fix-ASTHMA?)" in message
     with pytest.raises(ImportRowError, match="line 1: missing column"):
         parse_cases_csv("description,cohort\nx,y\n", libraries_root=library.parent)
     with pytest.raises(ImportRowError, match="no such file"):
