@@ -98,8 +98,8 @@ def fit_builders(
     ]
     names = sorted(lib.library_id for lib in train_libraries)
     groups = sorted({library_group(lib.manifest) for lib in train_libraries})
-    signature = _fit_signature(hierarchy, train_libraries, dense is not None)
-    stored = _load_fitted(signature, hierarchy, names, groups)
+    signature = _fit_signature(hierarchy, train_libraries, dense)
+    stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is not None:
         stored.notes += [f"not used for fitting: {problem}" for problem in broken]
         return stored
@@ -107,6 +107,8 @@ def fit_builders(
     for lib in train_libraries:
         examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
     notes: list[str] = [f"not used for fitting: {problem}" for problem in broken]
+    if unusable:
+        notes.append(unusable)
     cutoff, subtree = _fit_params(con, hierarchy, examples, names, dense is not None, notes)
     model: MembershipModel | None = None
     model_notes: list[str] = []
@@ -159,11 +161,13 @@ class _StoredFit(BaseModel):
     notes: list[str]
 
 
-def _fit_signature(hierarchy: Hierarchy, train_libraries: Sequence[Library], with_dense: bool) -> str:
+def _fit_signature(hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None) -> str:
+    """What a fitted bundle depends on: vocabulary build, training libraries, the dense index build, features."""
+    dense_build = str(getattr(getattr(dense, "status", None), "built_at", "")) if dense is not None else None
     parts = [
         hierarchy.build_id,
         sorted((lib.library_id, library_stamp(lib)) for lib in train_libraries),
-        with_dense,
+        dense_build,
         list(FEATURE_NAMES),
         LEARNED_FORMAT_VERSION,
         FIT_FORMAT_VERSION,
@@ -175,27 +179,32 @@ def _fit_path(signature: str) -> Path:
     return models_dir() / f"fitted-{signature}.json"
 
 
-def _load_fitted(signature: str, hierarchy: Hierarchy, names: list[str], groups: list[str]) -> FittedBuilders | None:
-    """The bundle fitted on exactly these libraries, vocabulary build and features; None if absent or unusable."""
+def _load_fitted(
+    signature: str, hierarchy: Hierarchy, names: list[str], groups: list[str]
+) -> tuple[FittedBuilders | None, str | None]:
+    """The bundle fitted on exactly these libraries, vocabulary build and features, or why it cannot be used.
+
+    ``(None, None)`` when there is none yet; ``(None, reason)`` when one exists but is unusable.
+    """
     path = _fit_path(signature)
     try:
         stored = _StoredFit.model_validate_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return None
+        return None, None
     except (ValidationError, ValueError, UnicodeDecodeError):
-        return None  # corrupt: refitted (and rewritten) below
+        return None, f"{path.name} is corrupt: refitted"
     if stored.signature != signature or stored.training_libraries != names:
-        return None
+        return None, f"{path.name} was fitted on other libraries: refitted"
     model: MembershipModel | None = None
     if stored.model_directory is not None:
         try:
             model = load_model(models_dir() / stored.model_directory, hierarchy.build_id)
-        except ModelError:
-            return None
+        except ModelError as error:
+            return None, f"{path.name}'s membership model is unusable ({error}): refitted"
         if model.manifest.training_libraries != names:
-            return None
+            return None, f"{path.name}'s membership model was trained on other libraries: refitted"
     notes = [f"reused the builders fitted on {', '.join(names) or 'nothing'} ({path.name})", *stored.notes]
-    return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes)
+    return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes), None
 
 
 def _save_fitted(signature: str, fitted: FittedBuilders) -> None:

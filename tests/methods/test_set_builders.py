@@ -142,11 +142,13 @@ def test_a_fitted_bundle_is_reused_and_refitted_when_corrupt_or_stale(
     bundles[0].write_text("{ not json", encoding="utf-8")
     refitted = api.fit_builders(fixture_con, None, "elixhauser", libraries)
     assert not any(note.startswith("reused the builders") for note in refitted.notes)
+    assert any(note.endswith("is corrupt: refitted") for note in refitted.notes)
     # the model file changed under the bundle: its checksum no longer matches, so it is refitted
     model_dir = next((libraries_dir().parent / "models").glob("membership-*"))
     (model_dir / "model.pkl").write_bytes(b"tampered")
     after = api.fit_builders(fixture_con, None, "elixhauser", libraries)
     assert not any(note.startswith("reused the builders") for note in after.notes)
+    assert any("membership model is unusable" in note and "checksum" in note for note in after.notes)
     assert after.model is not None
 
 
