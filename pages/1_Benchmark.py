@@ -45,7 +45,7 @@ def controls(libraries: list) -> tuple[object, BenchmarkParameters, str, bool]:
             format_func=lambda c: f"{c} · {names.get(c, c)}",
         )
         options = available_methods(dense_ready)
-        default = [m for m in ("bm25", "hybrid", "dense") if m in options]
+        default = [m for m in ("bm25", "hybrid", "dense", "learned") if m in options]
         methods = st.multiselect(
             "Methods",
             options,

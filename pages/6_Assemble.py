@@ -58,6 +58,14 @@ def start_section(reviewer: str) -> None:
         ids = [lib.library_id for lib in libraries]
         chosen = cols[1].multiselect("Curated libraries to check first", ids, default=ids, key="as_libraries")
         k = int(cols[2].number_input("Hits per term (k)", 1, 50, 10, key="as_k"))
+        generator = st.radio(
+            "Codes for terms no curated cohort settles",
+            list(workflow.GENERATORS),
+            key="as_generator",
+            horizontal=True,
+            help="hybrid: the top k hits; adaptive_cutoff, subtree, learned: a billable list of the builder's "
+            "own size, each code with why it is there (k is not used)",
+        )
         submitted = st.form_submit_button("Decompose and search", type="primary", key="as_start")
     if not submitted:
         return
@@ -72,6 +80,7 @@ def start_section(reviewer: str) -> None:
             library_paths=paths,
             dense=ui.dense_retriever(),
             k=k,
+            generator=generator,
         )
     _open(state)
 

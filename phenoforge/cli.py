@@ -174,6 +174,16 @@ def cmd_build(args: argparse.Namespace) -> int:
                 f"dense index: {status.state}, {status.count:,} codes ({status.model}, {status.mode}), "
                 f"built {status.built_at}"
             )
+        if not args.skip_libraries and not args.no_fit:
+            from phenoforge.methods.set_building import fit_for_installed_libraries
+
+            retriever = None if args.no_dense else _dense_or_none(con, True)
+            for scored, fitted in fit_for_installed_libraries(con, retriever, progress):
+                model = "membership model" if fitted.model is not None else "no membership model"
+                print(
+                    f"set builders for {scored}: fitted on {', '.join(fitted.training_libraries) or 'nothing'} "
+                    f"({model})"
+                )
     print(f"done in {time.perf_counter() - started:.1f} s")
     return 0
 
@@ -182,6 +192,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from phenoforge.engine.hybrid import search_concepts
 
     con = _connect()
+    if args.method in ("adaptive_cutoff", "subtree", "learned"):
+        return _search_set_builder(con, args)
     methods = ["bm25", "dense", "hybrid"] if args.method == "all" else [args.method]
     dense = _dense_or_none(con, any(method in ("dense", "hybrid") for method in methods))
     output = {}
@@ -197,6 +209,24 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"{hit.rank:>3}  {hit.code:<9} {hit.score:8.4f}  {hit.name}")
     if args.json:
         print(json.dumps({method: result.model_dump() for method, result in output.items()}, indent=1))
+    return 0
+
+
+def _search_set_builder(con, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from phenoforge.methods.set_building import build_for_free_query, describe
+
+    dense = _dense_or_none(con, True)
+    with progress_bar(enabled=not args.json) as progress:
+        built = build_for_free_query(con, args.method, args.query, dense, progress=progress)
+    if args.json:
+        print(built.model_dump_json(indent=1))
+        return 0
+    print(f"== {args.method}: {len(built.codes)} billable codes (fitted on {', '.join(built.trained_on) or 'nothing'})")
+    for note in [*built.notes, *([built.fallback] if built.fallback else [])]:
+        print(f"   note: {note}")
+    for item in built.codes:
+        print(f"  {item.code:<9} {item.name}")
+        print(f"            why: {describe(item.provenance)}")
     return 0
 
 
@@ -248,10 +278,10 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
 
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from phenoforge.engine.curated import load_library
-    from phenoforge.eval.harness import ALL_METHODS, resolve_methods, run_benchmark
+    from phenoforge.eval.harness import CLI_DEFAULT_METHODS, resolve_methods, run_benchmark
 
     con = _connect()
-    methods = args.methods or ALL_METHODS
+    methods = args.methods or CLI_DEFAULT_METHODS
     declared = resolve_methods(methods)  # unknown names and bad module:function fail here, before any work
     wants_dense = any(m.retrieves_dense for m in declared)
     dense = _dense_or_none(con, not args.no_dense and wants_dense)
@@ -523,12 +553,23 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--athena", metavar="DIR", help="load an Athena vocabulary download instead")
     build.add_argument("--no-dense", action="store_true", help="skip the dense index (about a minute)")
     build.add_argument("--skip-libraries", action="store_true", help="skip the bundled cohort libraries")
+    build.add_argument(
+        "--no-fit",
+        action="store_true",
+        help="do not fit the set builders now (they are fitted on first use instead)",
+    )
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=cmd_build)
 
     search = sub.add_parser("search", help="search the vocabulary")
     search.add_argument("query")
-    search.add_argument("--method", choices=["bm25", "dense", "hybrid", "all"], default="hybrid")
+    search.add_argument(
+        "--method",
+        choices=["bm25", "dense", "hybrid", "adaptive_cutoff", "subtree", "learned", "all"],
+        default="hybrid",
+        help="a ranking (bm25, dense, hybrid: top k) or a set builder (adaptive_cutoff, subtree, learned: "
+        "a billable code list of its own size, each code with why it is there); all = the three rankings",
+    )
     search.add_argument("-k", type=_positive_int("k"), default=10)
     search.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     search.add_argument("--json", action="store_true")
@@ -550,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="METHOD",
         help="registered method names (see `python -m phenoforge methods`) or your own as "
-        "module:function (default: bm25 dense hybrid expand_descendants)",
+        "module:function (default: bm25 dense hybrid expand_descendants adaptive_cutoff subtree learned)",
     )
     bench.add_argument(
         "--measures",

@@ -131,7 +131,8 @@ def test_benchmark_json_on_a_library_given_by_path(tmp_path: Path, capsys: pytes
     data = json.loads(out)
     assert list(data) == ["cli-lib"]
     report = data["cli-lib"]
-    expected_methods = {"bm25", "hybrid", "expand_descendants"}
+    # the default runs the reference's methods and the set builders (dense is switched off)
+    expected_methods = {"bm25", "hybrid", "expand_descendants", "adaptive_cutoff", "subtree", "learned"}
     assert set(report["mean_hierarchical_score_by_method"]) == expected_methods
     assert set(report["mean_coverage_by_method"]) == expected_methods
     assert {(r["cohort_id"], r["method"]) for r in report["results"]} == {
@@ -141,6 +142,10 @@ def test_benchmark_json_on_a_library_given_by_path(tmp_path: Path, capsys: pytes
         f"{cid}/dense: no dense retriever (switched off (--no-dense))" for cid in COHORTS
     )
     assert report["methods"]["hybrid"]["degraded"] == "no dense retriever (switched off (--no-dense))"
+    # no development library is installed here: the builders say they run untuned, learned that it has no model
+    learned = report["methods"]["learned"]
+    assert learned["trained_on"] == [] and "no membership model" in learned["degraded"]
+    assert "untuned" in report["methods"]["subtree"]["degraded"]
     dm2 = next(r for r in report["results"] if r["cohort_id"] == "dm2" and r["method"] == "expand_descendants")
     assert dm2["coverage"] == 1.0 and dm2["over_inclusion_penalty"] == 0.0
 

@@ -244,6 +244,7 @@ def cmd_assemble(args: argparse.Namespace) -> int:
             library_paths=_library_paths(args.library),
             dense=dense,
             k=args.k,
+            generator=args.generator,
         )
     print_terms(state, sys.stdout)
     if state.pending:
@@ -434,6 +435,13 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     assemble.add_argument("--library", action="append", help="library id/folder to check (repeatable; default all)")
     assemble.add_argument("--k", type=int, default=10, help="hits per term (default 10)")
+    assemble.add_argument(
+        "--generator",
+        choices=["hybrid", "adaptive_cutoff", "subtree", "learned"],
+        default="hybrid",
+        help="what proposes codes for terms no curated cohort settles: hybrid (top k hits) or a set builder "
+        "(a billable list of its own size, fitted on the bundled libraries; k is not used)",
+    )
     assemble.add_argument("--no-dense", action="store_true", help="BM25 only even when a dense index exists")
     gate = assemble.add_mutually_exclusive_group()
     gate.add_argument("--yes", action="store_true", help="accept every generated candidate without prompting")

@@ -379,6 +379,9 @@ def generate(
         if term_state.status not in ("pending", "ambiguous", "generated"):
             terms.append(term_state)
             continue
+        if state.generator != "hybrid":
+            terms.append(_generate_set(state, term_state, con, dense, by_code))
+            continue
         result = hybrid_search(con, term_state.term, k=state.k, dense=dense)
         if not result.hits:
             terms.append(
@@ -424,6 +427,61 @@ def generate(
             "candidates": list(by_code.values()),
             "stage": "generated",
             "updated_at": _now(),
+        }
+    )
+
+
+SET_BUILDER_GENERATORS = ("adaptive_cutoff", "subtree", "learned")
+
+
+def _generate_set(
+    state: AssemblyState,
+    term_state: TermState,
+    con: duckdb.DuckDBPyConnection,
+    dense: DenseRetriever | None,
+    by_code: dict[str, Candidate],
+) -> TermState:
+    """A set builder's billable list for one term, each code a candidate with the builder's reason."""
+    from phenoforge.methods.set_building import build_for_free_query, describe
+
+    built = build_for_free_query(con, state.generator, term_state.term, dense)
+    if not built.codes:
+        reason = "; ".join([*built.notes, *([built.fallback] if built.fallback else [])]) or "the builder kept nothing"
+        return term_state.model_copy(
+            update={
+                "status": "unmappable" if term_state.status == "pending" else term_state.status,
+                "search_reason": f"{state.generator}: {reason}",
+            }
+        )
+    for rank, item in enumerate(built.codes, start=1):
+        source = CandidateSource(
+            term=term_state.term,
+            retriever=state.generator,
+            rank=rank,
+            score=item.provenance.score,
+            detail=describe(item.provenance),
+        )
+        existing = by_code.get(item.code)
+        if existing is None:
+            hint, below, kind, billable = _hint(con, item.code)
+            by_code[item.code] = Candidate(
+                code=item.code,
+                name=item.name,
+                kind=kind,
+                billable=billable,
+                sources=[source],
+                hierarchy_hint=hint,
+                n_descendants=below,
+            )
+        elif all(s.term != term_state.term for s in existing.sources):
+            existing.sources.append(source)
+    return term_state.model_copy(
+        update={
+            "status": "generated" if term_state.status == "pending" else term_state.status,
+            "candidate_codes": built.code_list,
+            "search_degraded": dense is None,
+            "note": f"{state.generator}: {len(built.codes)} billable codes, fitted on "
+            f"{', '.join(built.trained_on) or 'nothing'}" + (f"; {built.fallback}" if built.fallback else ""),
         }
     )
 
@@ -528,6 +586,8 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
             continue
         best = min(candidate.sources, key=lambda source: source.rank)
         evidence = f"accepted by {candidate.reviewer} at {candidate.decided_at}"
+        if best.retriever in SET_BUILDER_GENERATORS and best.detail:
+            evidence = f"{best.detail}; {evidence}"
         add(
             ConceptEntry(
                 code=candidate.code,

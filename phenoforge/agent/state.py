@@ -120,6 +120,11 @@ class AssemblyState(BaseModel):
     decomposer: str = "offline"
     library_paths: list[str] = Field(default_factory=list)
     k: int = 10
+    generator: str = Field(
+        default="hybrid",
+        description="what proposes codes for unsettled terms: 'hybrid' (top k hits) or a set builder "
+        "('adaptive_cutoff', 'subtree', 'learned': a billable list of its own size)",
+    )
     stage: Stage = "new"
     terms: list[TermState] = Field(default_factory=list)
     candidates: list[Candidate] = Field(default_factory=list)

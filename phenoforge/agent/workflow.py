@@ -28,6 +28,9 @@ MAX_DESCRIPTION_CHARS = 4000
 """A population description is a few sentences; the session stores it once, so it is bounded."""
 
 
+GENERATORS = ("hybrid", "adaptive_cutoff", "subtree", "learned")
+
+
 def check_description(description: object) -> str:
     """The description with its spacing tidied, or a ``DescriptionError`` that says what to type."""
     text = " ".join(description.split()) if isinstance(description, str) else ""
@@ -64,9 +67,16 @@ def start(
     dense: DenseRetriever | None = None,
     k: int = nodes.DEFAULT_K,
     app_state_path: Path | None = None,
+    generator: str = "hybrid",
 ) -> AssemblyState:
-    """A new session up to the confirmation gate, saved."""
+    """A new session up to the confirmation gate, saved.
+
+    ``generator`` proposes codes for terms no curated cohort settles: ``hybrid`` (the top ``k``
+    hits) or a set builder (``adaptive_cutoff``, ``subtree``, ``learned``).
+    """
     description = check_description(description)
+    if generator not in GENERATORS:
+        raise ValueError(f"unknown generator {generator!r}; choose one of {', '.join(GENERATORS)}")
     broken: list[str] = []  # a broken library is reported in the session's notes and skipped
     libraries: list[Library] = (  # None: every installed library; []: no curated check at all
         list_libraries(errors=broken) if library_paths is None else [load_library(path) for path in library_paths]
@@ -79,6 +89,7 @@ def start(
         library_paths=[library.path for library in libraries],
         k=k,
     )
+    state.generator = generator
     state.notes.extend(f"library skipped: {problem}" for problem in broken)
     if not libraries:
         state.notes.append("no cohort library is checked: every term goes to generated retrieval")

@@ -33,9 +33,18 @@ class Hierarchy:
     children: dict[int, tuple[int, ...]]
     _chains: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _levels: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _id_by_code: dict[str, int] = field(default_factory=dict, repr=False)
 
     def resolve(self, raw: str) -> int | None:
         """Concept id of a code as typed (``E1122``, ``e11.22``, `` E11.22 ``), or None."""
+        if not self._id_by_code and self.code:
+            # only where the normalised lookup agrees (a code shared by two concepts resolves as before)
+            self._id_by_code.update(
+                (code, node) for node, code in self.code.items() if self.id_by_key.get(code_key(code) or "") == node
+            )
+        found = self._id_by_code.get(raw) if isinstance(raw, str) else None
+        if found is not None:  # the display form, as every ranking and run spells it: no normalising
+            return found
         key = code_key(raw)
         return self.id_by_key.get(key) if key is not None else None
 

@@ -35,7 +35,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_METHODS = ["bm25", "hybrid", "expand_descendants"]
 ALL_METHODS = ["bm25", "dense", "hybrid", "expand_descendants"]
-"""The reference's four methods (``benchmark`` with no ``--methods`` runs these)."""
+"""The reference's four methods."""
+SET_BUILDER_METHODS = ["adaptive_cutoff", "subtree", "learned"]
+"""Methods that return a code list of their own size (fitted on other libraries' groups)."""
+CLI_DEFAULT_METHODS = [*ALL_METHODS, *SET_BUILDER_METHODS]
+"""What ``benchmark`` with no ``--methods`` runs: the reference's four and the set builders."""
 NEEDS_DENSE = {"dense"}
 
 
@@ -154,6 +158,7 @@ def build_run(
             entry if isinstance(entry, RunEntry) else RunEntry(code=str(entry), rank=rank, provenance=[declared.name])
             for rank, entry in enumerate(produced, start=1)
         ]
+    record.notes += context.notes_of(declared.name)
     return run, record
 
 
@@ -212,10 +217,12 @@ def run_methods(
         library_id=qrels.library_id,
         library_group=qrels.group,
         dense_problem=dense_problem if dense is None else None,
+        options={"progress": progress} if progress is not None else {},
     )
     if any(m.retrieves for m in chosen):
         queries = [cohort.cohort_name for cohort in qrels.cohorts.values()]
-        retrieval.prefetch(queries, dense=any(m.retrieves_dense for m in chosen))
+        deepest = max((m.depth or 0 for m in chosen if m.retrieves), default=0)
+        retrieval.prefetch(queries, dense=any(m.retrieves_dense for m in chosen), depth=deepest or None)
     skipped: list[str] = []
     runs: list[Run] = []
     records: dict[str, MethodRecord] = {}

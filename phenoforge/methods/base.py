@@ -55,6 +55,15 @@ class MethodContext:
     """Why there is no dense retriever ('not built', 'corrupt: ...'), when there is none."""
     options: dict[str, Any] = field(default_factory=dict)
 
+    def note(self, method: str, cohort_id: str, text: str) -> None:
+        """Record something the report should say about one cohort's answer (a fallback, an empty set)."""
+        self.options.setdefault(f"notes:{method}", []).append(f"{cohort_id}: {text}")
+
+    def notes_of(self, method: str) -> list[str]:
+        """The per-cohort notes ``method`` recorded, taken (so the next run starts clean)."""
+        notes: list[str] = self.options.pop(f"notes:{method}", [])
+        return notes
+
     @property
     def dense(self) -> Any:
         return self.retrieval.dense
@@ -98,6 +107,8 @@ class Method:
     setup: Setup | None = None
     retrieves: bool = True
     """Whether the method reads the shared rankings (the harness then ranks every query in one batch)."""
+    depth: int | None = None
+    """How deep a ranking the method reads (None: the run's fusion depth); the harness prefetches that deep."""
 
     @property
     def retrieves_dense(self) -> bool:

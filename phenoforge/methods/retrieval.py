@@ -18,39 +18,51 @@ Ranking = list[tuple[str, float]]
 
 
 class Retrieval:
-    """Memoised BM25 and dense rankings at a fixed depth."""
+    """Memoised BM25 and dense rankings, ``depth`` deep unless a caller asks for deeper.
+
+    A set builder reads rankings far deeper than the reference methods' fusion depth; since the
+    rankings are prefix-stable, one deep query serves every shallower request by slicing.
+    """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, dense: Any | None, depth: int) -> None:
         self.con = con
         self.dense = dense
         self.depth = depth
-        self._bm25: dict[str, Ranking] = {}
-        self._dense: dict[str, Ranking] = {}
+        self._bm25: dict[str, tuple[int, Ranking]] = {}
+        self._dense: dict[str, tuple[int, Ranking]] = {}
 
-    def prefetch(self, queries: Sequence[str], dense: bool = True) -> None:
+    @staticmethod
+    def _missing(memo: dict[str, tuple[int, Ranking]], queries: Sequence[str], depth: int) -> list[str]:
+        return [q for q in dict.fromkeys(queries) if q not in memo or memo[q][0] < depth]
+
+    def prefetch(self, queries: Sequence[str], dense: bool = True, depth: int | None = None) -> None:
         """Rank every query up front (dense too, when asked), in one batch where the retriever supports it."""
-        todo = [q for q in dict.fromkeys(queries) if q not in self._bm25]
+        depth = max(depth or self.depth, self.depth)
+        todo = self._missing(self._bm25, queries, depth)
         if todo:
             index = get_bm25_index(self.con)
             batch = getattr(index, "rankings", None)
-            results = batch(todo, self.depth) if batch else [index.ranking(q, self.depth) for q in todo]
-            self._bm25.update(zip(todo, results, strict=True))
+            results = batch(todo, depth) if batch else [index.ranking(q, depth) for q in todo]
+            self._bm25.update((q, (depth, ranked)) for q, ranked in zip(todo, results, strict=True))
         if dense and self.dense is not None:
-            todo = [q for q in dict.fromkeys(queries) if q not in self._dense]
+            todo = self._missing(self._dense, queries, depth)
             if todo:
                 batch = getattr(self.dense, "rankings", None)
-                results = batch(todo, self.depth) if batch else [self.dense.ranking(q, self.depth) for q in todo]
-                self._dense.update(zip(todo, results, strict=True))
+                results = batch(todo, depth) if batch else [self.dense.ranking(q, depth) for q in todo]
+                self._dense.update((q, (depth, ranked)) for q, ranked in zip(todo, results, strict=True))
 
-    def bm25(self, query: str) -> Ranking:
-        if query not in self._bm25:
-            self._bm25[query] = get_bm25_index(self.con).ranking(query, self.depth)
-        return self._bm25[query]
+    def bm25(self, query: str, depth: int | None = None) -> Ranking:
+        """The BM25 ranking of ``query``, ``depth`` deep (the run's depth by default)."""
+        depth = depth or self.depth
+        if query not in self._bm25 or self._bm25[query][0] < depth:
+            self._bm25[query] = (depth, get_bm25_index(self.con).ranking(query, depth))
+        return self._bm25[query][1][:depth]
 
-    def dense_ranking(self, query: str) -> Ranking | None:
-        """The dense ranking, or None without a dense retriever."""
+    def dense_ranking(self, query: str, depth: int | None = None) -> Ranking | None:
+        """The dense ranking ``depth`` deep, or None without a dense retriever."""
         if self.dense is None:
             return None
-        if query not in self._dense:
-            self._dense[query] = self.dense.ranking(query, self.depth)
-        return self._dense[query]
+        depth = depth or self.depth
+        if query not in self._dense or self._dense[query][0] < depth:
+            self._dense[query] = (depth, self.dense.ranking(query, depth))
+        return self._dense[query][1][:depth]

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import duckdb
 from pydantic import BaseModel, ValidationError
@@ -20,16 +23,21 @@ from pydantic import BaseModel, ValidationError
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
-from phenoforge.setbuild.candidates import Retrieval, build_candidates
+from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
+from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.groups import is_development_library, library_group
+from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
 from phenoforge.setbuild.learned import (
     LeakageError,
     MembershipModel,
+    ModelError,
     TrainingDataTooSmall,
     build_learned,
     ensure_model,
+    load_model,
+    model_name,
     models_dir,
 )
 from phenoforge.setbuild.models import BuiltSet
@@ -37,6 +45,8 @@ from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree, tune_subtree
 
 METHODS = ("adaptive_cutoff", "subtree", "learned")
+FIT_FORMAT_VERSION = 1
+"""Bumped when what ``fit_builders`` stores changes shape: older fitted bundles are refitted."""
 
 
 class _StoredParams(BaseModel):
@@ -79,26 +89,146 @@ def fit_builders(
     """
     progress = progress or no_progress
     hierarchy = get_hierarchy(con)
-    libraries = list(libraries) if libraries is not None else list_libraries()
+    broken: list[str] = []
+    libraries = list(libraries) if libraries is not None else list_libraries(errors=broken)
     train_libraries = [
         lib
         for lib in libraries
         if is_development_library(lib.manifest) and library_group(lib.manifest) != held_out_group
     ]
-    examples: list[Example] = []
-    for lib in train_libraries:
-        examples += library_examples(con, lib, dense, progress)
     names = sorted(lib.library_id for lib in train_libraries)
     groups = sorted({library_group(lib.manifest) for lib in train_libraries})
-    notes: list[str] = []
+    signature = _fit_signature(hierarchy, train_libraries, dense)
+    stored, unusable = _load_fitted(signature, hierarchy, names, groups)
+    if stored is not None:
+        stored.notes += [f"not used for fitting: {problem}" for problem in broken]
+        return stored
+    examples: list[Example] = []
+    for lib in train_libraries:
+        examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
+    notes: list[str] = [f"not used for fitting: {problem}" for problem in broken]
+    if unusable:
+        notes.append(unusable)
     cutoff, subtree = _fit_params(con, hierarchy, examples, names, dense is not None, notes)
     model: MembershipModel | None = None
+    model_notes: list[str] = []
     try:
         model, model_notes = ensure_model(con, hierarchy, examples, with_dense=dense is not None)
         notes += model_notes
     except TrainingDataTooSmall as error:
         notes.append(f"learned builder falls back to the adaptive cut-off: {error}")
-    return FittedBuilders(names, groups, cutoff, subtree, model, notes)
+    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes)
+    _save_fitted(signature, fitted)
+    return fitted
+
+
+# -- reuse: a fitted bundle on disk, keyed by what it was fitted on ------------------------------
+
+_EXAMPLES: dict[tuple[str, str, str, bool, str], list[Example]] = {}
+_EXAMPLES_LOCK = threading.Lock()
+
+
+def library_stamp(library: Library) -> str:
+    """What a library's examples depend on: its manifest (cohorts, names, code files' checksums)."""
+    return hashlib.sha1(library.manifest.model_dump_json().encode()).hexdigest()[:16]
+
+
+def _library_examples_cached(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    library: Library,
+    dense: object | None,
+    progress: ProgressCallback,
+) -> list[Example]:
+    """A library's training examples, computed once per process (each held-out group reuses them)."""
+    key = (hierarchy.build_id, library.library_id, str(library.path), dense is not None, library_stamp(library))
+    with _EXAMPLES_LOCK:
+        cached = _EXAMPLES.get(key)
+    if cached is None:
+        cached = library_examples(con, library, dense, progress)
+        with _EXAMPLES_LOCK:
+            _EXAMPLES[key] = cached
+    return cached
+
+
+class _StoredFit(BaseModel):
+    signature: str
+    vocabulary_build_id: str
+    training_libraries: list[str]
+    cutoff: CutoffParams
+    subtree: SubtreeParams
+    model_directory: str | None
+    notes: list[str]
+
+
+def _fit_signature(hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None) -> str:
+    """What a fitted bundle depends on: vocabulary build, training libraries, the dense index build, features."""
+    dense_build = str(getattr(getattr(dense, "status", None), "built_at", "")) if dense is not None else None
+    parts = [
+        hierarchy.build_id,
+        sorted((lib.library_id, library_stamp(lib)) for lib in train_libraries),
+        dense_build,
+        list(FEATURE_NAMES),
+        LEARNED_FORMAT_VERSION,
+        FIT_FORMAT_VERSION,
+    ]
+    return hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def _fit_path(signature: str) -> Path:
+    return models_dir() / f"fitted-{signature}.json"
+
+
+def _load_fitted(
+    signature: str, hierarchy: Hierarchy, names: list[str], groups: list[str]
+) -> tuple[FittedBuilders | None, str | None]:
+    """The bundle fitted on exactly these libraries, vocabulary build and features, or why it cannot be used.
+
+    ``(None, None)`` when there is none yet; ``(None, reason)`` when one exists but is unusable.
+    """
+    path = _fit_path(signature)
+    try:
+        stored = _StoredFit.model_validate_json(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (ValidationError, ValueError, UnicodeDecodeError):
+        return None, f"{path.name} is corrupt: refitted"
+    if stored.signature != signature or stored.training_libraries != names:
+        return None, f"{path.name} was fitted on other libraries: refitted"
+    model: MembershipModel | None = None
+    if stored.model_directory is not None:
+        try:
+            model = load_model(models_dir() / stored.model_directory, hierarchy.build_id)
+        except ModelError as error:
+            return None, f"{path.name}'s membership model is unusable ({error}): refitted"
+        if model.manifest.training_libraries != names:
+            return None, f"{path.name}'s membership model was trained on other libraries: refitted"
+    notes = [f"reused the builders fitted on {', '.join(names) or 'nothing'} ({path.name})", *stored.notes]
+    return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes), None
+
+
+def _save_fitted(signature: str, fitted: FittedBuilders) -> None:
+    model_directory = None
+    if fitted.model is not None:
+        model_directory = model_name(
+            fitted.training_libraries, fitted.model.manifest.features, fitted.model.manifest.with_dense
+        )
+        if not (models_dir() / model_directory).is_dir():
+            return  # the model was not stored where expected: do not record a bundle that cannot load
+    stored = _StoredFit(
+        signature=signature,
+        vocabulary_build_id=fitted.model.manifest.vocabulary_build_id if fitted.model else "",
+        training_libraries=fitted.training_libraries,
+        cutoff=fitted.cutoff,
+        subtree=fitted.subtree,
+        model_directory=model_directory,
+        notes=[note for note in fitted.notes if note.startswith("learned builder falls back")],
+    )
+    path = _fit_path(signature)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(stored.model_dump_json(indent=1), encoding="utf-8")
+    tmp.replace(path)
 
 
 def _fit_params(
@@ -148,6 +278,27 @@ def robust_query(con: duckdb.DuckDBPyConnection, query: str) -> tuple[str, dict[
     return searched, {hierarchy.code[n]: text for n, text in umbrella_nodes(con, hierarchy, searched).items()}
 
 
+def candidate_table(
+    hierarchy: Hierarchy,
+    query: str,
+    bm25: list[tuple[str, float]],
+    dense: list[tuple[str, float]] | None,
+    searched_as: str | None = None,
+    umbrellas: dict[str, str] | None = None,
+    dense_weight: float = 0.5,
+) -> CandidateTable:
+    """The candidate table every builder chooses from, for one query's rankings."""
+    retrieval = Retrieval(
+        query=query,
+        bm25=bm25,
+        dense=dense,
+        dense_weight=dense_weight,
+        searched_as=searched_as,
+        umbrellas=umbrellas or {},
+    )
+    return build_candidates(hierarchy, retrieval)
+
+
 def build_set(
     hierarchy: Hierarchy,
     method: str,
@@ -160,20 +311,18 @@ def build_set(
     searched_as: str | None = None,
     umbrellas: dict[str, str] | None = None,
     dense_weight: float = 0.5,
+    table: CandidateTable | None = None,
 ) -> BuiltSet:
-    """One builder's code list for one query from rankings ``RETRIEVAL_DEPTH`` deep (with scores)."""
+    """One builder's code list for one query from rankings ``RETRIEVAL_DEPTH`` deep (with scores).
+
+    ``table`` (from :func:`candidate_table` of the same rankings) lets several builders share one
+    candidate table instead of each building its own.
+    """
     if method not in METHODS:
         raise ValueError(f"unknown set builder {method!r}; choose one of {', '.join(METHODS)}")
     fitted.check_may_score(scored_library_id, scored_group)
-    retrieval = Retrieval(
-        query=query,
-        bm25=bm25,
-        dense=dense,
-        dense_weight=dense_weight,
-        searched_as=searched_as,
-        umbrellas=umbrellas or {},
-    )
-    table = build_candidates(hierarchy, retrieval)
+    if table is None:
+        table = candidate_table(hierarchy, query, bm25, dense, searched_as, umbrellas, dense_weight)
     if method == "adaptive_cutoff":
         return build_cutoff(hierarchy, table, fitted.cutoff)
     if method == "subtree":

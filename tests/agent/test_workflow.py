@@ -217,6 +217,26 @@ def test_generate_leaves_its_input_state_alone(fixture_con, fixture_library) -> 
     assert all(len(c.sources) == 1 for c in again.candidates)
 
 
+def test_a_set_builder_generates_billable_codes_with_its_reason(fixture_con, fixture_library) -> None:
+    """Issue 9: the Assemble workflow's generate step runs a set builder when asked, provenance kept."""
+    state = workflow.start(
+        fixture_con, "adults with asthma", fixed(["asthma"]), reviewer="ann", library_paths=[], generator="subtree"
+    )
+    assert state.generator == "subtree"
+    term = state.terms[0]
+    assert term.status == "generated" and term.note and term.note.startswith("subtree:")
+    assert term.candidate_codes and all(code.startswith("J45") for code in term.candidate_codes)
+    assert all(
+        c.billable and c.sources[0].retriever == "subtree" and " via " in c.sources[0].detail for c in state.candidates
+    )
+    accepted = workflow.decide(state, [(c.code, "accept", False) for c in state.pending], "ann")
+    done = workflow.finish(accepted, fixture_con)
+    entries = done.concept_set.entries
+    assert entries and all(e.tier == "generated" and " via " in e.evidence for e in entries)
+    with pytest.raises(ValueError, match="unknown generator"):
+        workflow.start(fixture_con, "adults with asthma", fixed(["asthma"]), library_paths=[], generator="top25")
+
+
 def _cohort(cohort_id: str, name: str, codes: list[str]) -> nodes.IndexedCohort:
     return nodes.IndexedCohort(
         library_id="lib",

@@ -98,7 +98,7 @@ def test_every_page_in_a_real_browser(server: str, data_dir: Path, browser) -> N
     driver.get(f"{server}/Benchmark")
     web.wait_text(driver, "Run benchmark")
     web.click_button(driver, "Run benchmark")
-    web.wait_text(driver, "finished and saved: 18 results over 6 cohorts", "Paired permutation tests")
+    web.wait_text(driver, "finished and saved: 24 results over 6 cohorts", "Paired permutation tests")
     web.wait_idle(driver)
     web.no_exception(driver)
     assert driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')

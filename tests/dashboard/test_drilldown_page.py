@@ -114,3 +114,13 @@ def test_unknown_library_in_the_link_is_named_in_a_notice(app: Callable[[str], A
 def test_a_valid_link_has_no_notice(app: Callable[[str], AppTest]) -> None:
     at = _page(app, library="ohdsi-fixture", cohort="503", method="bm25")
     assert not [w.value for w in at.warning if "The link asks" in w.value]
+
+
+def test_a_set_builder_drilldown_says_why_each_code_is_in_the_list(app: Callable[[str], AppTest]) -> None:
+    """Issue 9: the drilldown names the hit or subtree that put each of a set builder's codes there."""
+    at = _page(app, library="ohdsi-fixture", cohort="519", method="subtree")
+    assert at.multiselect(key="dd_methods").value == ["subtree"]
+    predicted = frame_with(at, "why")
+    assert len(predicted) > 0
+    for code, why in zip(predicted["code"], predicted["why"], strict=True):
+        assert len(why) > 0 and " via " in why[0], (code, why)

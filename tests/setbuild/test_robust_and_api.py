@@ -104,4 +104,4 @@ def test_fit_builders_holds_out_the_scored_group_and_build_set_enforces_it(
         with pytest.raises(LeakageError):
             build_set(hierarchy, method, "Asthma", ranking, None, fitted, scored_library_id="fixture-train")
     again = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)
-    assert any(note.startswith("reused tuned parameters") for note in again.notes)
+    assert any(note.startswith("reused the builders fitted on fixture-train") for note in again.notes)

@@ -1,3 +1,11 @@
 """The built-in methods, one module each; importing this package registers them in order."""
 
-from phenoforge.methods.builtin import bm25, dense, expand_descendants, hybrid  # noqa: F401
+from phenoforge.methods.builtin import (  # noqa: F401
+    adaptive_cutoff,
+    bm25,
+    dense,
+    expand_descendants,
+    hybrid,
+    learned,
+    subtree,
+)

@@ -9,8 +9,8 @@ from phenoforge.methods.registry import register
 
 
 def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
-    bm25 = context.retrieval.bm25(task.query)
-    dense = context.retrieval.dense_ranking(task.query)
+    bm25 = context.retrieval.bm25(task.query, context.depth)
+    dense = context.retrieval.dense_ranking(task.query, context.depth)
     bm25_rank = {code: rank for rank, (code, _) in enumerate(bm25, start=1)}
     dense_rank = {code: rank for rank, (code, _) in enumerate(dense or [], start=1)}
     fused = fuse([c for c, _ in bm25], [c for c, _ in dense] if dense is not None else None, context.dense_weight)

@@ -1,0 +1,217 @@
+"""What the three set-building methods share: fitting once per held-out group, and one predict.
+
+A set builder answers with the list a researcher would run against claims (billable codes, each
+with the hit or roll-up that put it there) instead of a top-k ranking. Its fitted pieces (cut-off,
+subtree parameters, membership model) are trained on development libraries *outside the scored
+library's group* and cached per group for the process, so a benchmark over several libraries fits
+once per group and never scores a cohort with a model that saw it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+
+from phenoforge.config import ProgressCallback
+from phenoforge.engine.curated import list_libraries
+from phenoforge.eval.runs import RunEntry
+from phenoforge.methods.base import CohortTask, Method, MethodContext, MethodSetup, SkipMethod
+from phenoforge.setbuild.api import (
+    FittedBuilders,
+    build_set,
+    candidate_table,
+    fit_builders,
+    library_stamp,
+    robust_query,
+)
+from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH, CandidateTable
+from phenoforge.setbuild.learned import LeakageError
+from phenoforge.setbuild.models import BuiltSet, CodeProvenance
+
+FITTED_DENSE_WEIGHT = 0.5
+"""The fusion weight the builders are fitted and run at (their features read the fused ranking)."""
+
+_FITTED: dict[tuple[object, ...], FittedBuilders] = {}
+_LOCK = threading.Lock()
+
+
+def fitted_for(context: MethodContext) -> FittedBuilders:
+    """The builders fitted without the scored library's group (fitted on first use, then cached)."""
+    held_out = context.library_group or None
+    broken: list[str] = []  # a broken installed library is left out of training and named in the notes
+    libraries = list_libraries(errors=broken)
+    key = (
+        context.hierarchy.build_id,
+        held_out,
+        context.library_id,
+        context.has_dense,
+        tuple(sorted((lib.library_id, str(lib.path), library_stamp(lib)) for lib in libraries)),
+    )
+    with _LOCK:
+        if key not in _FITTED:
+            progress = context.options.get("progress")
+            fitted = fit_builders(context.con, context.dense, held_out, libraries, progress)
+            fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
+            _FITTED[key] = fitted
+        return _FITTED[key]
+
+
+def clear_fitted() -> None:
+    """Forget the fitted builders (after libraries or models change on disk)."""
+    with _LOCK:
+        _FITTED.clear()
+
+
+def describe(provenance: CodeProvenance) -> str:
+    """One line saying why a code is in the list: the hit or node it came from and the rule."""
+    via = f"{provenance.source} via {provenance.via_code}"
+    if provenance.via_rank is not None:
+        via += f" (fused rank {provenance.via_rank})"
+    return f"{via}; score {provenance.score:.3f}; {provenance.rule}"
+
+
+def to_entries(built: BuiltSet) -> list[RunEntry]:
+    return [
+        RunEntry(code=item.code, rank=rank, score=item.provenance.score, provenance=[describe(item.provenance)])
+        for rank, item in enumerate(built.codes, start=1)
+    ]
+
+
+@dataclass
+class _Prepared:
+    searched: str
+    umbrellas: dict[str, str]
+    bm25: list[tuple[str, float]]
+    dense: list[tuple[str, float]] | None
+    table: CandidateTable
+
+
+def _prepare(context: MethodContext, query: str) -> _Prepared:
+    """Typo correction, umbrellas, deep rankings and the candidate table: once per query per run."""
+    memo: dict[str, _Prepared] = context.options.setdefault("set-building:prepared", {})
+    if query not in memo:
+        searched, umbrellas = robust_query(context.con, query)
+        bm25 = context.retrieval.bm25(searched, RETRIEVAL_DEPTH)
+        dense = context.retrieval.dense_ranking(searched, RETRIEVAL_DEPTH)
+        table = candidate_table(
+            context.hierarchy, query, bm25, dense, searched_as_of(query, searched), umbrellas, FITTED_DENSE_WEIGHT
+        )
+        memo[query] = _Prepared(searched, umbrellas, bm25, dense, table)
+    return memo[query]
+
+
+def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBuilders) -> BuiltSet:
+    """One builder's set for ``query`` from the run's shared rankings (the three builders share one table)."""
+    prepared = _prepare(context, query)
+    return build_set(
+        context.hierarchy,
+        builder,
+        query,
+        prepared.bm25,
+        prepared.dense,
+        fitted,
+        scored_library_id=context.library_id or None,
+        scored_group=context.library_group or None,
+        searched_as=searched_as_of(query, prepared.searched),
+        umbrellas=prepared.umbrellas,
+        dense_weight=FITTED_DENSE_WEIGHT,
+        table=prepared.table,
+    )
+
+
+def searched_as_of(query: str, searched: str) -> str | None:
+    return searched if searched != query else None
+
+
+def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
+    def setup(context: MethodContext) -> MethodSetup:
+        fitted = fitted_for(context)
+        try:
+            fitted.check_may_score(context.library_id or None, context.library_group or None)
+        except LeakageError as error:
+            raise SkipMethod(str(error)) from None
+        degraded = None
+        if builder == "learned" and fitted.model is None:
+            degraded = "no membership model (too little training data): the adaptive cut-off answers instead"
+        if not fitted.training_libraries:
+            degraded = "; ".join(filter(None, [degraded, "no development library to fit on: untuned defaults"]))
+        return MethodSetup(
+            trained_on=list(fitted.training_libraries), degraded=degraded, notes=list(fitted.notes), state=fitted
+        )
+
+    return setup
+
+
+def make_predict(builder: str) -> Callable[[MethodContext, CohortTask], list[RunEntry]]:
+    def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
+        fitted = context.options.get(f"setup:{builder}")
+        if not isinstance(fitted, FittedBuilders):
+            fitted = fitted_for(context)
+        built = build_for(context, builder, task.query, fitted)
+        for note in [*built.notes, *([built.fallback] if built.fallback else [])]:
+            context.note(builder, task.cohort_id, note)
+        return to_entries(built)
+
+    return predict
+
+
+def set_builder(name: str, label: str, description: str) -> Method:
+    """The registry entry of one set builder."""
+    return Method(
+        name=name,
+        predict=make_predict(name),
+        label=label,
+        description=description,
+        uses=frozenset({"dense"}),
+        setup=make_setup(name),
+        depth=RETRIEVAL_DEPTH,
+    )
+
+
+SET_BUILDERS = ("adaptive_cutoff", "subtree", "learned")
+
+
+def build_for_free_query(
+    con: duckdb.DuckDBPyConnection,
+    builder: str,
+    query: str,
+    dense: object | None = None,
+    progress: ProgressCallback | None = None,
+) -> BuiltSet:
+    """A set for a researcher's own query (no library is scored, so every development library trains it)."""
+    from phenoforge.engine.expansion import get_hierarchy
+    from phenoforge.methods.retrieval import Retrieval
+
+    if builder not in SET_BUILDERS:
+        raise ValueError(f"unknown set builder {builder!r}; choose one of {', '.join(SET_BUILDERS)}")
+    context = MethodContext(
+        con=con,
+        hierarchy=get_hierarchy(con),
+        retrieval=Retrieval(con, dense, RETRIEVAL_DEPTH),
+        options={"progress": progress} if progress else {},
+    )
+    fitted = fitted_for(context)
+    built = build_for(context, builder, query, fitted)
+    built.trained_on = list(fitted.training_libraries)
+    return built
+
+
+def fit_for_installed_libraries(
+    con: duckdb.DuckDBPyConnection, dense: object | None = None, progress: ProgressCallback | None = None
+) -> list[tuple[str, FittedBuilders]]:
+    """Fit (or reuse) the builders for every installed library's group, and for free queries.
+
+    ``build`` calls this so the first benchmark and the first search find every model on disk;
+    each entry is (what it scores, the fitted builders).
+    """
+    from phenoforge.setbuild.groups import library_group
+
+    libraries = list_libraries(errors=[])
+    out = []
+    for group in [*dict.fromkeys(library_group(lib.manifest) for lib in libraries), None]:
+        fitted = fit_builders(con, dense, group, libraries, progress)
+        out.append((f"libraries of group {group}" if group else "free queries and imported libraries", fitted))
+    return out

@@ -1,0 +1,163 @@
+"""The set builders as registered methods: fitted without the scored group, billable lists with provenance.
+
+Two development libraries of different groups (named like the bundled ones, so they count as
+development libraries) and one test library are installed in the test's data directory; the
+benchmark of each must use builders fitted on the *other* group only.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from phenoforge.config import libraries_dir
+from phenoforge.engine.curated import load_library
+from phenoforge.engine.expansion import get_hierarchy
+from phenoforge.eval.harness import run_benchmark
+from phenoforge.methods import available_methods, set_building
+from phenoforge.setbuild import api
+from tests.fixture_library import write_icd_library
+from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
+
+BUILDERS = ["adaptive_cutoff", "subtree", "learned"]
+HCC_ID = "cms-hcc-v28-fixture"
+ELIX_ID = "elixhauser-2026-fixture"
+TEST_ID = "charlson-fixture"
+SMALL = {"min_cohorts": 3, "min_positives": 5}
+
+
+@pytest.fixture
+def installed(tmp_path: Path) -> dict[str, Path]:
+    """Three libraries in the (per-test) data directory: two development groups and a test library."""
+    set_building.clear_fitted()
+    root = libraries_dir()
+    return {
+        HCC_ID: write_icd_library(root / "hcc", TRAIN_COHORTS, library_id=HCC_ID, group="cms-hcc"),
+        ELIX_ID: write_icd_library(
+            root / "elix",
+            {**OTHER_COHORTS, "dm2": TRAIN_COHORTS["dm2"], "af": TRAIN_COHORTS["af"]},
+            library_id=ELIX_ID,
+            group="elixhauser",
+        ),
+        TEST_ID: write_icd_library(root / "test", {"hf": TRAIN_COHORTS["hf"]}, library_id=TEST_ID, group="charlson"),
+    }
+
+
+@pytest.fixture
+def small_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the fixture's handful of cohorts train a membership model (the real minimum is larger)."""
+    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+
+
+def _benchmark(con: duckdb.DuckDBPyConnection, library: Path, methods: list[str]):  # noqa: ANN202
+    return run_benchmark(con, library, load_library(library).cohort_ids, methods=methods)
+
+
+def test_the_three_builders_are_registered_with_their_needs() -> None:
+    methods = available_methods(include_entry_points=False)
+    for name in BUILDERS:
+        assert name in methods
+        assert methods[name].uses == frozenset({"dense"}) and methods[name].setup is not None
+        assert methods[name].depth is not None and methods[name].depth > 100
+
+
+@pytest.mark.usefixtures("small_models")
+def test_each_library_is_scored_by_builders_fitted_without_its_group(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path]
+) -> None:
+    expected = {HCC_ID: [ELIX_ID], ELIX_ID: [HCC_ID], TEST_ID: sorted([ELIX_ID, HCC_ID])}
+    for library_id, trained_on in expected.items():
+        report = _benchmark(fixture_con, installed[library_id], BUILDERS)
+        for name in BUILDERS:
+            record = report.methods[name]
+            assert record.trained_on == trained_on, (library_id, name, record)
+            assert library_id not in record.trained_on
+        assert {r.method for r in report.results} == set(BUILDERS)
+    # the HCC library's 10 cohorts train a real model for the Elixhauser library
+    report = _benchmark(fixture_con, installed[ELIX_ID], ["learned"])
+    assert report.methods["learned"].degraded is None or "dense" in report.methods["learned"].degraded
+
+
+@pytest.mark.usefixtures("small_models")
+def test_builders_fitted_on_the_scored_library_never_score_it(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The no-leakage pin: a fit that ignores the held-out group (a bug) must not produce scores."""
+    leaky = functools.partial(api.fit_builders, held_out_group=None)
+
+    def fit_ignoring_the_held_out_group(con, dense, held_out_group=None, libraries=None, progress=None):  # noqa: ANN001, ANN202
+        return leaky(con, dense, libraries=libraries, progress=progress)
+
+    monkeypatch.setattr(set_building, "fit_builders", fit_ignoring_the_held_out_group)
+    report = _benchmark(fixture_con, installed[HCC_ID], BUILDERS)
+    assert not report.results, "a builder fitted on the scored library produced scores"
+    for name in BUILDERS:
+        notes = " ".join(report.methods[name].notes)
+        assert "skipped" in notes and HCC_ID in notes and "may not score" in notes
+
+
+@pytest.mark.usefixtures("small_models")
+def test_builders_answer_billable_codes_each_with_why(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path]
+) -> None:
+    hierarchy = get_hierarchy(fixture_con)
+    report = _benchmark(fixture_con, installed[ELIX_ID], BUILDERS)
+    answered = [r for r in report.results if r.predicted_codes]
+    assert answered, "no builder answered any cohort"
+    for result in answered:
+        for code in result.predicted_codes:
+            node = hierarchy.resolve(code)
+            assert node is not None and hierarchy.billable[node], (result.method, code)
+            why = result.provenance.get(code, [])
+            assert why and " via " in why[0], (result.method, code, why)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_hybrid_is_unchanged_when_set_builders_deepen_the_shared_rankings(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path]
+) -> None:
+    """Set builders read rankings 1000 deep; hybrid must still fuse at its own depth."""
+    alone = _benchmark(fixture_con, installed[HCC_ID], ["hybrid"])
+    beside = _benchmark(fixture_con, installed[HCC_ID], ["hybrid", "subtree"])
+    hybrid_beside = [r for r in beside.results if r.method == "hybrid"]
+    assert [r.predicted_codes for r in alone.results] == [r.predicted_codes for r in hybrid_beside]
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_fitted_bundle_is_reused_and_refitted_when_corrupt_or_stale(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path]
+) -> None:
+    libraries = [load_library(path) for path in installed.values()]
+    first = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert first.training_libraries == [HCC_ID] and first.model is not None
+    assert not any(note.startswith("reused the builders") for note in first.notes)
+    again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert any(note.startswith("reused the builders") for note in again.notes)
+    assert again.cutoff == first.cutoff and again.model is not None
+    bundles = sorted((libraries_dir().parent / "models").glob("fitted-*.json"))
+    assert len(bundles) == 1
+    bundles[0].write_text("{ not json", encoding="utf-8")
+    refitted = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert not any(note.startswith("reused the builders") for note in refitted.notes)
+    assert any(note.endswith("is corrupt: refitted") for note in refitted.notes)
+    # the model file changed under the bundle: its checksum no longer matches, so it is refitted
+    model_dir = next((libraries_dir().parent / "models").glob("membership-*"))
+    (model_dir / "model.pkl").write_bytes(b"tampered")
+    after = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert not any(note.startswith("reused the builders") for note in after.notes)
+    assert any("membership model is unusable" in note and "checksum" in note for note in after.notes)
+    assert after.model is not None
+
+
+@pytest.mark.usefixtures("small_models", "installed")
+def test_a_free_query_gets_a_set_fitted_on_every_development_library(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    built = set_building.build_for_free_query(fixture_con, "subtree", "heart failure")
+    assert built.trained_on == sorted([ELIX_ID, HCC_ID])
+    assert built.code_list and all(code.startswith("I50") for code in built.code_list)
+    with pytest.raises(ValueError, match="unknown set builder"):
+        set_building.build_for_free_query(fixture_con, "top_k", "heart failure")
