@@ -74,7 +74,7 @@ def start_section(reviewer: str) -> None:
         state = workflow.start(
             con,
             description,
-            views.decomposer_for(decomposer, con),
+            views.decomposer_for(decomposer, con, ui.dense_retriever()),
             reviewer=reviewer,
             decomposer_name=decomposer,
             library_paths=paths,

@@ -11,15 +11,18 @@ from phenoforge.agent import workflow
 from phenoforge.agent.offline import offline_decomposer
 from phenoforge.agent.state import AssemblyState, ConceptSet, Decision
 from phenoforge.dashboard.markdown import plain
+from phenoforge.engine.dense import DenseRetriever
 
 PENDING = "pending"
 CHOICES = [PENDING, "accept", "reject"]
 
 
-def decomposer_for(name: str, con: duckdb.DuckDBPyConnection) -> Callable[[str], list[str]]:
-    """The offline decomposer grounded on the page's own connection, or Claude."""
+def decomposer_for(
+    name: str, con: duckdb.DuckDBPyConnection, dense: DenseRetriever | None = None
+) -> Callable[[str], list[str]]:
+    """The offline decomposer grounded on the page's own connection (and the dense index when ready), or Claude."""
     if name == "offline":
-        return offline_decomposer(con)
+        return offline_decomposer(con, dense=dense)
     return workflow.get_decomposer(name)
 
 
