@@ -94,7 +94,9 @@ def fit_builders(
     train_libraries = [
         lib
         for lib in libraries
-        if is_development_library(lib.manifest) and library_group(lib.manifest) != held_out_group
+        if is_development_library(lib.manifest)
+        and not is_user_import(lib)
+        and library_group(lib.manifest) != held_out_group
     ]
     names = sorted(lib.library_id for lib in train_libraries)
     groups = sorted({library_group(lib.manifest) for lib in train_libraries})
@@ -118,6 +120,16 @@ def fit_builders(
     fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes)
     _save_fitted(signature, fitted)
     return fitted
+
+
+def is_user_import(library: Library) -> bool:
+    """A library the user imported (``library import``): only ever scored, whatever its id says.
+
+    Development libraries are recognised by id, so a user's copy named ``cms-hcc-v28-mine`` would
+    otherwise train the builders, and score (say) Elixhauser with a model fitted on a copy of it.
+    """
+    build = library.manifest.report.get("build")
+    return isinstance(build, dict) and "imported_from" in build
 
 
 # -- reuse: a fitted bundle on disk, keyed by what it was fitted on ------------------------------

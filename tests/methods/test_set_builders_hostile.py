@@ -1,0 +1,102 @@
+"""The set builders attacked as a careless or unlucky user would: copies, re-imports, races, empty answers.
+
+Each test pins one way the fitted builders could score a cohort they saw, reuse a fit made on other
+data, crash, or answer nothing without saying why.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from phenoforge.config import libraries_dir
+from phenoforge.engine.curated import load_library
+from phenoforge.eval.harness import run_benchmark
+from phenoforge.methods import set_building
+from phenoforge.setbuild import api
+from tests.fixture_library import write_icd_library
+from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
+
+BUILDERS = ["adaptive_cutoff", "subtree", "learned"]
+HCC_ID = "cms-hcc-v28-fixture"
+ELIX_ID = "elixhauser-2026-fixture"
+SMALL = {"min_cohorts": 3, "min_positives": 5}
+ELIX_COHORTS = {**OTHER_COHORTS, "dm2": TRAIN_COHORTS["dm2"], "af": TRAIN_COHORTS["af"]}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_cache() -> None:
+    set_building.clear_fitted()
+
+
+@pytest.fixture
+def small_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the fixture's handful of cohorts train a membership model (the real minimum is larger)."""
+    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+
+
+def _install_development_libraries() -> dict[str, Path]:
+    root = libraries_dir()
+    return {
+        HCC_ID: write_icd_library(root / "hcc", TRAIN_COHORTS, library_id=HCC_ID, group="cms-hcc"),
+        ELIX_ID: write_icd_library(root / "elix", ELIX_COHORTS, library_id=ELIX_ID, group="elixhauser"),
+    }
+
+
+def _notes(fitted: api.FittedBuilders) -> str:
+    return " | ".join(fitted.notes)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_user_import_named_like_a_development_library_never_trains_the_builders(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """A user's copy of Elixhauser imported as 'cms-hcc-v28-mine' must not train the model that scores Elixhauser."""
+    installed = _install_development_libraries()
+    copy = write_icd_library(libraries_dir() / "mine", ELIX_COHORTS, library_id="cms-hcc-v28-mine", group="mine")
+    manifest_path = copy / "manifest.json"
+    library = load_library(copy)
+    library.manifest.report = {"build": {"imported_from": "/home/me/cms-hcc-v28-mine.csv"}}
+    manifest_path.write_text(library.manifest.model_dump_json(indent=1), encoding="utf-8")
+    report = run_benchmark(
+        fixture_con, installed[ELIX_ID], load_library(installed[ELIX_ID]).cohort_ids, methods=["learned"]
+    )
+    assert report.methods["learned"].trained_on == [HCC_ID], report.methods["learned"]
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_bundle_whose_model_directory_was_deleted_is_refitted(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    installed = _install_development_libraries()
+    libraries = [load_library(path) for path in installed.values()]
+    first = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert first.model is not None
+    models = libraries_dir().parent / "models"
+    for directory in models.glob("membership-*"):
+        for file in directory.iterdir():
+            file.unlink()
+        directory.rmdir()
+    again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert again.model is not None and not any(note.startswith("reused the builders") for note in again.notes)
+    assert list(models.glob("membership-*")), "the refit did not store its model again"
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_cohort_nothing_retrieves_is_named_in_each_builders_notes(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    """An empty answer is never a silent zero: the report says which cohort had no candidates."""
+    _install_development_libraries()
+    scored = write_icd_library(
+        libraries_dir() / "scored",
+        {"hf": TRAIN_COHORTS["hf"], "void": ("Qqxzv wrrpt", ["I50"], True)},
+        library_id="charlson-fixture",
+        group="charlson",
+    )
+    report = run_benchmark(fixture_con, scored, ["hf", "void"], methods=BUILDERS)
+    for name in BUILDERS:
+        void = [r for r in report.results if r.method == name and r.cohort_id == "void"]
+        assert void and not void[0].predicted_codes, (name, void)
+        notes = report.methods[name].notes
+        assert any(note.startswith("void:") and "no candidates" in note for note in notes), (name, notes)
+        assert not any(note.startswith("hf:") and "no candidates" in note for note in notes), (name, notes)
