@@ -112,13 +112,17 @@ def fit_builders(
     cutoff, subtree = _fit_params(con, hierarchy, examples, names, dense is not None, notes)
     model: MembershipModel | None = None
     model_notes: list[str] = []
+    # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
+    model_directory = f"{model_name(names, FEATURE_NAMES, dense is not None)}-{_examples_digest(examples)}"
     try:
-        model, model_notes = ensure_model(con, hierarchy, examples, with_dense=dense is not None)
+        model, model_notes = ensure_model(
+            con, hierarchy, examples, with_dense=dense is not None, directory=models_dir() / model_directory
+        )
         notes += model_notes
     except TrainingDataTooSmall as error:
         notes.append(f"learned builder falls back to the adaptive cut-off: {error}")
     fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes)
-    _save_fitted(signature, fitted)
+    _save_fitted(signature, fitted, model_directory)
     return fitted
 
 
@@ -210,12 +214,16 @@ def _load_fitted(signature: str, hierarchy: Hierarchy, names: list[str], groups:
     return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes)
 
 
-def _save_fitted(signature: str, fitted: FittedBuilders) -> None:
+def _examples_digest(examples: Sequence[Example]) -> str:
+    """What fitted pieces learn from: every training cohort's name and curated codes."""
+    content = sorted((ex.key, ex.cohort_name, sorted(ex.truth)) for ex in examples)
+    return hashlib.sha1(json.dumps(content).encode()).hexdigest()[:12]
+
+
+def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> None:
     model_directory = None
     if fitted.model is not None:
-        model_directory = model_name(
-            fitted.training_libraries, fitted.model.manifest.features, fitted.model.manifest.with_dense
-        )
+        model_directory = stored_model
         if not (models_dir() / model_directory).is_dir():
             return  # the model was not stored where expected: do not record a bundle that cannot load
     stored = _StoredFit(
@@ -243,7 +251,8 @@ def _fit_params(
     notes: list[str],
 ) -> tuple[CutoffParams, SubtreeParams]:
     keys = sorted(ex.key for ex in examples)
-    digest = hashlib.sha1(json.dumps([keys, with_dense]).encode()).hexdigest()[:12]
+    # the cohorts' codes and names are in the name: a library re-imported under the same ids is retuned
+    digest = hashlib.sha1(json.dumps([keys, with_dense, _examples_digest(examples)]).encode()).hexdigest()[:12]
     path = models_dir() / f"builder-params-{digest}.json"
     try:
         stored = _StoredParams.model_validate_json(path.read_text(encoding="utf-8"))

@@ -68,6 +68,26 @@ def test_a_user_import_named_like_a_development_library_never_trains_the_builder
 
 
 @pytest.mark.usefixtures("small_models")
+def test_a_development_library_whose_codes_changed_is_refitted_not_reused(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """Re-importing a library with the same cohort ids but other codes must retune and retrain."""
+    installed = _install_development_libraries()
+    libraries = [load_library(path) for path in installed.values()]
+    first = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert first.model is not None
+    swapped = {"dm1": ("Type 1 diabetes mellitus", ["E11"], True), "dm2": ("Type 2 diabetes mellitus", ["E10"], True)}
+    changed = {**TRAIN_COHORTS, **swapped}
+    write_icd_library(
+        installed[HCC_ID], changed, library_id=HCC_ID, group="cms-hcc", description="re-imported with new codes"
+    )
+    libraries = [load_library(path) for path in installed.values()]
+    again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert not any(note.startswith("reused") for note in again.notes), _notes(again)
+    assert again.model is not None and any(note.startswith("trained model") for note in again.notes), _notes(again)
+
+
+@pytest.mark.usefixtures("small_models")
 def test_a_bundle_whose_model_directory_was_deleted_is_refitted(fixture_con: duckdb.DuckDBPyConnection) -> None:
     installed = _install_development_libraries()
     libraries = [load_library(path) for path in installed.values()]
