@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from phenoforge.setbuild.learned import (
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree, tune_subtree
+from phenoforge.storage import temporary_sibling
 
 METHODS = ("adaptive_cutoff", "subtree", "learned")
 FIT_FORMAT_VERSION = 1
@@ -237,9 +237,18 @@ def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> N
     )
     path = _fit_path(signature)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(stored.model_dump_json(indent=1), encoding="utf-8")
-    tmp.replace(path)
+    _write_atomically(path, stored.model_dump_json(indent=1))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write through a temporary file unique to this writer: two threads or processes fitting one
+    group at once would otherwise share one temporary name, and the second rename would fail."""
+    tmp = temporary_sibling(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _fit_params(
@@ -271,14 +280,12 @@ def _fit_params(
     cutoff = tune_cutoff(con, hierarchy, cases, names)
     subtree = tune_subtree(con, hierarchy, cases, names)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
+    _write_atomically(
+        path,
         _StoredParams(
             vocabulary_build_id=hierarchy.build_id, training_cohorts=keys, cutoff=cutoff, subtree=subtree
         ).model_dump_json(indent=1),
-        encoding="utf-8",
     )
-    tmp.replace(path)
     notes.append(f"tuned parameters on {', '.join(names)}")
     return cutoff, subtree
 

@@ -7,6 +7,7 @@ data, crash, or answer nothing without saying why.
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 
 import duckdb
@@ -85,6 +86,50 @@ def test_a_development_library_whose_codes_changed_is_refitted_not_reused(
     again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
     assert not any(note.startswith("reused") for note in again.notes), _notes(again)
     assert again.model is not None and any(note.startswith("trained model") for note in again.notes), _notes(again)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_two_threads_fitting_one_group_both_succeed(
+    fixture_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two fits of one group (a dashboard session and a benchmark) write the same files at the same moment."""
+    installed = _install_development_libraries()
+    libraries = [load_library(path) for path in installed.values()]
+    model_lock = threading.Lock()  # the membership model's own store is another module's concern
+    ensure = api.ensure_model
+
+    def serialised_ensure(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        with model_lock:
+            return ensure(*args, **kwargs)
+
+    monkeypatch.setattr(api, "ensure_model", serialised_ensure)
+    barrier = threading.Barrier(2, timeout=60)
+    write_text = Path.write_text
+
+    def write_together(self: Path, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        written = write_text(self, *args, **kwargs)
+        if self.name.endswith(".tmp") and ("fitted-" in self.name or "builder-params-" in self.name):
+            barrier.wait()  # both writers have written their temporary file before either renames it
+        return written
+
+    monkeypatch.setattr(Path, "write_text", write_together)
+    errors: list[BaseException] = []
+    results: list[api.FittedBuilders] = []
+
+    def fit() -> None:
+        try:
+            results.append(api.fit_builders(fixture_con.cursor(), None, "elixhauser", libraries))
+        except BaseException as error:  # noqa: BLE001 - the test reports whatever a thread raised
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=fit) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert len(results) == 2 and all(result.training_libraries == [HCC_ID] for result in results)
 
 
 @pytest.mark.usefixtures("small_models")
