@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
+from phenoforge.errors import PhenoforgeError
 from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
@@ -106,8 +107,22 @@ def fit_builders(
         stored.notes += [f"not used for fitting: {problem}" for problem in broken]
         return stored
     examples: list[Example] = []
+    readable: list[Library] = []
     for lib in train_libraries:
-        examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
+        try:
+            examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
+        except PhenoforgeError as error:  # an unreadable cohort file: leave the library out, say so
+            broken.append(f"{lib.library_id} ({error})")
+            continue
+        readable.append(lib)
+    if len(readable) != len(train_libraries):
+        names = sorted(lib.library_id for lib in readable)
+        groups = sorted({library_group(lib.manifest) for lib in readable})
+        signature = _fit_signature(hierarchy, readable, dense is not None)
+        stored = _load_fitted(signature, hierarchy, names, groups)
+        if stored is not None:
+            stored.notes += [f"not used for fitting: {problem}" for problem in broken]
+            return stored
     notes: list[str] = [f"not used for fitting: {problem}" for problem in broken]
     cutoff, subtree = _fit_params(con, hierarchy, examples, names, dense is not None, notes)
     model: MembershipModel | None = None

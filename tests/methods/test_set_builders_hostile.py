@@ -165,3 +165,21 @@ def test_a_cohort_nothing_retrieves_is_named_in_each_builders_notes(fixture_con:
         notes = report.methods[name].notes
         assert any(note.startswith("void:") and "no candidates" in note for note in notes), (name, notes)
         assert not any(note.startswith("hf:") and "no candidates" in note for note in notes), (name, notes)
+
+
+def test_a_broken_cohort_file_in_a_development_library_leaves_that_library_out_not_the_benchmark(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """One unreadable cohort file must not stop every benchmark (hybrid included) and every builder search."""
+    installed = _install_development_libraries()
+    (installed[HCC_ID] / "cohorts" / "pvd.json").write_text("{ broken", encoding="utf-8")
+    scored = write_icd_library(
+        libraries_dir() / "scored", {"hf": TRAIN_COHORTS["hf"]}, library_id="charlson-fixture", group="charlson"
+    )
+    report = run_benchmark(fixture_con, scored, ["hf"], methods=["hybrid", "subtree"])
+    assert {r.method for r in report.results} == {"hybrid", "subtree"}
+    record = report.methods["subtree"]
+    assert record.trained_on == [ELIX_ID], record
+    assert any("not used for fitting" in note and "pvd.json" in note for note in record.notes), record.notes
+    built = set_building.build_for_free_query(fixture_con, "subtree", "heart failure")
+    assert built.trained_on == [ELIX_ID] and built.code_list
