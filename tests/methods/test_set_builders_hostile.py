@@ -183,3 +183,20 @@ def test_a_broken_cohort_file_in_a_development_library_leaves_that_library_out_n
     assert any("not used for fitting" in note and "pvd.json" in note for note in record.notes), record.notes
     built = set_building.build_for_free_query(fixture_con, "subtree", "heart failure")
     assert built.trained_on == [ELIX_ID] and built.code_list
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_near_duplicate_without_a_declared_group_is_held_out_with_its_group(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """A Quan Elixhauser whose manifest declares no group still belongs to the Elixhauser group.
+
+    The group rule (``setbuild.groups.library_group``) says so; the builders scoring it must be fitted
+    without the Elixhauser libraries, not on them.
+    """
+    installed = _install_development_libraries()
+    quan = write_icd_library(libraries_dir() / "quan", ELIX_COHORTS, library_id="elixhauser-quan-fixture")
+    report = run_benchmark(fixture_con, quan, load_library(quan).cohort_ids, methods=BUILDERS)
+    for name in BUILDERS:
+        assert report.methods[name].trained_on == [HCC_ID], report.methods[name]
+    assert installed
