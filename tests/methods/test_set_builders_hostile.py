@@ -200,3 +200,20 @@ def test_a_near_duplicate_without_a_declared_group_is_held_out_with_its_group(
     for name in BUILDERS:
         assert report.methods[name].trained_on == [HCC_ID], report.methods[name]
     assert installed
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_cohort_file_edited_by_hand_makes_the_fitted_bundle_stale(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    """The manifest does not change when a cohort's codes are edited in place; the fit must still be redone."""
+    installed = _install_development_libraries()
+    libraries = [load_library(path) for path in installed.values()]
+    context_libraries = {lib.library_id: lib for lib in libraries}
+    api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    before = api.library_stamp(context_libraries[HCC_ID])
+    swapped = {"dm1": ("Type 1 diabetes mellitus", ["E11"], True), "dm2": ("Type 2 diabetes mellitus", ["E10"], True)}
+    write_icd_library(installed[HCC_ID], {**TRAIN_COHORTS, **swapped}, library_id=HCC_ID, group="cms-hcc")
+    libraries = [load_library(path) for path in installed.values()]
+    assert libraries[0].manifest == context_libraries[HCC_ID].manifest  # only the cohort files changed
+    assert api.library_stamp(libraries[0]) != before
+    again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert not any(note.startswith("reused") for note in again.notes), _notes(again)
