@@ -213,11 +213,16 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _search_set_builder(con, args: argparse.Namespace) -> int:  # noqa: ANN001
-    from phenoforge.methods.set_building import build_for_free_query, describe
+    from phenoforge.methods.set_building import FITTED_DENSE_WEIGHT, build_for_free_query, describe
 
     dense = _dense_or_none(con, True)
     with progress_bar(enabled=not args.json) as progress:
         built = build_for_free_query(con, args.method, args.query, dense, progress=progress)
+    if args.dense_weight != FITTED_DENSE_WEIGHT:
+        built.notes.append(
+            f"set builders fuse at dense weight {FITTED_DENSE_WEIGHT} (what they were fitted at); "
+            f"--dense-weight {args.dense_weight} applies to bm25/dense/hybrid only"
+        )
     if args.json:
         print(built.model_dump_json(indent=1))
         return 0

@@ -101,6 +101,14 @@ def test_search_bad_query_prints_the_reason(capsys: pytest.CaptureFixture[str], 
     assert "Traceback" not in err
 
 
+def test_a_set_builder_search_says_it_ignores_the_dense_weight(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _err = run(capsys, "search", "asthma", "--method", "adaptive_cutoff", "--dense-weight", "0.9")
+    assert code == 0 and "J45" in out
+    assert "dense weight 0.5" in out and "--dense-weight 0.9" in out
+    _code, out, _err = run(capsys, "search", "asthma", "--method", "adaptive_cutoff")
+    assert "dense weight" not in out
+
+
 def test_search_hybrid_without_dense_says_it_is_bm25_only(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "search", "asthma", "--method", "hybrid")
     assert code == 0

@@ -152,9 +152,13 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
             degraded = "no membership model (too little training data): the adaptive cut-off answers instead"
         if not fitted.training_libraries:
             degraded = "; ".join(filter(None, [degraded, "no development library to fit on: untuned defaults"]))
-        return MethodSetup(
-            trained_on=list(fitted.training_libraries), degraded=degraded, notes=list(fitted.notes), state=fitted
-        )
+        notes = list(fitted.notes)
+        if context.dense_weight != FITTED_DENSE_WEIGHT:
+            notes.append(
+                f"fuses at dense weight {FITTED_DENSE_WEIGHT} (what it was fitted at), "
+                f"not this run's {context.dense_weight}"
+            )
+        return MethodSetup(trained_on=list(fitted.training_libraries), degraded=degraded, notes=notes, state=fitted)
 
     return setup
 

@@ -217,3 +217,19 @@ def test_a_cohort_file_edited_by_hand_makes_the_fitted_bundle_stale(fixture_con:
     assert api.library_stamp(libraries[0]) != before
     again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
     assert not any(note.startswith("reused") for note in again.notes), _notes(again)
+
+
+def test_a_run_at_another_dense_weight_says_the_builders_fuse_at_their_fitted_weight(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """Hybrid follows --dense-weight; the builders cannot (they were fitted at one weight) and must say so."""
+    _install_development_libraries()
+    scored = write_icd_library(
+        libraries_dir() / "scored", {"hf": TRAIN_COHORTS["hf"]}, library_id="charlson-fixture", group="charlson"
+    )
+    report = run_benchmark(fixture_con, scored, ["hf"], methods=BUILDERS, dense_weight=0.8)
+    for name in BUILDERS:
+        notes = " ".join(report.methods[name].notes)
+        assert "dense weight 0.5" in notes and "0.8" in notes, (name, notes)
+    same = run_benchmark(fixture_con, scored, ["hf"], methods=["subtree"], dense_weight=0.5)
+    assert not any("dense weight" in note for note in same.methods["subtree"].notes)
