@@ -101,6 +101,19 @@ def test_search_bad_query_prints_the_reason(capsys: pytest.CaptureFixture[str], 
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [("   ", "empty"), ("'; DROP TABLE concept; --", "SQL"), ("糖尿病", "English"), ("x" * 10_000, "500")],
+)
+def test_a_set_builder_gives_the_same_reason_for_a_bad_query(
+    capsys: pytest.CaptureFixture[str], query: str, reason: str
+) -> None:
+    code, out, err = run(capsys, "search", query, "--method", "subtree")
+    assert code == 0
+    assert "0 billable codes" in out and "no results:" in out and reason in out
+    assert "no retriever returned" not in out and "Traceback" not in err
+
+
 def test_a_set_builder_search_says_it_ignores_the_dense_weight(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _err = run(capsys, "search", "asthma", "--method", "adaptive_cutoff", "--dense-weight", "0.9")
     assert code == 0 and "J45" in out

@@ -17,6 +17,7 @@ import duckdb
 
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.curated import list_libraries
+from phenoforge.engine.query import query_problem
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.base import CohortTask, Method, MethodContext, MethodSetup, SkipMethod
 from phenoforge.setbuild.api import (
@@ -118,7 +119,14 @@ def _prepare(context: MethodContext, query: str) -> _Prepared:
 
 
 def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBuilders) -> BuiltSet:
-    """One builder's set for ``query`` from the run's shared rankings (the three builders share one table)."""
+    """One builder's set for ``query`` from the run's shared rankings (the three builders share one table).
+
+    A query the retrievers refuse (empty, SQL, too long, no English word) gets their reason, not
+    "no retriever returned a code".
+    """
+    problem = query_problem(query)
+    if problem is not None:
+        return BuiltSet(method=builder, query=str(query)[:200], notes=[f"no results: {problem}"])
     prepared = _prepare(context, query)
     return build_set(
         context.hierarchy,
