@@ -95,12 +95,10 @@ def fit_builders(
     train_libraries = [
         lib
         for lib in libraries
-        if is_development_library(lib.manifest)
-        and not is_user_import(lib)
-        and library_group(lib.manifest) != held_out_group
+        if is_development_library(lib.manifest) and not is_user_import(lib) and held_out_group not in groups_of(lib)
     ]
     names = sorted(lib.library_id for lib in train_libraries)
-    groups = sorted({library_group(lib.manifest) for lib in train_libraries})
+    groups = sorted({group for lib in train_libraries for group in groups_of(lib)})
     signature = _fit_signature(hierarchy, train_libraries, dense is not None)
     stored = _load_fitted(signature, hierarchy, names, groups)
     if stored is not None:
@@ -117,7 +115,7 @@ def fit_builders(
         readable.append(lib)
     if len(readable) != len(train_libraries):
         names = sorted(lib.library_id for lib in readable)
-        groups = sorted({library_group(lib.manifest) for lib in readable})
+        groups = sorted({group for lib in readable for group in groups_of(lib)})
         signature = _fit_signature(hierarchy, readable, dense is not None)
         stored = _load_fitted(signature, hierarchy, names, groups)
         if stored is not None:
@@ -139,6 +137,15 @@ def fit_builders(
     fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes)
     _save_fitted(signature, fitted, model_directory)
     return fitted
+
+
+def groups_of(library: Library) -> set[str]:
+    """The groups a development library is held out with: its declared one and its id's family.
+
+    A copy named ``cms-hcc-v28-old`` that declares group ``old`` is still a CMS-HCC library; holding
+    it out only with ``old`` would let it train the builders that score CMS-HCC.
+    """
+    return {library_group(library.manifest), library_group({"library_id": library.library_id})}
 
 
 def is_user_import(library: Library) -> bool:

@@ -233,3 +233,15 @@ def test_a_run_at_another_dense_weight_says_the_builders_fuse_at_their_fitted_we
         assert "dense weight 0.5" in notes and "0.8" in notes, (name, notes)
     same = run_benchmark(fixture_con, scored, ["hf"], methods=["subtree"], dense_weight=0.5)
     assert not any("dense weight" in note for note in same.methods["subtree"].notes)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_copied_development_library_declaring_another_group_is_still_held_out_with_its_family(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """A hand-copied 'cms-hcc-v28-old' declaring group 'old' is still a CMS-HCC library: it may not train
+    the builders that score CMS-HCC."""
+    installed = _install_development_libraries()
+    write_icd_library(libraries_dir() / "old", TRAIN_COHORTS, library_id="cms-hcc-v28-old", group="old")
+    report = run_benchmark(fixture_con, installed[HCC_ID], load_library(installed[HCC_ID]).cohort_ids, ["subtree"])
+    assert report.methods["subtree"].trained_on == [ELIX_ID], report.methods["subtree"]
