@@ -17,6 +17,7 @@ from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_library
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import set_building
+from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import api
 from tests.fixture_library import write_icd_library
 from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
@@ -245,3 +246,32 @@ def test_a_copied_development_library_declaring_another_group_is_still_held_out_
     write_icd_library(libraries_dir() / "old", TRAIN_COHORTS, library_id="cms-hcc-v28-old", group="old")
     report = run_benchmark(fixture_con, installed[HCC_ID], load_library(installed[HCC_ID]).cohort_ids, ["subtree"])
     assert report.methods["subtree"].trained_on == [ELIX_ID], report.methods["subtree"]
+
+
+class _CountingDense:
+    """A dense retriever whose ranking is prefix-stable with ties, counting every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def ranking(self, query: str, n: int) -> list[tuple[str, float]]:
+        self.calls.append((query, n))
+        codes = ["I50", "I50.9", "I50.2", "I50.21", "I50.22", "J45", "J45.9", "E11", "E10", "I48"]
+        return [(code, 1.0 - (rank // 2) / 10) for rank, code in enumerate(codes)][:n]
+
+
+def test_the_shared_rankings_serve_a_shallow_request_after_a_deep_one_from_one_query(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    dense = _CountingDense()
+    retrieval = Retrieval(fixture_con, dense, depth=4)
+    shallow = retrieval.dense_ranking("heart failure")
+    assert shallow is not None and len(shallow) == 4
+    deep = retrieval.dense_ranking("heart failure", 1000)
+    assert deep is not None and deep[:4] == shallow
+    assert retrieval.dense_ranking("heart failure", 2) == shallow[:2]
+    retrieval.prefetch(["heart failure"], depth=50)
+    assert dense.calls == [("heart failure", 4), ("heart failure", 1000)]
+    bm25_shallow = retrieval.bm25("heart failure", 3)
+    assert retrieval.bm25("heart failure", 1000)[:3] == bm25_shallow
+    assert retrieval.bm25("heart failure") == retrieval.bm25("heart failure", 1000)[:4]
