@@ -275,3 +275,19 @@ def test_the_shared_rankings_serve_a_shallow_request_after_a_deep_one_from_one_q
     bm25_shallow = retrieval.bm25("heart failure", 3)
     assert retrieval.bm25("heart failure", 1000)[:3] == bm25_shallow
     assert retrieval.bm25("heart failure") == retrieval.bm25("heart failure", 1000)[:4]
+
+
+def test_the_process_cache_notices_a_library_reimported_at_the_same_path(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    installed = _install_development_libraries()
+    cohorts = load_library(installed[ELIX_ID]).cohort_ids
+    first = run_benchmark(fixture_con, installed[ELIX_ID], cohorts, methods=["subtree"])
+    assert first.methods["subtree"].trained_on == [HCC_ID]
+    # the user replaces the HCC folder with their own import of the same name
+    write_icd_library(installed[HCC_ID], TRAIN_COHORTS, library_id=HCC_ID, group="cms-hcc")
+    library = load_library(installed[HCC_ID])
+    library.manifest.report = {"build": {"imported_from": "/home/me/hcc.csv"}}
+    (installed[HCC_ID] / "manifest.json").write_text(library.manifest.model_dump_json(indent=1), encoding="utf-8")
+    again = run_benchmark(fixture_con, installed[ELIX_ID], cohorts, methods=["subtree"])
+    assert again.methods["subtree"].trained_on == [], again.methods["subtree"]
