@@ -291,3 +291,19 @@ def test_the_process_cache_notices_a_library_reimported_at_the_same_path(
     (installed[HCC_ID] / "manifest.json").write_text(library.manifest.model_dump_json(indent=1), encoding="utf-8")
     again = run_benchmark(fixture_con, installed[ELIX_ID], cohorts, methods=["subtree"])
     assert again.methods["subtree"].trained_on == [], again.methods["subtree"]
+
+
+@pytest.mark.usefixtures("small_models")
+def test_an_import_declaring_a_bundled_group_or_taking_a_bundled_id_is_never_scored_by_that_group(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    installed = _install_development_libraries()
+    mine = write_icd_library(libraries_dir() / "mine", TRAIN_COHORTS, library_id="my-hcc", group="cms-hcc")
+    report = run_benchmark(fixture_con, mine, load_library(mine).cohort_ids, methods=BUILDERS)
+    assert all(report.methods[name].trained_on == [ELIX_ID] for name in BUILDERS), report.methods
+    # a copy that took the bundled library's id (so `list_libraries` skips it) and declares its own group
+    clash = write_icd_library(libraries_dir() / "zz-clash", TRAIN_COHORTS, library_id=HCC_ID, group="mine")
+    report = run_benchmark(fixture_con, clash, load_library(clash).cohort_ids, methods=BUILDERS)
+    assert not report.results, "a fit that saw the library id it scores produced scores"
+    assert all("may not score" in " ".join(report.methods[name].notes) for name in BUILDERS)
+    assert installed
