@@ -278,6 +278,16 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
             lines.append(f"  ! {name} is degraded: {record.degraded}")
         if record.trained_on:
             lines.append(f"  {name} trained on: {', '.join(record.trained_on)}")
+        empty = [r.cohort_id for r in report.results if r.method == name and not r.predicted_codes]
+        if empty:
+            # an empty answer scores zero: say which cohorts, and why when the method said so
+            lines.append(f"  ! {name} answered {len(empty)} of {counts.get(name, 0)} cohorts with no codes:")
+            for cohort_id in empty[:5]:
+                prefix = f"{cohort_id}: "
+                why = [note.removeprefix(prefix) for note in record.notes if note.startswith(prefix)]
+                lines.append(f"      {cohort_id}: {'; '.join(why) or 'no reason given'}")
+            if len(empty) > 5:
+                lines.append(f"      ... and {len(empty) - 5} more (see --json)")
     return "\n".join(lines)
 
 

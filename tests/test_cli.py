@@ -183,6 +183,20 @@ def test_benchmark_json_uses_the_installed_library_by_id(capsys: pytest.CaptureF
     assert len(result["predicted_codes"]) == 2
 
 
+def test_benchmark_table_names_the_cohorts_a_set_builder_answered_with_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An empty answer scores zero; the table must say which cohort and why, not only lower the mean."""
+    cohorts = {**COHORTS, "void": ("Qqxzv wrrpt", ["I50.9"], False), "sql": ("DROP TABLE concept; --", ["E11"], True)}
+    write_icd_library(libraries_dir() / "cli-lib", cohorts, "cli-lib")
+    code, out, _err = run(capsys, "benchmark", "--library", "cli-lib", "--methods", "subtree", "--no-dense", "--quiet")
+    assert code == 0
+    empty = next(line for line in out.splitlines() if "no codes" in line)
+    assert "subtree" in empty and "2 of 5" in empty, out
+    assert "void: no candidates" in out and "sql: no results: the query looks like SQL" in out
+    assert "dm2:" not in out
+
+
 def test_benchmark_table(capsys: pytest.CaptureFixture[str]) -> None:
     write_fixture_library(libraries_dir() / "cli-lib")
     code, out, _err = run(capsys, "benchmark", "--library", "cli-lib", "--no-dense", "--quiet")
