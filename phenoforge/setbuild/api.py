@@ -235,6 +235,8 @@ def _load_fitted(signature: str, hierarchy: Hierarchy, names: list[str], groups:
         return None
     model: MembershipModel | None = None
     if stored.model_directory is not None:
+        if Path(stored.model_directory).name != stored.model_directory:
+            return None  # a bundle names a directory inside data/models, never a path: treat it as corrupt
         try:
             model = load_model(models_dir() / stored.model_directory, hierarchy.build_id)
         except ModelError:

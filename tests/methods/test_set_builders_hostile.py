@@ -7,6 +7,7 @@ data, crash, or answer nothing without saying why.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from pathlib import Path
 
@@ -307,3 +308,25 @@ def test_an_import_declaring_a_bundled_group_or_taking_a_bundled_id_is_never_sco
     assert not report.results, "a fit that saw the library id it scores produced scores"
     assert all("may not score" in " ".join(report.methods[name].notes) for name in BUILDERS)
     assert installed
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_bundle_naming_a_model_outside_the_models_directory_is_refitted(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """A tampered bundle must not make phenoforge unpickle a model from wherever it points."""
+    installed = _install_development_libraries()
+    libraries = [load_library(path) for path in installed.values()]
+    api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    models = libraries_dir().parent / "models"
+    model_dir = next(models.glob("membership-*"))
+    outside = models.parent / "elsewhere"
+    outside.mkdir()
+    model_dir.rename(outside / model_dir.name)
+    bundle = next(models.glob("fitted-*.json"))
+    stored = json.loads(bundle.read_text(encoding="utf-8"))
+    stored["model_directory"] = f"../elsewhere/{model_dir.name}"
+    bundle.write_text(json.dumps(stored), encoding="utf-8")
+    again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert not any(note.startswith("reused the builders") for note in again.notes), _notes(again)
+    assert again.model is not None
