@@ -213,11 +213,16 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _search_set_builder(con, args: argparse.Namespace) -> int:  # noqa: ANN001
-    from phenoforge.methods.set_building import build_for_free_query, describe
+    from phenoforge.methods.set_building import FITTED_DENSE_WEIGHT, build_for_free_query, describe
 
     dense = _dense_or_none(con, True)
     with progress_bar(enabled=not args.json) as progress:
         built = build_for_free_query(con, args.method, args.query, dense, progress=progress)
+    if args.dense_weight != FITTED_DENSE_WEIGHT:
+        built.notes.append(
+            f"set builders fuse at dense weight {FITTED_DENSE_WEIGHT} (what they were fitted at); "
+            f"--dense-weight {args.dense_weight} applies to bm25/dense/hybrid only"
+        )
     if args.json:
         print(built.model_dump_json(indent=1))
         return 0
@@ -273,6 +278,16 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
             lines.append(f"  ! {name} is degraded: {record.degraded}")
         if record.trained_on:
             lines.append(f"  {name} trained on: {', '.join(record.trained_on)}")
+        empty = [r.cohort_id for r in report.results if r.method == name and not r.predicted_codes]
+        if empty:
+            # an empty answer scores zero: say which cohorts, and why when the method said so
+            lines.append(f"  ! {name} answered {len(empty)} of {counts.get(name, 0)} cohorts with no codes:")
+            for cohort_id in empty[:5]:
+                prefix = f"{cohort_id}: "
+                why = [note.removeprefix(prefix) for note in record.notes if note.startswith(prefix)]
+                lines.append(f"      {cohort_id}: {'; '.join(why) or 'no reason given'}")
+            if len(empty) > 5:
+                lines.append(f"      ... and {len(empty) - 5} more (see --json)")
     return "\n".join(lines)
 
 

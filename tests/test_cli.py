@@ -101,6 +101,27 @@ def test_search_bad_query_prints_the_reason(capsys: pytest.CaptureFixture[str], 
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [("   ", "empty"), ("'; DROP TABLE concept; --", "SQL"), ("糖尿病", "English"), ("x" * 10_000, "500")],
+)
+def test_a_set_builder_gives_the_same_reason_for_a_bad_query(
+    capsys: pytest.CaptureFixture[str], query: str, reason: str
+) -> None:
+    code, out, err = run(capsys, "search", query, "--method", "subtree")
+    assert code == 0
+    assert "0 billable codes" in out and "no results:" in out and reason in out
+    assert "no retriever returned" not in out and "Traceback" not in err
+
+
+def test_a_set_builder_search_says_it_ignores_the_dense_weight(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _err = run(capsys, "search", "asthma", "--method", "adaptive_cutoff", "--dense-weight", "0.9")
+    assert code == 0 and "J45" in out
+    assert "dense weight 0.5" in out and "--dense-weight 0.9" in out
+    _code, out, _err = run(capsys, "search", "asthma", "--method", "adaptive_cutoff")
+    assert "dense weight" not in out
+
+
 def test_search_hybrid_without_dense_says_it_is_bm25_only(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "search", "asthma", "--method", "hybrid")
     assert code == 0
@@ -160,6 +181,20 @@ def test_benchmark_json_uses_the_installed_library_by_id(capsys: pytest.CaptureF
     (result,) = report["results"]
     assert result["cohort_id"] == "hf" and result["method"] == "bm25"
     assert len(result["predicted_codes"]) == 2
+
+
+def test_benchmark_table_names_the_cohorts_a_set_builder_answered_with_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An empty answer scores zero; the table must say which cohort and why, not only lower the mean."""
+    cohorts = {**COHORTS, "void": ("Qqxzv wrrpt", ["I50.9"], False), "sql": ("DROP TABLE concept; --", ["E11"], True)}
+    write_icd_library(libraries_dir() / "cli-lib", cohorts, "cli-lib")
+    code, out, _err = run(capsys, "benchmark", "--library", "cli-lib", "--methods", "subtree", "--no-dense", "--quiet")
+    assert code == 0
+    empty = next(line for line in out.splitlines() if "no codes" in line)
+    assert "subtree" in empty and "2 of 5" in empty, out
+    assert "void: no candidates" in out and "sql: no results: the query looks like SQL" in out
+    assert "dm2:" not in out
 
 
 def test_benchmark_table(capsys: pytest.CaptureFixture[str]) -> None:

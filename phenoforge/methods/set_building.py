@@ -17,6 +17,7 @@ import duckdb
 
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.curated import list_libraries
+from phenoforge.engine.query import query_problem
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.base import CohortTask, Method, MethodContext, MethodSetup, SkipMethod
 from phenoforge.setbuild.api import (
@@ -28,6 +29,7 @@ from phenoforge.setbuild.api import (
     robust_query,
 )
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH, CandidateTable
+from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError
 from phenoforge.setbuild.models import BuiltSet, CodeProvenance
 
@@ -38,9 +40,22 @@ _FITTED: dict[tuple[object, ...], FittedBuilders] = {}
 _LOCK = threading.Lock()
 
 
+def scored_group(context: MethodContext) -> str | None:
+    """The scored library's group under the builders' group rule.
+
+    The harness passes the manifest's declared group, else the library id; a library that declares
+    none (a Quan Elixhauser, an older data directory) still belongs with its near-duplicates, which
+    ``library_group``'s fallback knows and the library id alone does not.
+    """
+    declared = context.library_group if context.library_group != context.library_id else None
+    if not context.library_id and not declared:
+        return None
+    return library_group({"library_id": context.library_id, "group": declared}) or None
+
+
 def fitted_for(context: MethodContext) -> FittedBuilders:
     """The builders fitted without the scored library's group (fitted on first use, then cached)."""
-    held_out = context.library_group or None
+    held_out = scored_group(context)
     broken: list[str] = []  # a broken installed library is left out of training and named in the notes
     libraries = list_libraries(errors=broken)
     key = (
@@ -104,7 +119,14 @@ def _prepare(context: MethodContext, query: str) -> _Prepared:
 
 
 def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBuilders) -> BuiltSet:
-    """One builder's set for ``query`` from the run's shared rankings (the three builders share one table)."""
+    """One builder's set for ``query`` from the run's shared rankings (the three builders share one table).
+
+    A query the retrievers refuse (empty, SQL, too long, no English word) gets their reason, not
+    "no retriever returned a code".
+    """
+    problem = query_problem(query)
+    if problem is not None:
+        return BuiltSet(method=builder, query=str(query)[:200], notes=[f"no results: {problem}"])
     prepared = _prepare(context, query)
     return build_set(
         context.hierarchy,
@@ -114,7 +136,7 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
         prepared.dense,
         fitted,
         scored_library_id=context.library_id or None,
-        scored_group=context.library_group or None,
+        scored_group=scored_group(context),
         searched_as=searched_as_of(query, prepared.searched),
         umbrellas=prepared.umbrellas,
         dense_weight=FITTED_DENSE_WEIGHT,
@@ -130,7 +152,7 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
     def setup(context: MethodContext) -> MethodSetup:
         fitted = fitted_for(context)
         try:
-            fitted.check_may_score(context.library_id or None, context.library_group or None)
+            fitted.check_may_score(context.library_id or None, scored_group(context))
         except LeakageError as error:
             raise SkipMethod(str(error)) from None
         degraded = None
@@ -138,9 +160,13 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
             degraded = "no membership model (too little training data): the adaptive cut-off answers instead"
         if not fitted.training_libraries:
             degraded = "; ".join(filter(None, [degraded, "no development library to fit on: untuned defaults"]))
-        return MethodSetup(
-            trained_on=list(fitted.training_libraries), degraded=degraded, notes=list(fitted.notes), state=fitted
-        )
+        notes = list(fitted.notes)
+        if context.dense_weight != FITTED_DENSE_WEIGHT:
+            notes.append(
+                f"fuses at dense weight {FITTED_DENSE_WEIGHT} (what it was fitted at), "
+                f"not this run's {context.dense_weight}"
+            )
+        return MethodSetup(trained_on=list(fitted.training_libraries), degraded=degraded, notes=notes, state=fitted)
 
     return setup
 
@@ -207,8 +233,6 @@ def fit_for_installed_libraries(
     ``build`` calls this so the first benchmark and the first search find every model on disk;
     each entry is (what it scores, the fitted builders).
     """
-    from phenoforge.setbuild.groups import library_group
-
     libraries = list_libraries(errors=[])
     out = []
     for group in [*dict.fromkeys(library_group(lib.manifest) for lib in libraries), None]:

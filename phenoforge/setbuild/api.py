@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
+from phenoforge.errors import PhenoforgeError
 from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
@@ -43,6 +43,7 @@ from phenoforge.setbuild.learned import (
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree, tune_subtree
+from phenoforge.storage import temporary_sibling
 
 METHODS = ("adaptive_cutoff", "subtree", "learned")
 FIT_FORMAT_VERSION = 1
@@ -94,32 +95,69 @@ def fit_builders(
     train_libraries = [
         lib
         for lib in libraries
-        if is_development_library(lib.manifest) and library_group(lib.manifest) != held_out_group
+        if is_development_library(lib.manifest) and not is_user_import(lib) and held_out_group not in groups_of(lib)
     ]
     names = sorted(lib.library_id for lib in train_libraries)
-    groups = sorted({library_group(lib.manifest) for lib in train_libraries})
+    groups = sorted({group for lib in train_libraries for group in groups_of(lib)})
     signature = _fit_signature(hierarchy, train_libraries, dense)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is not None:
         stored.notes += [f"not used for fitting: {problem}" for problem in broken]
         return stored
     examples: list[Example] = []
+    readable: list[Library] = []
     for lib in train_libraries:
-        examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
+        try:
+            examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
+        except PhenoforgeError as error:  # an unreadable cohort file: leave the library out, say so
+            broken.append(f"{lib.library_id} ({error})")
+            continue
+        readable.append(lib)
+    if len(readable) != len(train_libraries):
+        names = sorted(lib.library_id for lib in readable)
+        groups = sorted({group for lib in readable for group in groups_of(lib)})
+        signature = _fit_signature(hierarchy, readable, dense)
+        stored, unusable = _load_fitted(signature, hierarchy, names, groups)
+        if stored is not None:
+            stored.notes += [f"not used for fitting: {problem}" for problem in broken]
+            return stored
     notes: list[str] = [f"not used for fitting: {problem}" for problem in broken]
     if unusable:
         notes.append(unusable)
     cutoff, subtree = _fit_params(con, hierarchy, examples, names, dense is not None, notes)
     model: MembershipModel | None = None
     model_notes: list[str] = []
+    # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
+    model_directory = f"{model_name(names, FEATURE_NAMES, dense is not None)}-{_examples_digest(examples)}"
     try:
-        model, model_notes = ensure_model(con, hierarchy, examples, with_dense=dense is not None)
+        model, model_notes = ensure_model(
+            con, hierarchy, examples, with_dense=dense is not None, directory=models_dir() / model_directory
+        )
         notes += model_notes
     except TrainingDataTooSmall as error:
         notes.append(f"learned builder falls back to the adaptive cut-off: {error}")
     fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes)
-    _save_fitted(signature, fitted)
+    _save_fitted(signature, fitted, model_directory)
     return fitted
+
+
+def groups_of(library: Library) -> set[str]:
+    """The groups a development library is held out with: its declared one and its id's family.
+
+    A copy named ``cms-hcc-v28-old`` that declares group ``old`` is still a CMS-HCC library; holding
+    it out only with ``old`` would let it train the builders that score CMS-HCC.
+    """
+    return {library_group(library.manifest), library_group({"library_id": library.library_id})}
+
+
+def is_user_import(library: Library) -> bool:
+    """A library the user imported (``library import``): only ever scored, whatever its id says.
+
+    Development libraries are recognised by id, so a user's copy named ``cms-hcc-v28-mine`` would
+    otherwise train the builders, and score (say) Elixhauser with a model fitted on a copy of it.
+    """
+    build = library.manifest.report.get("build")
+    return isinstance(build, dict) and "imported_from" in build
 
 
 # -- reuse: a fitted bundle on disk, keyed by what it was fitted on ------------------------------
@@ -129,8 +167,17 @@ _EXAMPLES_LOCK = threading.Lock()
 
 
 def library_stamp(library: Library) -> str:
-    """What a library's examples depend on: its manifest (cohorts, names, code files' checksums)."""
-    return hashlib.sha1(library.manifest.model_dump_json().encode()).hexdigest()[:16]
+    """What a library's examples depend on: its manifest and every cohort file's bytes.
+
+    The manifest alone misses a cohort file edited in place (same ids, names and counts, other codes).
+    """
+    digest = hashlib.sha1(library.manifest.model_dump_json().encode())
+    for entry in library.manifest.cohorts:
+        try:
+            digest.update((library.path / entry.file).read_bytes())
+        except OSError:
+            digest.update(b"\0unreadable")
+    return digest.hexdigest()[:16]
 
 
 def _library_examples_cached(
@@ -197,6 +244,8 @@ def _load_fitted(
         return None, f"{path.name} was fitted on other libraries: refitted"
     model: MembershipModel | None = None
     if stored.model_directory is not None:
+        if Path(stored.model_directory).name != stored.model_directory:
+            return None, f"{path.name} names a model outside data/models: refitted"
         try:
             model = load_model(models_dir() / stored.model_directory, hierarchy.build_id)
         except ModelError as error:
@@ -207,12 +256,16 @@ def _load_fitted(
     return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes), None
 
 
-def _save_fitted(signature: str, fitted: FittedBuilders) -> None:
+def _examples_digest(examples: Sequence[Example]) -> str:
+    """What fitted pieces learn from: every training cohort's name and curated codes."""
+    content = sorted((ex.key, ex.cohort_name, sorted(ex.truth)) for ex in examples)
+    return hashlib.sha1(json.dumps(content).encode()).hexdigest()[:12]
+
+
+def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> None:
     model_directory = None
     if fitted.model is not None:
-        model_directory = model_name(
-            fitted.training_libraries, fitted.model.manifest.features, fitted.model.manifest.with_dense
-        )
+        model_directory = stored_model
         if not (models_dir() / model_directory).is_dir():
             return  # the model was not stored where expected: do not record a bundle that cannot load
     stored = _StoredFit(
@@ -226,9 +279,18 @@ def _save_fitted(signature: str, fitted: FittedBuilders) -> None:
     )
     path = _fit_path(signature)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(stored.model_dump_json(indent=1), encoding="utf-8")
-    tmp.replace(path)
+    _write_atomically(path, stored.model_dump_json(indent=1))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write through a temporary file unique to this writer: two threads or processes fitting one
+    group at once would otherwise share one temporary name, and the second rename would fail."""
+    tmp = temporary_sibling(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _fit_params(
@@ -240,7 +302,8 @@ def _fit_params(
     notes: list[str],
 ) -> tuple[CutoffParams, SubtreeParams]:
     keys = sorted(ex.key for ex in examples)
-    digest = hashlib.sha1(json.dumps([keys, with_dense]).encode()).hexdigest()[:12]
+    # the cohorts' codes and names are in the name: a library re-imported under the same ids is retuned
+    digest = hashlib.sha1(json.dumps([keys, with_dense, _examples_digest(examples)]).encode()).hexdigest()[:12]
     path = models_dir() / f"builder-params-{digest}.json"
     try:
         stored = _StoredParams.model_validate_json(path.read_text(encoding="utf-8"))
@@ -259,14 +322,12 @@ def _fit_params(
     cutoff = tune_cutoff(con, hierarchy, cases, names)
     subtree = tune_subtree(con, hierarchy, cases, names)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
+    _write_atomically(
+        path,
         _StoredParams(
             vocabulary_build_id=hierarchy.build_id, training_cohorts=keys, cutoff=cutoff, subtree=subtree
         ).model_dump_json(indent=1),
-        encoding="utf-8",
     )
-    tmp.replace(path)
     notes.append(f"tuned parameters on {', '.join(names)}")
     return cutoff, subtree
 
