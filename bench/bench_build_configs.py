@@ -22,6 +22,7 @@ agreement this is the rows that matter (the 10th and the 100th scores are far ap
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import sys
@@ -175,7 +176,8 @@ def agreement(configs: dict, items: dense.ConceptTexts, stored: np.ndarray, dept
             texts = list(dict.fromkeys(items.texts[r] for r in all_rows))
             exact_vec = dict(zip(texts, embed_bucketed(fn, texts), strict=True))
             report(f"{name} exact", {r: exact_vec[items.texts[r]] for r in all_rows}, queries)
-        report(f"{name} composed", composed_vectors(items, all_rows, lambda t, fn=fn: embed_bucketed(fn, t)), queries)
+        composed = composed_vectors(items, all_rows, functools.partial(embed_bucketed, fn))
+        report(f"{name} composed", composed, queries)
 
 
 def main() -> int:
