@@ -53,6 +53,8 @@ def test_int8_scan_gives_the_exact_rankings(built: DenseRetriever, monkeypatch: 
     monkeypatch.setattr(dense_retriever, "COARSE_CANDIDATES", 12)
     assert len(built._vectors) > 12  # so the int8 scan, not the exact one, proposes the candidates
     queries = built._query_vectors(QUERIES)
+    built._top_many(queries[:1], 5)  # a process's first search scans exactly (no session to open)
+    assert built._coarse_scan is None
     through_int8 = built._top_many(queries, 5)
     assert built._coarse_scan is not None
     exact = built._top_many(queries, 5, exact=True)

@@ -92,6 +92,7 @@ class DenseRetriever:
         self._coarse: np.ndarray | None = None
         self._coarse_scales: np.ndarray | None = None
         self._coarse_scan: _Int8Scan | None = None
+        self._searches = 0
         self.embed_calls = 0
         self.reload()
 
@@ -240,7 +241,10 @@ class DenseRetriever:
         graph = None if exact or n > ANN_CANDIDATES else self._graph()
         out: list[tuple[np.ndarray, np.ndarray]] = []
         use_scan = not exact and graph is None and n <= COARSE_CANDIDATES < len(vectors)
-        scan = self._int8_scan() if use_scan else None
+        # the int8 session costs more to open (~0.3 s idle) than one exact scan (~15 ms): a process's
+        # first search scans exactly, so a one-shot CLI call never pays for it; later ones use it
+        scan = (self._coarse_scan or (self._int8_scan() if self._searches else None)) if use_scan else None
+        self._searches += 1
         if scan is not None:
             for start in range(0, len(queries), EXACT_QUERY_CHUNK):
                 block = queries[start : start + EXACT_QUERY_CHUNK]
