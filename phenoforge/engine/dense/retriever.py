@@ -33,6 +33,7 @@ from phenoforge.engine.dense.store import (
     _inspect,
     _vocabulary_identity,
     _write_index,
+    add_coarse,
     open_ann,
 )
 from phenoforge.engine.dense.texts import (
@@ -51,6 +52,9 @@ _log = logging.getLogger(__name__)
 
 ANN_CANDIDATES = 320
 """Rows the graph proposes per query before exact re-scoring; rankings up to this deep use it."""
+COARSE_CANDIDATES = 1000
+"""Rows the int8 scan proposes per query before exact fp32 re-scoring; rankings up to this deep
+use it (recall@100 against the exact scan: ``bench/bench_speed.py`` prints it)."""
 EXACT_QUERY_CHUNK = 64
 """Queries scored together in an exact scan: one pass over the vectors for each chunk."""
 MAX_QUERY_CHARS = 2000
@@ -85,6 +89,10 @@ class DenseRetriever:
         self._names_cache: list[str] | None = None
         self._ann_path: Path | None = None
         self._ann: object | None = None
+        self._coarse: np.ndarray | None = None
+        self._coarse_scales: np.ndarray | None = None
+        self._coarse_scan: _Int8Scan | None = None
+        self._searches = 0
         self.embed_calls = 0
         self.reload()
 
@@ -107,13 +115,26 @@ class DenseRetriever:
         checksum read, not a copy of the index."""
         status, loaded = _inspect(self.con, self.index_dir, self.model_name, self.mode, load=True)
         self.status = status
-        self._names_cache, self._ann = None, None
+        self._names_cache, self._ann, self._coarse_scan = None, None, None
         if loaded is None:
             self._vectors, self.manifest, self._codes, self._ann_path = None, None, [], None
+            self._coarse, self._coarse_scales = None, None
             return False
         self._vectors, self.manifest, self._codes = loaded.vectors, loaded.manifest, loaded.codes
         self._ann_path = loaded.ann_path
+        self._coarse, self._coarse_scales = loaded.coarse, loaded.coarse_scales
         return True
+
+    def add_int8_copy(self) -> bool:
+        """Give a ready index written without the int8 search copy one (no re-embedding); True if added."""
+        if not self.is_ready or self._coarse is not None:
+            return False
+        with _build_lock(self.index_dir):
+            status, loaded = _inspect(self.con, self.index_dir, self.model_name, self.mode, load=True)
+            if loaded is None or loaded.coarse is not None:
+                return self.reload() and False
+            add_coarse(self.index_dir, loaded)
+        return self.reload()
 
     @property
     def _names(self) -> list[str]:
@@ -200,18 +221,40 @@ class DenseRetriever:
             self._ann = open_ann(self._ann_path)
         return self._ann
 
+    def _int8_scan(self) -> _Int8Scan | None:
+        if self._coarse_scan is None and self._coarse is not None and self._coarse_scales is not None:
+            self._coarse_scan = _Int8Scan(self._coarse, self._coarse_scales)
+        return self._coarse_scan
+
     def _top_many(self, queries: np.ndarray, n: int, exact: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query row, the top ``n`` rows and their exact cosine scores, best first.
 
         With a stored graph and ``n <= ANN_CANDIDATES``: the graph proposes ``ANN_CANDIDATES``
-        rows, which are re-scored exactly in fp32 and cut prefix-stably, so every ``n`` up to
-        ``ANN_CANDIDATES`` is a prefix of the same list. Deeper rankings (or ``exact``) scan every
-        row, in chunks of queries so the score matrix stays small.
+        rows. Else, with the int8 copy and ``n <= COARSE_CANDIDATES``: an int8 scan of every row
+        proposes ``COARSE_CANDIDATES``. Either way the candidates are re-scored exactly in fp32 and
+        cut prefix-stably, so every ``n`` up to the candidate count is a prefix of the same list.
+        Deeper rankings (or ``exact``) scan every fp32 row, in chunks of queries so the score matrix
+        stays small.
         """
         assert self._vectors is not None
         vectors = self._vectors
         graph = None if exact or n > ANN_CANDIDATES else self._graph()
         out: list[tuple[np.ndarray, np.ndarray]] = []
+        use_scan = not exact and graph is None and n <= COARSE_CANDIDATES < len(vectors)
+        # the int8 session costs more to open (~0.3 s idle) than one exact scan (~15 ms): a process's
+        # first search scans exactly, so a one-shot CLI call never pays for it; later ones use it
+        scan = (self._coarse_scan or (self._int8_scan() if self._searches else None)) if use_scan else None
+        self._searches += 1
+        if scan is not None:
+            for start in range(0, len(queries), EXACT_QUERY_CHUNK):
+                block = queries[start : start + EXACT_QUERY_CHUNK]
+                approximate = scan.scores(block)
+                for query, row_scores in zip(block, approximate, strict=True):
+                    candidates = np.sort(np.argpartition(-row_scores, COARSE_CANDIDATES)[:COARSE_CANDIDATES])
+                    scores = vectors[candidates] @ query
+                    top = top_indices(scores, n)
+                    out.append((candidates[top], scores[top]))
+            return out
         if graph is not None:
             count = min(ANN_CANDIDATES, len(vectors))
             matches = graph.search(queries, count)
@@ -305,6 +348,44 @@ class DenseRetriever:
         return result
 
 
+class _Int8Scan:
+    """``scores(queries)``: int8 inner products of every query with every stored row, through ONNX
+    Runtime's integer matrix product (AVX2/VNNI kernels; numpy has no int8 one). The int8 copy is
+    handed to the session once, so it is packed for the CPU once, not per query."""
+
+    def __init__(self, coarse: np.ndarray, scales: np.ndarray) -> None:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        dim, count = coarse.shape
+        weights = TensorProto(name="rows", data_type=TensorProto.INT8, dims=[dim, count])
+        weights.raw_data = np.ascontiguousarray(coarse).tobytes()
+        graph = helper.make_graph(
+            [helper.make_node("MatMulInteger", ["queries", "rows", "zero"], ["scores"])],
+            "int8_scan",
+            [helper.make_tensor_value_info("queries", TensorProto.UINT8, ["batch", dim])],
+            [helper.make_tensor_value_info("scores", TensorProto.INT32, ["batch", count])],
+            [weights, helper.make_tensor("zero", TensorProto.UINT8, [], [128])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # memory-bound: a second thread beside numpy's costs more than it saves
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        serialized = model.SerializeToString()
+        del model, graph, weights
+        self._session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
+        self._scales = np.asarray(scales, dtype=np.float32)
+
+    def scores(self, queries: np.ndarray) -> np.ndarray:
+        """``(len(queries), count)`` int32, each row proportional to the query's approximate cosines."""
+        scaled = np.asarray(queries, dtype=np.float32) * self._scales
+        peak = np.maximum(np.abs(scaled).max(axis=1, keepdims=True), 1e-12)
+        shifted = np.rint(scaled * (127.0 / peak)) + 128.0
+        return self._session.run(None, {"queries": shifted.astype(np.uint8)})[0]
+
+
 class _CountingEmbed:
     """Wraps an embed function to count calls during a build."""
 
@@ -373,4 +454,6 @@ def ensure_dense_index(
     retriever = DenseRetriever(con, embed_fn, index_dir, mode=mode)
     if not retriever.is_ready:
         retriever._build(progress, mode, only_if_unusable=True)
+    else:
+        retriever.add_int8_copy()
     return retriever

@@ -29,7 +29,9 @@ from phenoforge.engine.dense.texts import TEXT_RECIPE_VERSION, BuildMode
 from phenoforge.locks import file_lock
 
 FORMAT_VERSION = 2
-"""2: vectors memory-mapped, optional nearest-neighbour graph (``ann_file``) beside them."""
+"""2: vectors memory-mapped, optional nearest-neighbour graph (``ann_file``) and int8 search copy
+(``coarse_file``) beside them. Both are optional, so an index written before they existed stays
+ready; ``ensure_dense_index`` adds the int8 copy to it from the verified vectors (no re-embedding)."""
 REBUILD_COMMAND = "python -m phenoforge build"
 
 StaleCause = Literal["format", "model", "vocabulary_build", "text_recipe", "mode"]
@@ -54,7 +56,8 @@ class DenseIndexStatus(BaseModel):
     built_at: str | None = None
     mode: str | None = None
     search: str | None = None
-    """``ann`` when a nearest-neighbour graph is stored, ``exact`` when queries scan every row."""
+    """``ann`` when a nearest-neighbour graph is stored, ``int8+rescore`` when an int8 copy proposes
+    candidates that are re-scored in fp32, ``exact`` when queries scan every fp32 row."""
     index_dir: str = ""
 
     @property
@@ -98,6 +101,12 @@ class DenseManifest(BaseModel):
     ann_kind: str | None = None
     runtime: str | None = None
     """How the texts were embedded (e.g. ``onnx-fp32``, ``torch-bf16``): printed by the build."""
+    coarse_file: str | None = None
+    """int8 copy of the vectors, transposed to ``(dim, count)``: what a query scans first."""
+    coarse_sha256: str | None = None
+    coarse_kind: str | None = None
+    coarse_scales: list[float] | None = None
+    """Per dimension: ``vectors[:, d] ~= coarse[d, :] * coarse_scales[d] / 127``."""
 
 
 MANIFEST_NAME = "manifest.json"
@@ -140,6 +149,9 @@ class _Loaded:
     """Memory-mapped, read-only, float32 ``(count, dim)``."""
     codes: list[str]
     ann_path: Path | None
+    coarse: np.ndarray | None = None
+    """Memory-mapped int8 ``(dim, count)``, or None for an index written without it."""
+    coarse_scales: np.ndarray | None = None
 
 
 class _Corrupt(ValueError):
@@ -184,7 +196,7 @@ def _inspect(
         return status, None
     status.count, status.model = manifest.count, manifest.model
     status.built_at, status.mode = manifest.built_at, manifest.mode
-    status.search = "ann" if manifest.ann_file else "exact"
+    status.search = "ann" if manifest.ann_file else ("int8+rescore" if manifest.coarse_file else "exact")
     build, _release = _vocabulary_identity(con)
     stale: list[tuple[StaleCause, str]] = []
     if manifest.format_version != FORMAT_VERSION:
@@ -221,6 +233,8 @@ def _check_files(index_dir: Path, manifest: DenseManifest, load: bool) -> _Loade
     ]
     if manifest.ann_file:
         files.append(("ann", manifest.ann_file, manifest.ann_sha256 or ""))
+    if manifest.coarse_file:
+        files.append(("coarse", manifest.coarse_file, manifest.coarse_sha256 or ""))
     for _role, name, _digest in files:
         if Path(name).name != name:
             raise _Corrupt("manifest", f"file name {name!r} in the manifest contains a directory")
@@ -239,6 +253,8 @@ def _check_files(index_dir: Path, manifest: DenseManifest, load: bool) -> _Loade
             "shape",
             f"vectors have shape {tuple(shape)} {dtype}, manifest says ({manifest.count}, {manifest.dim}) float32",
         )
+    if manifest.coarse_file:
+        _check_coarse(index_dir / manifest.coarse_file, manifest)
     for _role, name, digest in files:
         if _sha256(index_dir / name) != digest:
             raise _Corrupt("checksum", f"checksum mismatch for {name}")
@@ -254,7 +270,51 @@ def _check_files(index_dir: Path, manifest: DenseManifest, load: bool) -> _Loade
     if not np.isfinite(vectors).all():
         raise _Corrupt("nonfinite", "vectors contain NaN or infinity")
     ann_path = index_dir / manifest.ann_file if manifest.ann_file else None
-    return _Loaded(manifest, vectors, [str(c) for c in codes], ann_path)
+    coarse, scales = None, None
+    if manifest.coarse_file and manifest.coarse_scales is not None:
+        try:
+            coarse = np.load(index_dir / manifest.coarse_file, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as error:
+            raise _Corrupt("truncated", f"unreadable {manifest.coarse_file}: {error}") from error
+        scales = np.asarray(manifest.coarse_scales, dtype=np.float32)
+    return _Loaded(manifest, vectors, [str(c) for c in codes], ann_path, coarse, scales)
+
+
+def _check_coarse(path: Path, manifest: DenseManifest) -> None:
+    """The int8 copy: full size, ``(dim, count)`` int8, one positive finite scale per dimension."""
+    try:
+        expected, shape, dtype = _expected_npy_bytes(path)
+    except (OSError, ValueError, EOFError) as error:
+        raise _Corrupt("truncated", f"{path.name} has no readable header: {error}") from error
+    if path.stat().st_size < expected:
+        raise _Corrupt("truncated", f"{path.name} is truncated ({path.stat().st_size} of {expected} bytes)")
+    if dtype != np.int8 or tuple(shape) != (manifest.dim, manifest.count):
+        raise _Corrupt(
+            "shape", f"{path.name} has shape {tuple(shape)} {dtype}, expected ({manifest.dim}, {manifest.count}) int8"
+        )
+    scales = manifest.coarse_scales
+    if scales is None or len(scales) != manifest.dim or not all(np.isfinite(scales)) or min(scales, default=1) <= 0:
+        raise _Corrupt("manifest", "coarse_scales in the manifest are missing or not one positive number per dimension")
+
+
+COARSE_KIND = "int8-per-dimension-v1"
+_QUANTIZE_ROWS = 8192
+
+
+def quantize_coarse(vectors: np.ndarray) -> tuple[np.ndarray, list[float]]:
+    """int8 copy of ``vectors`` transposed to ``(dim, count)`` (what the scan multiplies by), with
+    one scale per dimension (the largest absolute value in it). Done in row blocks, so a 98k-row
+    index costs its int8 size in memory, not another fp32 copy."""
+    count, dim = vectors.shape
+    scales = np.zeros(dim, np.float32)
+    for start in range(0, count, _QUANTIZE_ROWS):
+        np.maximum(scales, np.abs(np.asarray(vectors[start : start + _QUANTIZE_ROWS])).max(axis=0), out=scales)
+    scales = np.maximum(scales, 1e-12)
+    coarse = np.empty((dim, count), np.int8)
+    for start in range(0, count, _QUANTIZE_ROWS):
+        block = np.asarray(vectors[start : start + _QUANTIZE_ROWS], dtype=np.float32) * (127.0 / scales)
+        coarse[:, start : start + len(block)] = np.clip(np.rint(block), -127, 127).astype(np.int8).T
+    return coarse, [float(x) for x in scales]
 
 
 def _build_lock(index_dir: Path) -> AbstractContextManager[None]:
@@ -310,21 +370,35 @@ def open_ann(path: Path):  # noqa: ANN201 - a usearch Index (imported lazily)
 
 
 def _write_index(
-    index_dir: Path, vectors: np.ndarray, codes: list[str], fields: dict[str, object], *, ann: bool | None = None
+    index_dir: Path,
+    vectors: np.ndarray,
+    codes: list[str],
+    fields: dict[str, object],
+    *,
+    ann: bool | None = None,
+    coarse: bool = True,
 ) -> DenseManifest:
-    """Write vectors, codes (and the graph) under fresh names, then atomically swap the manifest in."""
+    """Write vectors, codes, the int8 copy (and the graph) under fresh names, then atomically swap
+    the manifest in."""
     index_dir.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex[:12]
     vectors_file, codes_file = f"vectors-{token}.npy", f"codes-{token}.json"
     with_ann = ann if ann is not None else (ANN_MIN_ROWS is not None and len(vectors) >= ANN_MIN_ROWS)
     ann_file = f"ann-{token}.usearch" if with_ann else None
-    written = [index_dir / vectors_file, index_dir / codes_file] + ([index_dir / ann_file] if ann_file else [])
+    with_coarse = coarse and vectors.ndim == 2 and vectors.size > 0
+    coarse_file = f"coarse-{token}.npy" if with_coarse else None
+    coarse_matrix, coarse_scales = quantize_coarse(vectors) if with_coarse else (None, None)
+    written = [index_dir / vectors_file, index_dir / codes_file]
+    written += [index_dir / name for name in (ann_file, coarse_file) if name]
     tmp_files = []
     try:
         writers = [
             (vectors_file, lambda h: np.save(h, vectors, allow_pickle=False)),
             (codes_file, lambda h: h.write(json.dumps(codes).encode("utf-8"))),
         ]
+        if coarse_file and coarse_matrix is not None:
+            matrix = coarse_matrix
+            writers.append((coarse_file, lambda h: np.save(h, matrix, allow_pickle=False)))
         for name, writer in writers:
             tmp = index_dir / f".{name}.tmp"
             tmp_files.append(tmp)
@@ -348,6 +422,10 @@ def _write_index(
             ann_file=ann_file,
             ann_sha256=_sha256(index_dir / ann_file) if ann_file else None,
             ann_kind=ANN_KIND if ann_file else None,
+            coarse_file=coarse_file,
+            coarse_sha256=_sha256(index_dir / coarse_file) if coarse_file else None,
+            coarse_kind=COARSE_KIND if coarse_file else None,
+            coarse_scales=coarse_scales,
             count=int(vectors.shape[0]),
             dim=int(vectors.shape[1]) if vectors.ndim == 2 else 0,
             **fields,  # type: ignore[arg-type]
@@ -364,11 +442,49 @@ def _write_index(
         for tmp in tmp_files:
             tmp.unlink(missing_ok=True)
     keep = {path.name for path in written}
-    for pattern in ("vectors-*.npy", "codes-*.json", "ann-*.usearch"):
+    for pattern in ("vectors-*.npy", "codes-*.json", "ann-*.usearch", "coarse-*.npy"):
         for old in index_dir.glob(pattern):
             if old.name not in keep:
                 old.unlink(missing_ok=True)
     return manifest
+
+
+def add_coarse(index_dir: Path, loaded: _Loaded) -> DenseManifest:
+    """Give a verified index written without an int8 copy one: quantize its vectors, write the copy
+    under a fresh name and swap in a manifest that names it (the vectors and codes are kept as they
+    are). Seconds, against minutes for a rebuild; the caller holds the build lock."""
+    manifest = loaded.manifest
+    token = uuid.uuid4().hex[:12]
+    coarse_file = f"coarse-{token}.npy"
+    matrix, scales = quantize_coarse(loaded.vectors)
+    tmp = index_dir / f".{coarse_file}.tmp"
+    manifest_tmp = index_dir / f".{MANIFEST_NAME}.{token}.tmp"
+    try:
+        with open(tmp, "wb") as handle:
+            np.save(handle, matrix, allow_pickle=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, index_dir / coarse_file)
+        upgraded = manifest.model_copy(
+            update={
+                "coarse_file": coarse_file,
+                "coarse_sha256": _sha256(index_dir / coarse_file),
+                "coarse_kind": COARSE_KIND,
+                "coarse_scales": scales,
+            }
+        )
+        manifest_tmp.write_text(upgraded.model_dump_json(indent=2), encoding="utf-8")
+        os.replace(manifest_tmp, index_dir / MANIFEST_NAME)
+    except BaseException:
+        (index_dir / coarse_file).unlink(missing_ok=True)
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+        manifest_tmp.unlink(missing_ok=True)
+    for old in index_dir.glob("coarse-*.npy"):
+        if old.name != coarse_file:
+            old.unlink(missing_ok=True)
+    return upgraded
 
 
 def dense_index_status(

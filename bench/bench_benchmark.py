@@ -1,0 +1,147 @@
+"""Benchmark speed: bundled libraries and the scale library x the four methods, warm; a cold CLI run.
+
+Each warm figure is median (min-max) over ``--runs`` after one warm-up run, with the competing
+approach timed in the same run: the same benchmark with every query retrieved one at a time
+(BM25 ``ranking`` and dense ``ranking`` per cohort, as before batched prefetch). The cold figure
+is the wall time of a fresh ``python -m phenoforge benchmark`` process on one cohort, beside the
+same run with ``--no-dense``. Peak RSS is printed for this process and for the cold children.
+
+    python bench/bench_benchmark.py                 # needs data/ built (vocabulary, libraries, dense)
+    python bench/bench_benchmark.py --runs 3 --skip scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_speed import compare  # noqa: E402
+from phenoforge.engine.curated import list_libraries, load_library  # noqa: E402
+from phenoforge.engine.db import connect  # noqa: E402
+from phenoforge.engine.dense import load_dense_if_ready  # noqa: E402
+from phenoforge.eval.harness import ALL_METHODS, run_benchmark  # noqa: E402
+from phenoforge.libraries.bundled import BUNDLED_DIRS  # noqa: E402
+from phenoforge.libraries.scale import build_scale_library  # noqa: E402
+from phenoforge.methods import retrieval as retrieval_module  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class _OneAtATime:
+    """Hides a retriever's batch ``rankings``: what every query cost before batched prefetch."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def ranking(self, query: str, n: int) -> list[tuple[str, float]]:
+        return self._inner.ranking(query, n)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        if name == "rankings":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+@contextmanager
+def one_query_at_a_time():  # noqa: ANN201
+    original = retrieval_module.get_bm25_index
+    retrieval_module.get_bm25_index = lambda con: _OneAtATime(original(con))  # type: ignore[assignment,return-value]
+    try:
+        yield
+    finally:
+        retrieval_module.get_bm25_index = original
+
+
+def timed(function: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    function()
+    return time.perf_counter() - started
+
+
+def warm_pair(label: str, run: Callable[[object], object], dense: object, runs: int) -> None:
+    run(dense)  # warm: hierarchy, BM25 index, model, int8 session, cohort files in the page cache
+    ours, theirs = [], []
+    for _run in range(runs):
+        ours.append(timed(lambda: run(dense)))
+        with one_query_at_a_time():
+            theirs.append(timed(lambda: run(_OneAtATime(dense) if dense is not None else None)))
+    compare(label, "batched prefetch (default)", "one query at a time", ours, theirs, "s")
+
+
+def cold_cli(library: str, cohort: str, runs: int) -> None:
+    ours, theirs = [], []
+    command = [sys.executable, "-m", "phenoforge", "benchmark", "--library", library, "--cohorts", cohort, "--quiet"]
+    for _run in range(runs):
+        ours.append(timed(lambda: subprocess.run(command, cwd=REPO, check=True, capture_output=True)))
+        theirs.append(
+            timed(lambda: subprocess.run([*command, "--no-dense"], cwd=REPO, check=True, capture_output=True))
+        )
+    compare(
+        f"cold one-cohort CLI benchmark ({library} {cohort}, 4 methods) (s)",
+        "with dense",
+        "--no-dense",
+        ours,
+        theirs,
+        "s",
+    )
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"  peak RSS of the cold CLI processes: {children:.0f} MiB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["bundled", "scale", "cold"])
+    args = parser.parse_args()
+    print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    con = connect()
+    dense = load_dense_if_ready(con)
+    if dense is None:
+        print("no ready dense index: the dense method is skipped (build it with `python -m phenoforge build`)")
+    else:
+        print(f"dense index: {dense.status.message()}")
+    bundled = [library for library in list_libraries() if library.path.name in BUNDLED_DIRS]
+    n_bundled = sum(len(library.cohort_ids) for library in bundled)
+
+    def bundled_run(retriever: object) -> None:
+        for library in bundled:
+            run_benchmark(con, library.path, library.cohort_ids, methods=ALL_METHODS, dense=retriever)
+
+    if "bundled" not in args.skip:
+        names = ", ".join(library.library_id for library in bundled)
+        warm_pair(
+            f"bundled libraries ({names}): {n_bundled} cohorts x 4 methods, warm (s)", bundled_run, dense, args.runs
+        )
+    if "scale" not in args.skip:
+        with tempfile.TemporaryDirectory() as tmp:
+            started = time.perf_counter()
+            path = build_scale_library(con, Path(tmp) / "scale")
+            scale = load_library(path)
+            print(f"\nscale library: {len(scale.cohort_ids)} cohorts written in {time.perf_counter() - started:.1f} s")
+
+            def scale_run(retriever: object) -> None:
+                run_benchmark(con, scale.path, scale.cohort_ids, methods=ALL_METHODS, dense=retriever)
+
+            warm_pair(
+                f"scale library: {len(scale.cohort_ids)} cohorts x 4 methods, warm (s)", scale_run, dense, args.runs
+            )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\npeak RSS of this process (warm runs above): {peak:.0f} MiB")
+    if "cold" not in args.skip and bundled:
+        library = bundled[0]
+        cold_cli(library.library_id, library.cohort_ids[0], args.runs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
