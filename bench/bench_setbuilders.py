@@ -103,6 +103,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-ablation", action="store_true")
     parser.add_argument("--no-dense", action="store_true")
+    parser.add_argument(
+        "--development-only", action="store_true", help="skip the test libraries (while iterating on the builders)"
+    )
     args = parser.parse_args()
     con = connect()
     hierarchy = get_hierarchy(con)
@@ -110,6 +113,8 @@ def main() -> None:
     print(f"dense retriever: {'yes' if dense is not None else 'no (BM25 alone)'}")
     libraries = list_libraries()
     development = {lib.library_id for lib in libraries if is_development_library(lib.manifest)}
+    if args.development_only:
+        libraries = [lib for lib in libraries if lib.library_id in development]
     examples = []
     for library in libraries:
         started = time.perf_counter()

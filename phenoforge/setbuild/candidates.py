@@ -16,8 +16,11 @@ from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.hybrid import rrf_fuse
 from phenoforge.engine.query import tokenize
 
-RETRIEVAL_DEPTH = 1000
-"""How deep a builder wants each retriever's ranking (scores of deep codes are features too)."""
+RETRIEVAL_DEPTH = 5000
+"""How deep a builder wants each retriever's ranking (scores of deep codes are features too).
+
+5,000 of the ~98,000 retrievable codes: deep enough that 94% of the curated codes among the
+candidates carry their own cosine (64% of all candidates), and the rankings stay cheap."""
 HIT_DEPTH = 100
 """Fused hits whose billable descendants become candidates."""
 ROLLUP_DEPTH = 30

@@ -41,7 +41,13 @@ MODEL_FILE = "model.pkl"
 MANIFEST_FILE = "manifest.json"
 MIN_TRAINING_COHORTS = 8
 MIN_TRAINING_POSITIVES = 40
-THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6)
+THRESHOLDS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
+SIZE_FACTORS = (0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
+"""``expected_size`` keeps the top round(factor * sum of probabilities): probabilities of codes in
+long curated lists come out low, so the best factor is often above 1 (chosen out of fold)."""
+RECIPE = "2"
+"""Bumped whenever training changes (estimator, rule grid, stacking): a stored model of an older
+recipe is then retrained instead of reused."""
 
 
 class ModelError(PhenoforgeError):
@@ -58,6 +64,7 @@ class LeakageError(PhenoforgeError):
 
 class ModelManifest(BaseModel):
     format_version: int = FORMAT_VERSION
+    recipe: str = Field(default="", description="training recipe (RECIPE) the model was fitted with")
     model_file: str = MODEL_FILE
     sha256: str = ""
     vocabulary_build_id: str
@@ -151,7 +158,7 @@ def _choose_rule(
 ) -> tuple[str, float]:
     cases = [(ex.cohort_id, ex.cohort_name, ex.truth) for ex in examples]
     best: tuple[float, str, float] | None = None
-    options = [("threshold", t) for t in THRESHOLDS] + [("expected_size", f) for f in (0.8, 1.0, 1.25, 1.5)]
+    options = [("threshold", t) for t in THRESHOLDS] + [("expected_size", f) for f in SIZE_FACTORS]
     for rule, value in options:
         hier, f1 = mean_objective(
             con,
@@ -205,6 +212,7 @@ def train_membership_model(
     estimator = _fit(x, y, w)
     libraries = sorted({ex.library_id for ex in usable})
     manifest = ModelManifest(
+        recipe=RECIPE,
         vocabulary_build_id=hierarchy.build_id,
         with_dense=with_dense,
         training_libraries=libraries,
@@ -275,7 +283,7 @@ def models_dir() -> Path:
 
 def model_name(training_libraries: Sequence[str], features: Sequence[str], with_dense: bool) -> str:
     digest = hashlib.sha1(
-        json.dumps([sorted(training_libraries), list(features), with_dense, FORMAT_VERSION]).encode()
+        json.dumps([sorted(training_libraries), list(features), with_dense, FORMAT_VERSION, RECIPE]).encode()
     ).hexdigest()[:12]
     return f"membership-{digest}"
 
@@ -360,6 +368,7 @@ def ensure_model(
             model.manifest.training_libraries == libraries
             and model.manifest.features == list(features)
             and model.manifest.with_dense == with_dense
+            and model.manifest.recipe == RECIPE
             and sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
         ):
             notes.append(f"reused model {directory.name} (trained on {', '.join(libraries)})")

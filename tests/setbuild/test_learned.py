@@ -15,6 +15,7 @@ from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.evaluate import check_no_leakage, evaluate_library, training_examples
 from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.learned import (
+    RECIPE,
     LeakageError,
     MembershipModel,
     ModelError,
@@ -183,3 +184,16 @@ def test_select_never_returns_an_empty_list_when_there_are_candidates() -> None:
     assert select(probabilities, "threshold", 0.08).tolist() == [2, 0]
     assert select(probabilities, "expected_size", 1.0).tolist() == [2]
     assert select(np.zeros(0), "threshold", 0.5).tolist() == []
+
+
+def test_a_model_of_an_older_training_recipe_is_retrained_not_reused(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example], tmp_path: Path
+) -> None:
+    directory = tmp_path / "models" / "m"
+    ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    manifest["recipe"] = "an older recipe"
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    _model, notes = ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
+    assert any("trained on other data" in note for note in notes)
+    assert load_model(directory, hierarchy.build_id).manifest.recipe == RECIPE
