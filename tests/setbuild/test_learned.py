@@ -197,3 +197,13 @@ def test_a_model_of_an_older_training_recipe_is_retrained_not_reused(
     _model, notes = ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
     assert any("trained on other data" in note for note in notes)
     assert load_model(directory, hierarchy.build_id).manifest.recipe == RECIPE
+
+
+def test_a_given_rule_is_kept_and_recorded_instead_of_chosen_out_of_fold(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
+) -> None:
+    fixed = train_membership_model(
+        fixture_con, hierarchy, train_examples, with_dense=False, rule=("expected_size", 1.25), **SMALL
+    )
+    assert (fixed.manifest.rule, fixed.manifest.threshold) == ("expected_size", 1.25)
+    assert fixed.manifest.threshold_chosen_on == "given by the caller"
