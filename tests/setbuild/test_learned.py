@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from phenoforge.engine.expansion import Hierarchy
+from phenoforge.setbuild import evaluate as evaluate_module
 from phenoforge.setbuild.candidates import Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.evaluate import check_no_leakage, evaluate_library, training_examples
@@ -207,3 +209,27 @@ def test_a_given_rule_is_kept_and_recorded_instead_of_chosen_out_of_fold(
     )
     assert (fixed.manifest.rule, fixed.manifest.threshold) == ("expected_size", 1.25)
     assert fixed.manifest.threshold_chosen_on == "given by the caller"
+
+
+def test_lolo_learned_is_trained_without_the_scored_group_and_its_rule_can_be_fixed(
+    fixture_con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    train_examples: list[Example],
+    other_examples: list[Example],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the fixture library is smaller than the default training minimums
+    monkeypatch.setattr(evaluate_module, "ensure_model", functools.partial(ensure_model, **SMALL))
+    report = evaluate_library(
+        fixture_con,
+        hierarchy,
+        train_examples + other_examples,
+        "fixture-other",
+        {"fixture-train", "fixture-other"},
+        methods=("learned",),
+        with_dense=False,
+        rule=("threshold", 0.3),
+    )
+    assert report.trained_on == {"learned": ["fixture-train"]}
+    assert report.learned_rule == ("threshold", 0.3)
+    assert "learned" in report.hierarchical and "learned" in report.fit_seconds
