@@ -37,6 +37,9 @@ from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree, tune_subtree
 
 METHODS = ("adaptive_cutoff", "subtree", "learned")
+PARAMS_RECIPE = "2"
+"""Bumped when the rule builders' scales change (agreement floor at ``AGREEMENT_DEPTH``): stored
+tuned parameters of an older recipe are retuned, not reused."""
 
 
 class _StoredParams(BaseModel):
@@ -110,7 +113,7 @@ def _fit_params(
     notes: list[str],
 ) -> tuple[CutoffParams, SubtreeParams]:
     keys = sorted(ex.key for ex in examples)
-    digest = hashlib.sha1(json.dumps([keys, with_dense]).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(json.dumps([keys, with_dense, PARAMS_RECIPE]).encode()).hexdigest()[:12]
     path = models_dir() / f"builder-params-{digest}.json"
     try:
         stored = _StoredParams.model_validate_json(path.read_text(encoding="utf-8"))
