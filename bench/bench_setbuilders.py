@@ -103,6 +103,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-ablation", action="store_true")
     parser.add_argument("--no-dense", action="store_true")
+    parser.add_argument(
+        "--development-only", action="store_true", help="skip the test libraries (while iterating on the builders)"
+    )
     args = parser.parse_args()
     con = connect()
     hierarchy = get_hierarchy(con)
@@ -110,6 +113,8 @@ def main() -> None:
     print(f"dense retriever: {'yes' if dense is not None else 'no (BM25 alone)'}")
     libraries = list_libraries()
     development = {lib.library_id for lib in libraries if is_development_library(lib.manifest)}
+    if args.development_only:
+        libraries = [lib for lib in libraries if lib.library_id in development]
     examples = []
     for library in libraries:
         started = time.perf_counter()
@@ -122,7 +127,7 @@ def main() -> None:
             f"{seconds / max(len(found), 1):.2f} s/cohort"
         )
     print()
-    header = f"{'library':<28}{'group':<12}{'n':>4}  " + "  ".join(f"{m:>17}" for m in METHODS)
+    header = f"{'library':<28}{'group':<12}{'role':<5}{'n':>4}  " + "  ".join(f"{m:>17}" for m in METHODS)
     print("Out-of-sample mean hierarchical score / exact F1 (leave-one-library-group-out)")
     print(header)
     reports = []
@@ -135,7 +140,8 @@ def main() -> None:
             f"{report.hierarchical.get(m, float('nan')):>8.3f} / {report.exact_f1.get(m, float('nan')):.3f}"
             for m in METHODS
         )
-        print(f"{library.library_id:<28}{report.group:<12}{report.n_cohorts:>4}  {cells}")
+        role = "dev" if library.library_id in development else "TEST"
+        print(f"{library.library_id:<28}{report.group:<12}{role:<5}{report.n_cohorts:>4}  {cells}")
     print()
     for report in reports:
         print(f"{report.library_id}: fitted on {report.trained_on}")
@@ -143,11 +149,15 @@ def main() -> None:
             print(f"    {note}")
         timing = ", ".join(f"{m} {s / max(report.n_cohorts, 1) * 1000:.0f} ms" for m, s in report.seconds.items())
         print(f"    build+score per cohort: {timing}")
+        fits = ", ".join(f"{m} {s:.1f} s" for m, s in report.fit_seconds.items())
+        print(f"    fit (or reuse) per held-out group: {fits}")
     robustness(con, hierarchy, dense, examples, reports, development)
     if args.no_ablation:
         return
     print()
     print("Ablation of the learned builder: out-of-sample hierarchical / exact F1 without each feature family")
+    print("(development libraries; each ablated model keeps the full model's out-of-fold selection rule)")
+    reports = [r for r in reports if r.library_id in development and r.learned_rule is not None]
     base = {r.library_id: (r.hierarchical.get("learned"), r.exact_f1.get("learned")) for r in reports}
     print(f"{'without':<14}" + "".join(f"{r.library_id:>30}" for r in reports))
     print(f"{'(all)':<14}" + "".join(f"{base[r.library_id][0]:>19.3f} / {base[r.library_id][1]:.3f}" for r in reports))
@@ -164,6 +174,7 @@ def main() -> None:
                 ("learned",),
                 features=kept,
                 with_dense=dense is not None,
+                rule=report.learned_rule,
             )
             h, f = ablated.hierarchical.get("learned", float("nan")), ablated.exact_f1.get("learned", float("nan"))
             bh, bf = base[report.library_id]

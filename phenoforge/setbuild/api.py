@@ -29,6 +29,7 @@ from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
 from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.groups import is_development_library, library_group
 from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
+from phenoforge.setbuild.learned import RECIPE as LEARNED_RECIPE
 from phenoforge.setbuild.learned import (
     LeakageError,
     MembershipModel,
@@ -48,6 +49,9 @@ from phenoforge.storage import temporary_sibling
 METHODS = ("adaptive_cutoff", "subtree", "learned")
 FIT_FORMAT_VERSION = 1
 """Bumped when what ``fit_builders`` stores changes shape: older fitted bundles are refitted."""
+PARAMS_RECIPE = "2"
+"""Bumped when the rule builders' scales change (agreement floor at ``AGREEMENT_DEPTH``): stored
+tuned parameters of an older recipe are retuned, not reused."""
 
 
 class _StoredParams(BaseModel):
@@ -217,6 +221,8 @@ def _fit_signature(hierarchy: Hierarchy, train_libraries: Sequence[Library], den
         dense_build,
         list(FEATURE_NAMES),
         LEARNED_FORMAT_VERSION,
+        LEARNED_RECIPE,
+        PARAMS_RECIPE,
         FIT_FORMAT_VERSION,
     ]
     return hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:16]
@@ -303,7 +309,9 @@ def _fit_params(
 ) -> tuple[CutoffParams, SubtreeParams]:
     keys = sorted(ex.key for ex in examples)
     # the cohorts' codes and names are in the name: a library re-imported under the same ids is retuned
-    digest = hashlib.sha1(json.dumps([keys, with_dense, _examples_digest(examples)]).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(
+        json.dumps([keys, with_dense, _examples_digest(examples), PARAMS_RECIPE]).encode()
+    ).hexdigest()[:12]
     path = models_dir() / f"builder-params-{digest}.json"
     try:
         stored = _StoredParams.model_validate_json(path.read_text(encoding="utf-8"))

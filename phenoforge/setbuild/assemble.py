@@ -68,13 +68,14 @@ def agreement(table: CandidateTable, node: int, dense_weight: float = 0.5) -> fl
     """How strongly both retrievers back ``node``, each relative to its own best (0..1).
 
     BM25 scores are unbounded and cosines cluster, so each is put on its own top-relative scale
-    (cosine between the deepest and the best retrieved) before they are averaged.
+    (cosine between the one at rank ``AGREEMENT_DEPTH`` and the best) before they are averaged.
     """
     bm25 = table.bm25_score.get(node, 0.0) / table.top_bm25 if table.top_bm25 > 0 else 0.0
     if not table.dense_score:
         return bm25
-    span = max(table.top_dense - table.floor_dense, 1e-6)
-    dense = (table.dense_score.get(node, table.floor_dense) - table.floor_dense) / span
+    floor = table.agreement_floor_dense
+    span = max(table.top_dense - floor, 1e-6)
+    dense = max(table.dense_score.get(node, floor) - floor, 0.0) / span
     return (1.0 - dense_weight) * bm25 + dense_weight * dense
 
 

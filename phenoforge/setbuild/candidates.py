@@ -16,8 +16,14 @@ from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.hybrid import rrf_fuse
 from phenoforge.engine.query import tokenize
 
-RETRIEVAL_DEPTH = 1000
-"""How deep a builder wants each retriever's ranking (scores of deep codes are features too)."""
+RETRIEVAL_DEPTH = 5000
+"""How deep a builder wants each retriever's ranking (scores of deep codes are features too).
+
+5,000 of the ~98,000 retrievable codes: deep enough that 94% of the curated codes among the
+candidates carry their own cosine (64% of all candidates), and the rankings stay cheap."""
+AGREEMENT_DEPTH = 1000
+"""The rule builders put cosines on a 0..1 scale between the best and the cosine at this rank: a
+deeper floor squeezes every top hit towards 1 (measured: subtree fell from 0.55 to 0.47 on V28)."""
 HIT_DEPTH = 100
 """Fused hits whose billable descendants become candidates."""
 ROLLUP_DEPTH = 30
@@ -93,6 +99,8 @@ class CandidateTable:
     top_bm25: float = 0.0
     top_dense: float = 0.0
     floor_dense: float = 0.0
+    agreement_floor_dense: float = 0.0
+    """cosine at rank ``AGREEMENT_DEPTH``: the bottom of the scale the rule builders' agreement uses"""
     top_fused: float = 0.0
 
 
@@ -140,6 +148,8 @@ def build_candidates(
     table.top_bm25 = max(bm25_score.values(), default=0.0)
     table.top_dense = max(dense_score.values(), default=0.0)
     table.floor_dense = min(dense_score.values(), default=0.0)
+    shallow = [score for _code, score in (retrieval.dense or [])[:AGREEMENT_DEPTH]]
+    table.agreement_floor_dense = min(shallow, default=0.0)
     table.top_fused = fused[0][1] if fused else 0.0
     for code, text in retrieval.umbrellas.items():
         concept_id = hierarchy.resolve(code)

@@ -52,6 +52,9 @@ class LibraryScores:
     seconds: dict[str, float] = field(default_factory=dict)
     trained_on: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    learned_rule: tuple[str, float] | None = None
+    fit_seconds: dict[str, float] = field(default_factory=dict)
+    """time to fit (or load, when a stored model was reused) each fitted piece"""
 
 
 def hybrid_at_k(hierarchy: Hierarchy, ex: Example, k: int = HYBRID_K) -> list[str]:
@@ -87,8 +90,12 @@ def evaluate_library(
     methods: Sequence[str] = ("hybrid@25", "adaptive_cutoff", "subtree", "learned"),
     features: Sequence[str] = FEATURE_NAMES,
     with_dense: bool = True,
+    rule: tuple[str, float] | None = None,
 ) -> LibraryScores:
-    """Out-of-sample scores of each method on one library (fitted on other groups' dev libraries)."""
+    """Out-of-sample scores of each method on one library (fitted on other groups' dev libraries).
+
+    ``rule`` fixes the learned model's selection rule instead of choosing it out of fold (ablations).
+    """
     scored = [ex for ex in examples if ex.library_id == library_id]
     group = scored[0].group if scored else library_id
     out = LibraryScores(library_id=library_id, group=group, n_cohorts=len(scored))
@@ -100,26 +107,33 @@ def evaluate_library(
     if "hybrid@25" in methods:
         _score(con, scored, lambda ex: hybrid_at_k(hierarchy, ex), "hybrid@25", out)
     if "adaptive_cutoff" in methods:
+        started = time.perf_counter()
         params = tune_cutoff(con, hierarchy, cases, trained_on)
+        out.fit_seconds["adaptive_cutoff"] = time.perf_counter() - started
         out.trained_on["adaptive_cutoff"] = params.trained_on
         out.notes.append(f"adaptive_cutoff: {params.model_dump(exclude={'trained_on'})}")
         _score(con, scored, lambda ex: build_cutoff(hierarchy, ex.table, params).code_list, "adaptive_cutoff", out)
     if "subtree" in methods:
+        started = time.perf_counter()
         sparams = tune_subtree(con, hierarchy, cases, trained_on)
+        out.fit_seconds["subtree"] = time.perf_counter() - started
         out.trained_on["subtree"] = sparams.trained_on
         out.notes.append(f"subtree: {sparams.model_dump(exclude={'trained_on'})}")
         _score(con, scored, lambda ex: build_subtree(hierarchy, ex.table, sparams).code_list, "subtree", out)
     if "learned" in methods:
+        started = time.perf_counter()
         try:
-            model, notes = ensure_model(con, hierarchy, train, features, with_dense)
+            model, notes = ensure_model(con, hierarchy, train, features, with_dense, rule=rule)
         except TrainingDataTooSmall as error:
             out.notes.append(f"learned: not scored, {error}")
             return out
+        out.fit_seconds["learned"] = time.perf_counter() - started
         out.notes += [f"learned: {note}" for note in notes]
         out.notes.append(
             f"learned: rule {model.manifest.rule} {model.manifest.threshold} ({model.manifest.threshold_chosen_on})"
         )
         out.trained_on["learned"] = list(model.manifest.training_libraries)
+        out.learned_rule = (model.manifest.rule, model.manifest.threshold)
         _score(con, scored, lambda ex: _learned_codes(hierarchy, ex, model), "learned", out)
     return out
 

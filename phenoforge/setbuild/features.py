@@ -16,6 +16,7 @@ from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import tokenize
 from phenoforge.setbuild.candidates import (
     HIT_DEPTH,
+    RETRIEVAL_DEPTH,
     VOTE_DEPTH,
     CandidateTable,
     ancestor_of_kind,
@@ -27,6 +28,15 @@ from phenoforge.setbuild.candidates import (
 FEATURE_FAMILIES: dict[str, list[str]] = {
     "bm25": ["bm25_rank", "bm25_rel", "anc_best_bm25_rel"],
     "dense": ["dense_rank", "dense_rel", "dense_gap", "anc_best_dense_rel", "cat_dense_rel"],
+    "dense_category": [
+        "dense_cos",
+        "parent_dense_cos",
+        "cat_dense_rank",
+        "cat_max_cos",
+        "cat_max_rank",
+        "cat_max_gap",
+        "self_minus_cat_max",
+    ],
     "fused": ["fused_rank", "is_hit", "fused_rel"],
     "ancestor_hit": ["anc_hit_rank", "anc_hit_levels", "anc_hit_fused_rel"],
     "votes": ["cat_vote", "block_vote", "parent_vote", "cat_rank"],
@@ -37,7 +47,7 @@ FEATURE_FAMILIES: dict[str, list[str]] = {
     "query": ["query_words", "top_bm25", "top_dense", "n_candidates"],
 }
 FEATURE_NAMES: list[str] = [name for names in FEATURE_FAMILIES.values() for name in names]
-MISSING_RANK = 2000
+MISSING_RANK = 2 * RETRIEVAL_DEPTH
 
 
 class _HierarchyStats:
@@ -119,6 +129,20 @@ def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarra
             category_best[category] = rank
     category_order = {cat: i for i, cat in enumerate(sorted(category_best, key=category_best.__getitem__), start=1)}
     n_votes = max(len(voting), 1)
+    # dense evidence per category: its own cosine and its best-matching member's, each ranked
+    # among the categories of the dense ranking (a curated list is mostly whole categories)
+    cat_own: dict[int, float] = {}
+    cat_max: dict[int, float] = {}
+    for code_id, cosine in table.dense_score.items():
+        cat = ancestor_of_kind(hierarchy, code_id, "category")
+        if cat is None:
+            continue
+        if code_id == cat:
+            cat_own[cat] = cosine
+        if cosine > cat_max.get(cat, -2.0):
+            cat_max[cat] = cosine
+    cat_own_rank = {c: r for r, c in enumerate(sorted(cat_own, key=lambda c: -cat_own[c]), start=1)}
+    cat_max_rank = {c: r for r, c in enumerate(sorted(cat_max, key=lambda c: -cat_max[c]), start=1)}
     query_row = [len(q), math.log1p(table.top_bm25), top_dense, math.log1p(len(table))]
 
     for i, node in enumerate(table.ids):
@@ -137,6 +161,8 @@ def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarra
         for a in upper:
             path_words |= stats.tokens(a)
         own = stats.tokens(node)
+        self_cos = table.dense_score.get(node, floor_dense)
+        best_in_cat = cat_max.get(category, floor_dense)
         values = {
             "bm25_rank": log_rank(table.bm25_rank.get(node), MISSING_RANK),
             "bm25_rel": bm25_rel(node),
@@ -146,6 +172,13 @@ def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarra
             "dense_gap": top_dense - table.dense_score.get(node, floor_dense),
             "anc_best_dense_rel": max((dense_rel(a) for a in upper), default=0.0),
             "cat_dense_rel": dense_rel(category),
+            "dense_cos": self_cos,
+            "parent_dense_cos": table.dense_score.get(parent, floor_dense),
+            "cat_dense_rank": log_rank(cat_own_rank.get(category), MISSING_RANK),
+            "cat_max_cos": best_in_cat,
+            "cat_max_rank": log_rank(cat_max_rank.get(category), MISSING_RANK),
+            "cat_max_gap": top_dense - best_in_cat,
+            "self_minus_cat_max": self_cos - best_in_cat,
             "fused_rank": log_rank(table.hit_rank.get(node), MISSING_RANK),
             "is_hit": float(node in table.hit_rank),
             "fused_rel": table.fused_score.get(node, 0.0) / top_fused,

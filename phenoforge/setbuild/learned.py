@@ -41,7 +41,13 @@ MODEL_FILE = "model.pkl"
 MANIFEST_FILE = "manifest.json"
 MIN_TRAINING_COHORTS = 8
 MIN_TRAINING_POSITIVES = 40
-THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6)
+THRESHOLDS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
+SIZE_FACTORS = (0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
+"""``expected_size`` keeps the top round(factor * sum of probabilities): probabilities of codes in
+long curated lists come out low, so the best factor is often above 1 (chosen out of fold)."""
+RECIPE = "2"
+"""Bumped whenever training changes (estimator, rule grid, stacking): a stored model of an older
+recipe is then retrained instead of reused."""
 
 
 class ModelError(PhenoforgeError):
@@ -58,6 +64,7 @@ class LeakageError(PhenoforgeError):
 
 class ModelManifest(BaseModel):
     format_version: int = FORMAT_VERSION
+    recipe: str = Field(default="", description="training recipe (RECIPE) the model was fitted with")
     model_file: str = MODEL_FILE
     sha256: str = ""
     vocabulary_build_id: str
@@ -151,7 +158,7 @@ def _choose_rule(
 ) -> tuple[str, float]:
     cases = [(ex.cohort_id, ex.cohort_name, ex.truth) for ex in examples]
     best: tuple[float, str, float] | None = None
-    options = [("threshold", t) for t in THRESHOLDS] + [("expected_size", f) for f in (0.8, 1.0, 1.25, 1.5)]
+    options = [("threshold", t) for t in THRESHOLDS] + [("expected_size", f) for f in SIZE_FACTORS]
     for rule, value in options:
         hier, f1 = mean_objective(
             con,
@@ -172,8 +179,12 @@ def train_membership_model(
     with_dense: bool = True,
     min_cohorts: int = MIN_TRAINING_COHORTS,
     min_positives: int = MIN_TRAINING_POSITIVES,
+    rule: tuple[str, float] | None = None,
 ) -> MembershipModel:
-    """Fit on ``examples`` (other libraries than the ones to score); choose the rule out of fold."""
+    """Fit on ``examples`` (other libraries than the ones to score); choose the rule out of fold.
+
+    A given ``rule`` (e.g. the full model's, for an ablation) skips the out-of-fold fits.
+    """
     usable = [ex for ex in examples if len(ex.table)]
     n_positive = int(sum(ex.labels.sum() for ex in usable))
     if len(usable) < min_cohorts or n_positive < min_positives:
@@ -185,7 +196,10 @@ def train_membership_model(
     columns = [FEATURE_NAMES.index(name) for name in features]
     groups = sorted({ex.group for ex in usable})
     # out-of-fold probabilities: by library group when there are several, else by cohort folds
-    if len(groups) >= 2:
+    if rule is not None:
+        folds = []
+        chosen_on = "given by the caller"
+    elif len(groups) >= 2:
         folds = [[i for i, ex in enumerate(usable) if ex.group == g] for g in groups]
         chosen_on = f"out-of-fold predictions, one fold per training group ({', '.join(groups)})"
     else:
@@ -200,18 +214,19 @@ def train_membership_model(
         for i in fold:
             rows = usable[i].features[:, columns]
             oof[i] = _predict(estimator, rows) if estimator is not None else np.zeros(len(rows))
-    rule, threshold = _choose_rule(con, hierarchy, usable, oof)
+    rule_name, threshold = rule if rule is not None else _choose_rule(con, hierarchy, usable, oof)
     x, y, w = _stack(usable, columns)
     estimator = _fit(x, y, w)
     libraries = sorted({ex.library_id for ex in usable})
     manifest = ModelManifest(
+        recipe=RECIPE,
         vocabulary_build_id=hierarchy.build_id,
         with_dense=with_dense,
         training_libraries=libraries,
         training_groups=groups,
         training_cohorts=[ex.key for ex in usable],
         features=list(features),
-        rule=rule,
+        rule=rule_name,
         threshold=threshold,
         threshold_chosen_on=chosen_on,
         n_rows=int(len(y)),
@@ -273,10 +288,16 @@ def models_dir() -> Path:
     return data_dir() / "models"
 
 
-def model_name(training_libraries: Sequence[str], features: Sequence[str], with_dense: bool) -> str:
-    digest = hashlib.sha1(
-        json.dumps([sorted(training_libraries), list(features), with_dense, FORMAT_VERSION]).encode()
-    ).hexdigest()[:12]
+def model_name(
+    training_libraries: Sequence[str],
+    features: Sequence[str],
+    with_dense: bool,
+    rule: tuple[str, float] | None = None,
+) -> str:
+    key = [sorted(training_libraries), list(features), with_dense, FORMAT_VERSION, RECIPE]
+    if rule is not None:
+        key.append(list(rule))
+    digest = hashlib.sha1(json.dumps(key).encode()).hexdigest()[:12]
     return f"membership-{digest}"
 
 
@@ -345,6 +366,7 @@ def ensure_model(
     directory: Path | None = None,
     min_cohorts: int = MIN_TRAINING_COHORTS,
     min_positives: int = MIN_TRAINING_POSITIVES,
+    rule: tuple[str, float] | None = None,
 ) -> tuple[MembershipModel, list[str]]:
     """Reuse the stored model trained on exactly these examples' libraries, else train and store one.
 
@@ -352,7 +374,9 @@ def ensure_model(
     ``TrainingDataTooSmall`` when the examples cannot train one.
     """
     libraries = sorted({ex.library_id for ex in examples})
-    directory = Path(directory) if directory is not None else models_dir() / model_name(libraries, features, with_dense)
+    if directory is None:
+        directory = models_dir() / model_name(libraries, features, with_dense, rule)
+    directory = Path(directory)
     notes: list[str] = []
     try:
         model = load_model(directory, hierarchy.build_id)
@@ -360,6 +384,8 @@ def ensure_model(
             model.manifest.training_libraries == libraries
             and model.manifest.features == list(features)
             and model.manifest.with_dense == with_dense
+            and model.manifest.recipe == RECIPE
+            and (rule is None or (model.manifest.rule, model.manifest.threshold) == tuple(rule))
             and sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
         ):
             notes.append(f"reused model {directory.name} (trained on {', '.join(libraries)})")
@@ -368,7 +394,7 @@ def ensure_model(
     except ModelError as error:
         if (directory / MANIFEST_FILE).exists():
             notes.append(f"stored model unusable, retrained: {error}")
-    model = train_membership_model(con, hierarchy, examples, features, with_dense, min_cohorts, min_positives)
+    model = train_membership_model(con, hierarchy, examples, features, with_dense, min_cohorts, min_positives, rule)
     save_model(model, directory)
     notes.append(f"trained model {directory.name} on {', '.join(libraries)} ({model.manifest.n_rows} candidates)")
     return model, notes

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.setbuild.candidates import Retrieval, billable_below, build_candidates
+from phenoforge.setbuild.assemble import agreement
+from phenoforge.setbuild.candidates import AGREEMENT_DEPTH, Retrieval, billable_below, build_candidates
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree
 
@@ -89,3 +92,13 @@ def test_subtree_takes_an_umbrella_node_the_vocabulary_names(hierarchy: Hierarch
     assert "umbrella" in next(i for i in with_umbrellas.codes if i.code == "I50.9").provenance.rule
     without = build_subtree(hierarchy, table, SubtreeParams(leaf_agreement=2.0, take_umbrellas=False))
     assert "I50.9" not in without.code_list
+
+
+def test_agreement_scales_cosines_between_the_best_and_the_one_at_agreement_depth(hierarchy: Hierarchy) -> None:
+    filler = [(f"NOT-A-CODE-{i}", 0.5) for i in range(AGREEMENT_DEPTH - 2)]
+    dense = [("I50", 0.9), ("I50.9", 0.7), *filler, ("I48.0", 0.3)]  # I48.0 ranks below the depth
+    table = build_candidates(hierarchy, Retrieval(query="heart failure", bm25=[("I50", 4.0)], dense=dense))
+    assert table.agreement_floor_dense == 0.5 and table.floor_dense == 0.3
+    assert agreement(table, hierarchy.resolve("I50.9")) == pytest.approx(0.5 * (0.7 - 0.5) / (0.9 - 0.5))
+    assert agreement(table, hierarchy.resolve("I48.0")) == 0.0  # below the floor: no dense backing, not negative
+    assert agreement(table, hierarchy.resolve("I50")) == pytest.approx(1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -10,11 +11,13 @@ import numpy as np
 import pytest
 
 from phenoforge.engine.expansion import Hierarchy
+from phenoforge.setbuild import evaluate as evaluate_module
 from phenoforge.setbuild.candidates import Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.evaluate import check_no_leakage, evaluate_library, training_examples
 from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.learned import (
+    RECIPE,
     LeakageError,
     MembershipModel,
     ModelError,
@@ -183,3 +186,50 @@ def test_select_never_returns_an_empty_list_when_there_are_candidates() -> None:
     assert select(probabilities, "threshold", 0.08).tolist() == [2, 0]
     assert select(probabilities, "expected_size", 1.0).tolist() == [2]
     assert select(np.zeros(0), "threshold", 0.5).tolist() == []
+
+
+def test_a_model_of_an_older_training_recipe_is_retrained_not_reused(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example], tmp_path: Path
+) -> None:
+    directory = tmp_path / "models" / "m"
+    ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    manifest["recipe"] = "an older recipe"
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    _model, notes = ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
+    assert any("trained on other data" in note for note in notes)
+    assert load_model(directory, hierarchy.build_id).manifest.recipe == RECIPE
+
+
+def test_a_given_rule_is_kept_and_recorded_instead_of_chosen_out_of_fold(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
+) -> None:
+    fixed = train_membership_model(
+        fixture_con, hierarchy, train_examples, with_dense=False, rule=("expected_size", 1.25), **SMALL
+    )
+    assert (fixed.manifest.rule, fixed.manifest.threshold) == ("expected_size", 1.25)
+    assert fixed.manifest.threshold_chosen_on == "given by the caller"
+
+
+def test_lolo_learned_is_trained_without_the_scored_group_and_its_rule_can_be_fixed(
+    fixture_con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    train_examples: list[Example],
+    other_examples: list[Example],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the fixture library is smaller than the default training minimums
+    monkeypatch.setattr(evaluate_module, "ensure_model", functools.partial(ensure_model, **SMALL))
+    report = evaluate_library(
+        fixture_con,
+        hierarchy,
+        train_examples + other_examples,
+        "fixture-other",
+        {"fixture-train", "fixture-other"},
+        methods=("learned",),
+        with_dense=False,
+        rule=("threshold", 0.3),
+    )
+    assert report.trained_on == {"learned": ["fixture-train"]}
+    assert report.learned_rule == ("threshold", 0.3)
+    assert "learned" in report.hierarchical and "learned" in report.fit_seconds
