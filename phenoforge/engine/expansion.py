@@ -34,6 +34,7 @@ class Hierarchy:
     _chains: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _levels: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _id_by_code: dict[str, int] = field(default_factory=dict, repr=False)
+    _kind_ancestors: dict[tuple[int, str], int | None] = field(default_factory=dict, repr=False)
 
     def resolve(self, raw: str) -> int | None:
         """Concept id of a code as typed (``E1122``, ``e11.22``, `` E11.22 ``), or None."""
@@ -69,6 +70,13 @@ class Hierarchy:
         self._chains[concept_id] = result
         self._levels[concept_id] = tuple(levels)
         return result
+
+    def ancestor_of_kind(self, concept_id: int, kind: str) -> int | None:
+        """The nearest node of ``kind`` at or above ``concept_id`` (``category``, ``block``...), memoised."""
+        key = (concept_id, kind)
+        if key not in self._kind_ancestors:
+            self._kind_ancestors[key] = next((n for n in self.chain(concept_id) if self.kind.get(n) == kind), None)
+        return self._kind_ancestors[key]
 
     def chain_levels(self, concept_id: int) -> tuple[int, ...]:
         """Edges from ``concept_id`` up to each node of its chain (equal to the position on a tree)."""

@@ -67,10 +67,7 @@ def billable_below(hierarchy: Hierarchy, concept_id: int) -> list[int]:
 
 def ancestor_of_kind(hierarchy: Hierarchy, concept_id: int, kind: str) -> int | None:
     """The nearest node of ``kind`` at or above ``concept_id`` (``category``, ``block``...)."""
-    for node in hierarchy.chain(concept_id):
-        if hierarchy.kind.get(node) == kind:
-            return node
-    return None
+    return hierarchy.ancestor_of_kind(concept_id, kind)
 
 
 @dataclass

@@ -199,3 +199,19 @@ def test_real_lookup(real_con: duckdb.DuckDBPyConnection, typed: str) -> None:
 @pytest.mark.parametrize("unknown", ["E11.99", "U99", "XYZ", "E11.2222"])
 def test_real_lookup_unknown(real_con: duckdb.DuckDBPyConnection, unknown: str) -> None:
     assert lookup(real_con, unknown) is None
+
+
+def test_ancestor_of_kind_is_the_nearest_node_of_that_kind_on_the_chain(fixture_con) -> None:  # noqa: ANN001
+    """The memoised lookup the set builders call ~500k times per library agrees with a walk up the chain."""
+    from phenoforge.engine.expansion import get_hierarchy
+
+    hierarchy = get_hierarchy(fixture_con)
+    kinds = set(hierarchy.kind.values())
+    assert {"category", "block", "chapter"} <= kinds
+    for node in hierarchy.code:
+        for kind in kinds:
+            walked = next((n for n in hierarchy.chain(node) if hierarchy.kind.get(n) == kind), None)
+            assert hierarchy.ancestor_of_kind(node, kind) == walked
+            assert hierarchy.ancestor_of_kind(node, kind) == walked  # the memoised answer is the same
+    seventh = hierarchy.resolve("S72.001A")
+    assert seventh is not None and hierarchy.code[hierarchy.ancestor_of_kind(seventh, "category")] == "S72"
