@@ -398,20 +398,7 @@ def generate(
             source = CandidateSource(
                 term=term_state.term, retriever=result.method, rank=hit.rank, score=hit.score, detail=sub
             )
-            existing = by_code.get(hit.code)
-            if existing is None:
-                hint, below, kind, billable = _hint(con, hit.code)
-                by_code[hit.code] = Candidate(
-                    code=hit.code,
-                    name=hit.name,
-                    kind=kind,
-                    billable=billable,
-                    sources=[source],
-                    hierarchy_hint=hint,
-                    n_descendants=below,
-                )
-            elif all(s.term != term_state.term for s in existing.sources):
-                existing.sources.append(source)
+            _propose(by_code, con, hit.code, hit.name, source)
         terms.append(
             term_state.model_copy(
                 update={
@@ -432,6 +419,26 @@ def generate(
 
 
 SET_BUILDER_GENERATORS = ("adaptive_cutoff", "subtree", "learned")
+
+
+def _propose(
+    by_code: dict[str, Candidate], con: duckdb.DuckDBPyConnection, code: str, name: str, source: CandidateSource
+) -> None:
+    """Add ``code`` as a candidate, or add ``source`` to it when another term already proposed it."""
+    existing = by_code.get(code)
+    if existing is None:
+        hint, below, kind, billable = _hint(con, code)
+        by_code[code] = Candidate(
+            code=code,
+            name=name,
+            kind=kind,
+            billable=billable,
+            sources=[source],
+            hierarchy_hint=hint,
+            n_descendants=below,
+        )
+    elif all(s.term != source.term for s in existing.sources):
+        existing.sources.append(source)
 
 
 def _generate_set(
@@ -461,20 +468,7 @@ def _generate_set(
             score=item.provenance.score,
             detail=describe(item.provenance),
         )
-        existing = by_code.get(item.code)
-        if existing is None:
-            hint, below, kind, billable = _hint(con, item.code)
-            by_code[item.code] = Candidate(
-                code=item.code,
-                name=item.name,
-                kind=kind,
-                billable=billable,
-                sources=[source],
-                hierarchy_hint=hint,
-                n_descendants=below,
-            )
-        elif all(s.term != term_state.term for s in existing.sources):
-            existing.sources.append(source)
+        _propose(by_code, con, item.code, item.name, source)
     return term_state.model_copy(
         update={
             "status": "generated" if term_state.status == "pending" else term_state.status,

@@ -161,3 +161,12 @@ def test_a_free_query_gets_a_set_fitted_on_every_development_library(
     assert built.code_list and all(code.startswith("I50") for code in built.code_list)
     with pytest.raises(ValueError, match="unknown set builder"):
         set_building.build_for_free_query(fixture_con, "top_k", "heart failure")
+
+
+def test_an_empty_bm25_answer_says_why(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
+    """The benchmark table listed bm25's empty answer to 'Psychoses' with 'no reason given'."""
+    library = write_icd_library(tmp_path / "lib", {"x": ("Xylophonia", ["J45"], True)}, library_id="words-lib")
+    report = _benchmark(fixture_con, library, ["bm25"])
+    (result,) = report.results
+    assert result.predicted_codes == []
+    assert any(note.startswith("x: ") and "shares a word" in note for note in report.methods["bm25"].notes)
