@@ -17,6 +17,7 @@ from pathlib import Path
 
 from phenoforge.config import ProgressCallback, vocab_db_path
 from phenoforge.errors import PhenoforgeError
+from phenoforge.setbuild.models import SET_BUILDERS
 
 DEFAULT_SWEEP_WEIGHTS = [round(step / 10, 1) for step in range(11)]
 
@@ -192,7 +193,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from phenoforge.engine.hybrid import search_concepts
 
     con = _connect()
-    if args.method in ("adaptive_cutoff", "subtree", "learned"):
+    if args.method in SET_BUILDERS:
         return _search_set_builder(con, args)
     methods = ["bm25", "dense", "hybrid"] if args.method == "all" else [args.method]
     dense = _dense_or_none(con, any(method in ("dense", "hybrid") for method in methods))
@@ -293,10 +294,10 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
 
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from phenoforge.engine.curated import load_library
-    from phenoforge.eval.harness import CLI_DEFAULT_METHODS, resolve_methods, run_benchmark
+    from phenoforge.eval.harness import registered_methods, resolve_methods, run_benchmark
 
     con = _connect()
-    methods = args.methods or CLI_DEFAULT_METHODS
+    methods = args.methods or registered_methods()
     declared = resolve_methods(methods)  # unknown names and bad module:function fail here, before any work
     wants_dense = any(m.retrieves_dense for m in declared)
     dense = _dense_or_none(con, not args.no_dense and wants_dense)
@@ -580,7 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument(
         "--method",
-        choices=["bm25", "dense", "hybrid", "adaptive_cutoff", "subtree", "learned", "all"],
+        choices=["bm25", "dense", "hybrid", *SET_BUILDERS, "all"],
         default="hybrid",
         help="a ranking (bm25, dense, hybrid: top k) or a set builder (adaptive_cutoff, subtree, learned: "
         "a billable code list of its own size, each code with why it is there); all = the three rankings",
@@ -606,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="METHOD",
         help="registered method names (see `python -m phenoforge methods`) or your own as "
-        "module:function (default: bm25 dense hybrid expand_descendants adaptive_cutoff subtree learned)",
+        "module:function (default: every built-in method, as `python -m phenoforge methods` lists them)",
     )
     bench.add_argument(
         "--measures",

@@ -56,6 +56,7 @@ from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.engine.hybrid import hybrid_search
 from phenoforge.engine.query import tokenize
 from phenoforge.errors import LibraryError
+from phenoforge.setbuild.models import SET_BUILDERS
 
 if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
@@ -418,9 +419,6 @@ def generate(
     )
 
 
-SET_BUILDER_GENERATORS = ("adaptive_cutoff", "subtree", "learned")
-
-
 def _propose(
     by_code: dict[str, Candidate], con: duckdb.DuckDBPyConnection, code: str, name: str, source: CandidateSource
 ) -> None:
@@ -580,7 +578,7 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
             continue
         best = min(candidate.sources, key=lambda source: source.rank)
         evidence = f"accepted by {candidate.reviewer} at {candidate.decided_at}"
-        if best.retriever in SET_BUILDER_GENERATORS and best.detail:
+        if best.retriever in SET_BUILDERS and best.detail:
             evidence = f"{best.detail}; {evidence}"
         add(
             ConceptEntry(

@@ -18,6 +18,7 @@ from phenoforge.agent import audit, nodes
 from phenoforge.agent.errors import DescriptionError
 from phenoforge.agent.state import AssemblyState, Decision
 from phenoforge.engine.curated import Library, list_libraries, load_library
+from phenoforge.setbuild.models import SET_BUILDERS
 
 if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
@@ -28,7 +29,7 @@ MAX_DESCRIPTION_CHARS = 4000
 """A population description is a few sentences; the session stores it once, so it is bounded."""
 
 
-GENERATORS = ("hybrid", "adaptive_cutoff", "subtree", "learned")
+GENERATORS = ("hybrid", *SET_BUILDERS)
 
 
 def check_description(description: object) -> str:

@@ -36,10 +36,6 @@ log = logging.getLogger(__name__)
 DEFAULT_METHODS = ["bm25", "hybrid", "expand_descendants"]
 ALL_METHODS = ["bm25", "dense", "hybrid", "expand_descendants"]
 """The reference's four methods."""
-SET_BUILDER_METHODS = ["adaptive_cutoff", "subtree", "learned"]
-"""Methods that return a code list of their own size (fitted on other libraries' groups)."""
-CLI_DEFAULT_METHODS = [*ALL_METHODS, *SET_BUILDER_METHODS]
-"""What ``benchmark`` with no ``--methods`` runs: the reference's four and the set builders."""
 NEEDS_DENSE = {"dense"}
 
 

@@ -31,7 +31,7 @@ from phenoforge.setbuild.api import (
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH, CandidateTable
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError
-from phenoforge.setbuild.models import BuiltSet, CodeProvenance
+from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet, CodeProvenance
 
 FITTED_DENSE_WEIGHT = 0.5
 """The fusion weight the builders are fitted and run at (their features read the fused ranking)."""
@@ -54,7 +54,13 @@ def scored_group(context: MethodContext) -> str | None:
 
 
 def fitted_for(context: MethodContext) -> FittedBuilders:
-    """The builders fitted without the scored library's group (fitted on first use, then cached)."""
+    """The builders fitted without the scored library's group (fitted on first use, then cached).
+
+    The three builders of one run share the answer (the cache key reads every library's files).
+    """
+    shared = context.options.get("set-building:fitted")
+    if isinstance(shared, FittedBuilders):
+        return shared
     held_out = scored_group(context)
     broken: list[str] = []  # a broken installed library is left out of training and named in the notes
     libraries = list_libraries(errors=broken)
@@ -71,6 +77,7 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
             fitted = fit_builders(context.con, context.dense, held_out, libraries, progress)
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
             _FITTED[key] = fitted
+        context.options["set-building:fitted"] = _FITTED[key]
         return _FITTED[key]
 
 
@@ -195,9 +202,6 @@ def set_builder(name: str, label: str, description: str) -> Method:
         setup=make_setup(name),
         depth=RETRIEVAL_DEPTH,
     )
-
-
-SET_BUILDERS = ("adaptive_cutoff", "subtree", "learned")
 
 
 def build_for_free_query(

@@ -41,12 +41,12 @@ from phenoforge.setbuild.learned import (
     model_name,
     models_dir,
 )
-from phenoforge.setbuild.models import BuiltSet
+from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet
 from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree, tune_subtree
 from phenoforge.storage import temporary_sibling
 
-METHODS = ("adaptive_cutoff", "subtree", "learned")
+METHODS = SET_BUILDERS
 FIT_FORMAT_VERSION = 1
 """Bumped when what ``fit_builders`` stores changes shape: older fitted bundles are refitted."""
 PARAMS_RECIPE = "2"
@@ -101,30 +101,24 @@ def fit_builders(
         for lib in libraries
         if is_development_library(lib.manifest) and not is_user_import(lib) and held_out_group not in groups_of(lib)
     ]
-    names = sorted(lib.library_id for lib in train_libraries)
-    groups = sorted({group for lib in train_libraries for group in groups_of(lib)})
-    signature = _fit_signature(hierarchy, train_libraries, dense)
+    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
+    examples: list[Example] = []
+    if stored is None:
+        readable: list[Library] = []
+        for lib in train_libraries:
+            try:
+                examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
+            except PhenoforgeError as error:  # an unreadable cohort file: leave the library out, say so
+                broken.append(f"{lib.library_id} ({error})")
+                continue
+            readable.append(lib)
+        if len(readable) != len(train_libraries):  # what is left may have been fitted before
+            names, groups, signature = _fit_identity(hierarchy, readable, dense)
+            stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is not None:
         stored.notes += [f"not used for fitting: {problem}" for problem in broken]
         return stored
-    examples: list[Example] = []
-    readable: list[Library] = []
-    for lib in train_libraries:
-        try:
-            examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
-        except PhenoforgeError as error:  # an unreadable cohort file: leave the library out, say so
-            broken.append(f"{lib.library_id} ({error})")
-            continue
-        readable.append(lib)
-    if len(readable) != len(train_libraries):
-        names = sorted(lib.library_id for lib in readable)
-        groups = sorted({group for lib in readable for group in groups_of(lib)})
-        signature = _fit_signature(hierarchy, readable, dense)
-        stored, unusable = _load_fitted(signature, hierarchy, names, groups)
-        if stored is not None:
-            stored.notes += [f"not used for fitting: {problem}" for problem in broken]
-            return stored
     notes: list[str] = [f"not used for fitting: {problem}" for problem in broken]
     if unusable:
         notes.append(unusable)
@@ -143,6 +137,15 @@ def fit_builders(
     fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes)
     _save_fitted(signature, fitted, model_directory)
     return fitted
+
+
+def _fit_identity(
+    hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None
+) -> tuple[list[str], list[str], str]:
+    """The training libraries' ids, their groups, and the signature a fitted bundle is stored under."""
+    names = sorted(lib.library_id for lib in train_libraries)
+    groups = sorted({group for lib in train_libraries for group in groups_of(lib)})
+    return names, groups, _fit_signature(hierarchy, train_libraries, dense)
 
 
 def groups_of(library: Library) -> set[str]:

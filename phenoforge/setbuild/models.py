@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+SET_BUILDERS = ("adaptive_cutoff", "subtree", "learned")
+"""The set builders' names: the registry's methods, ``search --method`` and the Assemble generators."""
+
 Source = Literal["hit", "rollup", "model", "fallback"]
 
 
