@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import duckdb
 import numpy as np
@@ -526,6 +527,27 @@ def test_graph_index_gives_the_exact_rankings(
         ((exact_rows, exact_scores),) = retriever._top_many(queries, 10, exact=True)
         assert graph_rows.tolist() == exact_rows.tolist()
         assert np.allclose(graph_scores, exact_scores)
+
+
+def test_a_short_graph_answer_falls_back_to_the_exact_scan(
+    fixture_con: duckdb.DuckDBPyConnection, index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI once saw the graph miss a true neighbour: a threaded HNSW build over sparse vectors can
+    leave rows unreachable, and the graph then answers with fewer rows than it was asked for."""
+    monkeypatch.setattr(dense_store, "ANN_MIN_ROWS", 1)
+    retriever = ensure_dense_index(fixture_con, FakeEmbedder(), index_dir)
+    queries = retriever._query_vectors(["heart failure"])
+    ((exact_rows, exact_scores),) = retriever._top_many(queries, 5, exact=True)
+    reachable = np.array([row for row in range(len(retriever._vectors)) if row != exact_rows[0]], np.uint64)
+
+    class ShortGraph:
+        def search(self, vectors: np.ndarray, count: int) -> SimpleNamespace:
+            return SimpleNamespace(keys=reachable[None, :], counts=np.array([len(reachable)]))
+
+    retriever._ann = ShortGraph()
+    ((rows, scores),) = retriever._top_many(queries, 5)
+    assert rows.tolist() == exact_rows.tolist()
+    assert np.allclose(scores, exact_scores)
 
 
 def test_corrupt_graph_file_is_detected(

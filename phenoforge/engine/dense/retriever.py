@@ -261,6 +261,13 @@ class DenseRetriever:
             keys = np.atleast_2d(matches.keys)  # one query gives ``Matches``, several ``BatchMatches``
             counts = np.atleast_1d(getattr(matches, "counts", len(matches.keys)))
             for row, query in enumerate(queries):
+                if int(counts[row]) < count:
+                    # HNSW can leave rows unreachable (sparse or duplicate vectors, a threaded
+                    # build): a short answer may miss true neighbours, so scan this query exactly
+                    all_scores = vectors @ query
+                    top = top_indices(all_scores, n)
+                    out.append((top, all_scores[top]))
+                    continue
                 candidates = np.sort(keys[row, : int(counts[row])].astype(np.int64))
                 scores = vectors[candidates] @ query
                 top = top_indices(scores, n)
