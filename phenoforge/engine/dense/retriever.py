@@ -12,6 +12,7 @@ import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import duckdb
 import numpy as np
@@ -29,24 +30,29 @@ from phenoforge.engine.dense.store import (
     FORMAT_VERSION,
     DenseIndexStatus,
     DenseManifest,
+    DistinctArrays,
     _build_lock,
     _inspect,
     _vocabulary_identity,
     _write_index,
     add_coarse,
+    add_distinct,
     open_ann,
 )
 from phenoforge.engine.dense.texts import (
     DEFAULT_BUILD_MODE,
     TEXT_RECIPE_VERSION,
     BuildMode,
-    compute_vectors,
+    compute_index,
     concept_texts,
+    recover_layout,
 )
 from phenoforge.engine.models import Hit, Provenance, SearchResult
 from phenoforge.engine.query import query_problem
 from phenoforge.engine.schema import ICD10CM, RETRIEVABLE_KINDS
 from phenoforge.engine.topk import top_indices
+
+ScanPath = Literal["best", "distinct", "int8", "exact"]
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +98,8 @@ class DenseRetriever:
         self._coarse: np.ndarray | None = None
         self._coarse_scales: np.ndarray | None = None
         self._coarse_scan: _Int8Scan | None = None
+        self._distinct: DistinctArrays | None = None
+        self._distinct_scan: _DistinctScan | None = None
         self._searches = 0
         self.embed_calls = 0
         self.reload()
@@ -115,15 +123,44 @@ class DenseRetriever:
         checksum read, not a copy of the index."""
         status, loaded = _inspect(self.con, self.index_dir, self.model_name, self.mode, load=True)
         self.status = status
-        self._names_cache, self._ann, self._coarse_scan = None, None, None
+        self._names_cache, self._ann, self._coarse_scan, self._distinct_scan = None, None, None, None
         if loaded is None:
             self._vectors, self.manifest, self._codes, self._ann_path = None, None, [], None
-            self._coarse, self._coarse_scales = None, None
+            self._coarse, self._coarse_scales, self._distinct = None, None, None
             return False
         self._vectors, self.manifest, self._codes = loaded.vectors, loaded.manifest, loaded.codes
         self._ann_path = loaded.ann_path
         self._coarse, self._coarse_scales = loaded.coarse, loaded.coarse_scales
+        self._distinct = loaded.distinct
         return True
+
+    def add_distinct_layout(self, progress: ProgressCallback | None = None) -> bool:
+        """Give a ready composed index written without the distinct-text layout one; True if added.
+
+        Embeds only the stems that are no row of the index (~1k texts on ICD-10-CM, seconds) and
+        stores the layout only if it reproduces every stored vector (``store.add_distinct``);
+        otherwise (say, an index embedded by another runtime) it logs why and leaves the index
+        as it is, still searched through its int8 copy of all rows."""
+        if not self.is_ready or self._distinct is not None or self.manifest is None or self.manifest.mode != "composed":
+            return False
+        with _build_lock(self.index_dir):
+            status, loaded = _inspect(self.con, self.index_dir, self.model_name, self.mode, load=True)
+            if loaded is None or loaded.distinct is not None or loaded.manifest.mode != "composed":
+                return self.reload() and False
+            items = concept_texts(self.con)
+            if items.codes != loaded.codes:
+                _log.warning("dense index: its codes are not the vocabulary's; no distinct-text layout added")
+                return self.reload() and False
+            layout, _embedded = recover_layout(items, loaded.vectors, self.embed_fn, progress or no_progress)
+            if layout is None:  # nothing composed: the int8 copy of all rows is the same scan
+                return self.reload() and False
+            try:
+                add_distinct(self.index_dir, loaded.manifest, loaded.vectors, layout)
+            except ValueError as error:
+                _log.warning("dense index: no distinct-text layout added: %s", error)
+                self.reload()
+                return False
+        return self.reload()
 
     def add_int8_copy(self) -> bool:
         """Give a ready index written without the int8 search copy one (no re-embedding); True if added."""
@@ -173,7 +210,7 @@ class DenseRetriever:
             items = concept_texts(self.con)
             counting = _CountingEmbed(self.embed_fn)
             runtime = describe_embed_fn(self.embed_fn)
-            vectors, n_unique = compute_vectors(
+            vectors, n_unique, layout = compute_index(
                 items,
                 counting,
                 mode,
@@ -183,7 +220,7 @@ class DenseRetriever:
             self.embed_calls += counting.calls
             build, release = _vocabulary_identity(self.con)
             precision = getattr(self.embed_fn, "precision", "unknown")
-            _write_index(
+            manifest = _write_index(
                 self.index_dir,
                 vectors,
                 items.codes,
@@ -201,6 +238,8 @@ class DenseRetriever:
                     "runtime": runtime,
                 },
             )
+            if layout is not None:
+                add_distinct(self.index_dir, manifest, vectors, layout)
         if not self.reload():
             raise DenseIndexNotReady(f"the dense index just written is not usable: {self.status.reason}")
         progress(len(items.codes), len(items.codes), "dense index ready")
@@ -226,24 +265,48 @@ class DenseRetriever:
             self._coarse_scan = _Int8Scan(self._coarse, self._coarse_scales)
         return self._coarse_scan
 
-    def _top_many(self, queries: np.ndarray, n: int, exact: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _distinct_int8_scan(self) -> _DistinctScan | None:
+        if self._distinct_scan is None and self._distinct is not None:
+            self._distinct_scan = _DistinctScan(self._distinct)
+        return self._distinct_scan
+
+    def _scan(self, path: ScanPath) -> _Int8Scan | _DistinctScan | None:
+        """The int8 scan ``path`` asks for (``best``: the distinct-text one when stored), opened on
+        demand; None when that copy is not stored."""
+        if path in ("best", "distinct") and self._distinct is not None:
+            return self._distinct_int8_scan()
+        if path in ("best", "int8"):
+            return self._int8_scan()
+        return None
+
+    def _top_many(
+        self, queries: np.ndarray, n: int, exact: bool = False, *, path: ScanPath = "best"
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query row, the top ``n`` rows and their exact cosine scores, best first.
 
         With a stored graph and ``n <= ANN_CANDIDATES``: the graph proposes ``ANN_CANDIDATES``
-        rows. Else, with the int8 copy and ``n <= COARSE_CANDIDATES``: an int8 scan of every row
-        proposes ``COARSE_CANDIDATES``. Either way the candidates are re-scored exactly in fp32 and
-        cut prefix-stably, so every ``n`` up to the candidate count is a prefix of the same list.
-        Deeper rankings (or ``exact``) scan every fp32 row, in chunks of queries so the score matrix
-        stays small.
+        rows. Else, with an int8 copy and ``n <= COARSE_CANDIDATES``: an int8 scan proposes
+        ``COARSE_CANDIDATES`` rows, either of the distinct rows with the composed rows' scores
+        derived from them (the distinct-text layout, preferred) or of every row. Either way the
+        candidates are re-scored exactly in fp32 from the stored vectors and cut prefix-stably, so
+        every ``n`` up to the candidate count is a prefix of the same list. Deeper rankings (or
+        ``exact``, or ``path="exact"``) scan every fp32 row, in chunks of queries so the score
+        matrix stays small. ``path`` picks a scan for comparisons (``bench/bench_speed.py``).
         """
         assert self._vectors is not None
         vectors = self._vectors
-        graph = None if exact or n > ANN_CANDIDATES else self._graph()
+        exact = exact or path == "exact"
+        graph = None if exact or path != "best" or n > ANN_CANDIDATES else self._graph()
         out: list[tuple[np.ndarray, np.ndarray]] = []
         use_scan = not exact and graph is None and n <= COARSE_CANDIDATES < len(vectors)
-        # the int8 session costs more to open (~0.3 s idle) than one exact scan (~15 ms): a process's
+        # an int8 session costs more to open (~0.3 s idle) than one exact scan (~15 ms): a process's
         # first search scans exactly, so a one-shot CLI call never pays for it; later ones use it
-        scan = (self._coarse_scan or (self._int8_scan() if self._searches else None)) if use_scan else None
+        opened: _Int8Scan | _DistinctScan | None = None
+        if path in ("best", "distinct") and self._distinct is not None:
+            opened = self._distinct_scan
+        elif path in ("best", "int8"):
+            opened = self._coarse_scan
+        scan = (opened or (self._scan(path) if self._searches else None)) if use_scan else None
         self._searches += 1
         if scan is not None:
             for start in range(0, len(queries), EXACT_QUERY_CHUNK):
@@ -387,10 +450,48 @@ class _Int8Scan:
 
     def scores(self, queries: np.ndarray) -> np.ndarray:
         """``(len(queries), count)`` int32, each row proportional to the query's approximate cosines."""
+        return self._products(queries)[0]
+
+    def cosines(self, queries: np.ndarray) -> np.ndarray:
+        """``(len(queries), count)`` float32 approximate cosines (the int8 products rescaled)."""
+        products, peak = self._products(queries)
+        return products.astype(np.float32) * (peak / (127.0 * 127.0)).astype(np.float32)
+
+    def _products(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each query is scaled by the per-dimension scales and rounded to int8 at its own peak
+        (shifted to uint8 for the operator), so ``products * peak / 127**2 ~= queries @ rows``."""
         scaled = np.asarray(queries, dtype=np.float32) * self._scales
         peak = np.maximum(np.abs(scaled).max(axis=1, keepdims=True), 1e-12)
         shifted = np.rint(scaled * (127.0 / peak)) + 128.0
-        return self._session.run(None, {"queries": shifted.astype(np.uint8)})[0]
+        return self._session.run(None, {"queries": shifted.astype(np.uint8)})[0], peak
+
+
+class _DistinctScan:
+    """``scores(queries)``: approximate cosines of every stored row from an int8 scan of the
+    distinct rows only. A plain row takes its distinct row's score; a composed row's score is
+    ``(q.stem + q.offset) / |stem + offset|``, which is its cosine exactly up to the int8 error
+    of ``q.stem`` (divided by the norm). One gather over all rows, no fp32 pass over the matrix."""
+
+    def __init__(self, distinct: DistinctArrays) -> None:
+        layout = distinct.layout
+        self._scan = _Int8Scan(distinct.coarse, distinct.scales)
+        self._row_distinct = layout.row_distinct.astype(np.intp)
+        self._composed = np.flatnonzero(layout.row_offset >= 0)
+        self._composed_offset = layout.row_offset[self._composed].astype(np.intp)
+        self._composed_inverse_norm = (1.0 / layout.row_norm[self._composed]).astype(np.float32)
+        self._offsets_t = np.ascontiguousarray(layout.offsets.T, dtype=np.float32)
+
+    def scores(self, queries: np.ndarray) -> np.ndarray:
+        """``(len(queries), count)`` float32 approximate cosines."""
+        queries = np.asarray(queries, dtype=np.float32)
+        distinct = self._scan.cosines(queries)
+        rows = np.take(distinct, self._row_distinct, axis=1)
+        by_offset = queries @ self._offsets_t
+        composed = np.take(rows, self._composed, axis=1)
+        composed += np.take(by_offset, self._composed_offset, axis=1)
+        composed *= self._composed_inverse_norm
+        rows[:, self._composed] = composed
+        return rows
 
 
 class _CountingEmbed:
@@ -463,4 +564,5 @@ def ensure_dense_index(
         retriever._build(progress, mode, only_if_unusable=True)
     else:
         retriever.add_int8_copy()
+        retriever.add_distinct_layout(progress)
     return retriever

@@ -25,13 +25,17 @@ from pydantic import BaseModel, Field, ValidationError
 from phenoforge.config import dense_index_dir
 from phenoforge.engine.db import read_metadata
 from phenoforge.engine.dense.model import DEFAULT_MODEL_NAME
-from phenoforge.engine.dense.texts import TEXT_RECIPE_VERSION, BuildMode
+from phenoforge.engine.dense.texts import LAYOUT_TOLERANCE, TEXT_RECIPE_VERSION, BuildMode, DistinctLayout
 from phenoforge.locks import file_lock
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """2: vectors memory-mapped, optional nearest-neighbour graph (``ann_file``) and int8 search copy
 (``coarse_file``) beside them. Both are optional, so an index written before they existed stays
-ready; ``ensure_dense_index`` adds the int8 copy to it from the verified vectors (no re-embedding)."""
+ready; ``ensure_dense_index`` adds the int8 copy to it from the verified vectors (no re-embedding).
+3: optional distinct-text layout (``distinct_file``, see ``texts.DistinctLayout``). A format-2
+index is still read (it scans all rows) and ``ensure_dense_index`` gives it the layout, embedding
+only the ~1k stems that are no row of it; any other format is stale (rebuild)."""
+READABLE_FORMAT_VERSIONS = (2, 3)
 REBUILD_COMMAND = "python -m phenoforge build"
 
 StaleCause = Literal["format", "model", "vocabulary_build", "text_recipe", "mode"]
@@ -107,6 +111,14 @@ class DenseManifest(BaseModel):
     coarse_kind: str | None = None
     coarse_scales: list[float] | None = None
     """Per dimension: ``vectors[:, d] ~= coarse[d, :] * coarse_scales[d] / 127``."""
+    distinct_file: str | None = None
+    """``.npz`` with the distinct-text layout and its own int8 copy (``DISTINCT_ARRAYS``)."""
+    distinct_sha256: str | None = None
+    distinct_kind: str | None = None
+    distinct_count: int | None = None
+    """Distinct rows (embedded texts plus the stems that are no row of their own)."""
+    distinct_max_error: float | None = None
+    """Largest difference between a stored vector and the layout's reconstruction of it, when written."""
 
 
 MANIFEST_NAME = "manifest.json"
@@ -152,6 +164,7 @@ class _Loaded:
     coarse: np.ndarray | None = None
     """Memory-mapped int8 ``(dim, count)``, or None for an index written without it."""
     coarse_scales: np.ndarray | None = None
+    distinct: DistinctArrays | None = None
 
 
 class _Corrupt(ValueError):
@@ -196,11 +209,20 @@ def _inspect(
         return status, None
     status.count, status.model = manifest.count, manifest.model
     status.built_at, status.mode = manifest.built_at, manifest.mode
-    status.search = "ann" if manifest.ann_file else ("int8+rescore" if manifest.coarse_file else "exact")
+    status.search = (
+        "ann"
+        if manifest.ann_file
+        else "distinct-int8+rescore"
+        if manifest.distinct_file
+        else "int8+rescore"
+        if manifest.coarse_file
+        else "exact"
+    )
     build, _release = _vocabulary_identity(con)
     stale: list[tuple[StaleCause, str]] = []
-    if manifest.format_version != FORMAT_VERSION:
-        stale.append(("format", f"format {manifest.format_version} (current {FORMAT_VERSION})"))
+    if manifest.format_version not in READABLE_FORMAT_VERSIONS:
+        readable = "-".join(str(v) for v in (READABLE_FORMAT_VERSIONS[0], READABLE_FORMAT_VERSIONS[-1]))
+        stale.append(("format", f"format {manifest.format_version} (this version reads {readable})"))
     if manifest.model != model_name:
         stale.append(("model", f"model {manifest.model!r} (wanted {model_name!r})"))
     if manifest.vocabulary_build_id != build:
@@ -235,6 +257,8 @@ def _check_files(index_dir: Path, manifest: DenseManifest, load: bool) -> _Loade
         files.append(("ann", manifest.ann_file, manifest.ann_sha256 or ""))
     if manifest.coarse_file:
         files.append(("coarse", manifest.coarse_file, manifest.coarse_sha256 or ""))
+    if manifest.distinct_file:
+        files.append(("distinct", manifest.distinct_file, manifest.distinct_sha256 or ""))
     for _role, name, _digest in files:
         if Path(name).name != name:
             raise _Corrupt("manifest", f"file name {name!r} in the manifest contains a directory")
@@ -255,6 +279,8 @@ def _check_files(index_dir: Path, manifest: DenseManifest, load: bool) -> _Loade
         )
     if manifest.coarse_file:
         _check_coarse(index_dir / manifest.coarse_file, manifest)
+    if manifest.distinct_file:
+        _check_distinct_headers(index_dir / manifest.distinct_file, manifest)
     for _role, name, digest in files:
         if _sha256(index_dir / name) != digest:
             raise _Corrupt("checksum", f"checksum mismatch for {name}")
@@ -277,7 +303,8 @@ def _check_files(index_dir: Path, manifest: DenseManifest, load: bool) -> _Loade
         except (OSError, ValueError, EOFError) as error:
             raise _Corrupt("truncated", f"unreadable {manifest.coarse_file}: {error}") from error
         scales = np.asarray(manifest.coarse_scales, dtype=np.float32)
-    return _Loaded(manifest, vectors, [str(c) for c in codes], ann_path, coarse, scales)
+    distinct = _load_distinct(index_dir / manifest.distinct_file, manifest) if manifest.distinct_file else None
+    return _Loaded(manifest, vectors, [str(c) for c in codes], ann_path, coarse, scales, distinct)
 
 
 def _check_coarse(path: Path, manifest: DenseManifest) -> None:
@@ -295,6 +322,112 @@ def _check_coarse(path: Path, manifest: DenseManifest) -> None:
     scales = manifest.coarse_scales
     if scales is None or len(scales) != manifest.dim or not all(np.isfinite(scales)) or min(scales, default=1) <= 0:
         raise _Corrupt("manifest", "coarse_scales in the manifest are missing or not one positive number per dimension")
+
+
+DISTINCT_KIND = "distinct-texts-composed-v1"
+DISTINCT_ARRAYS: dict[str, str] = {
+    "distinct_row": "int32",
+    "stems": "float32",
+    "offsets": "float32",
+    "row_distinct": "int32",
+    "row_offset": "int32",
+    "row_norm": "float32",
+    "coarse": "int8",
+    "scales": "float32",
+}
+"""The arrays of the layout file and their dtypes: ``texts.DistinctLayout``'s fields, plus the
+int8 copy of the distinct rows ``(dim, n_distinct)`` and its per-dimension scales."""
+
+
+@dataclass
+class DistinctArrays:
+    """The loaded layout, its arrays checked against each other and the manifest."""
+
+    layout: DistinctLayout
+    coarse: np.ndarray
+    scales: np.ndarray
+
+
+def _expected_shapes(manifest: DenseManifest, headers: dict[str, tuple[tuple[int, ...], np.dtype]]) -> dict:
+    count, dim, n_distinct = manifest.count, manifest.dim, manifest.distinct_count or 0
+    n_stems = headers["stems"][0][0] if headers["stems"][0] else -1
+    n_offsets = headers["offsets"][0][0] if headers["offsets"][0] else -1
+    return {
+        "distinct_row": (n_distinct,),
+        "stems": (n_stems, dim),
+        "offsets": (n_offsets, dim),
+        "row_distinct": (count,),
+        "row_offset": (count,),
+        "row_norm": (count,),
+        "coarse": (dim, n_distinct),
+        "scales": (dim,),
+    }
+
+
+def _check_distinct_headers(path: Path, manifest: DenseManifest) -> None:
+    """Every array present, complete, of its dtype and of the shape the manifest implies; reads
+    the zip directory and the array headers only."""
+    import zipfile
+
+    headers: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {info.filename: info for info in archive.infolist()}
+            for name in DISTINCT_ARRAYS:
+                info = members.get(f"{name}.npy")
+                if info is None:
+                    raise _Corrupt("shape", f"{path.name} has no {name} array")
+                with archive.open(info) as handle:
+                    version = np.lib.format.read_magic(handle)
+                    if version == (1, 0):
+                        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(handle)
+                    else:
+                        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(handle)
+                    header_bytes = handle.tell()
+                if info.file_size < header_bytes + int(np.prod(shape)) * dtype.itemsize:
+                    raise _Corrupt("truncated", f"{path.name}: the {name} array is cut off")
+                headers[name] = (tuple(shape), dtype)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise _Corrupt("truncated", f"{path.name} is truncated or unreadable: {error}") from error
+    if not manifest.distinct_count:
+        raise _Corrupt("manifest", "distinct_count is missing from the manifest")
+    for name, expected in _expected_shapes(manifest, headers).items():
+        shape, dtype = headers[name]
+        if dtype != np.dtype(DISTINCT_ARRAYS[name]) or shape != expected:
+            raise _Corrupt(
+                "shape", f"{path.name}: {name} has shape {shape} {dtype}, expected {expected} {DISTINCT_ARRAYS[name]}"
+            )
+
+
+def _load_distinct(path: Path, manifest: DenseManifest) -> DistinctArrays:
+    """Read the layout and check that its indices point inside it (shapes were checked already)."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: np.asarray(archive[name]) for name in DISTINCT_ARRAYS}
+    except (OSError, ValueError, EOFError, KeyError) as error:
+        raise _Corrupt("truncated", f"unreadable {path.name}: {error}") from error
+    layout = DistinctLayout(**{name: arrays[name] for name in DISTINCT_ARRAYS if name not in ("coarse", "scales")})
+    n_distinct, n_backed = len(layout.distinct_row), layout.n_backed
+    problems = []
+    if n_backed < 0 or (layout.distinct_row[n_backed:] != -1).any():
+        problems.append("the extra stems are not the last distinct rows")
+    backed = layout.distinct_row[:n_backed]
+    if len(backed) and (backed.min() < 0 or backed.max() >= manifest.count):
+        problems.append("a distinct row points outside the vectors")
+    if len(layout.row_distinct) and (layout.row_distinct.min() < 0 or layout.row_distinct.max() >= n_distinct):
+        problems.append("a row points outside the distinct rows")
+    if (layout.row_offset < -1).any() or (layout.row_offset >= len(layout.offsets)).any():
+        problems.append("a row points outside the offsets")
+    if not (np.isfinite(layout.row_norm).all() and (layout.row_norm > 0).all()):
+        problems.append("a norm is not a positive number")
+    if not (np.isfinite(layout.stems).all() and np.isfinite(layout.offsets).all()):
+        problems.append("stems or offsets contain NaN or infinity")
+    scales = arrays["scales"]
+    if not (np.isfinite(scales).all() and (scales > 0).all()):
+        problems.append("the int8 scales are not positive numbers")
+    if problems:
+        raise _Corrupt("shape", f"{path.name}: {'; '.join(problems)}")
+    return DistinctArrays(layout, arrays["coarse"], scales)
 
 
 COARSE_KIND = "int8-per-dimension-v1"
@@ -442,7 +575,7 @@ def _write_index(
         for tmp in tmp_files:
             tmp.unlink(missing_ok=True)
     keep = {path.name for path in written}
-    for pattern in ("vectors-*.npy", "codes-*.json", "ann-*.usearch", "coarse-*.npy"):
+    for pattern in ("vectors-*.npy", "codes-*.json", "ann-*.usearch", "coarse-*.npy", "distinct-*.npz"):
         for old in index_dir.glob(pattern):
             if old.name not in keep:
                 old.unlink(missing_ok=True)
@@ -483,6 +616,61 @@ def add_coarse(index_dir: Path, loaded: _Loaded) -> DenseManifest:
         manifest_tmp.unlink(missing_ok=True)
     for old in index_dir.glob("coarse-*.npy"):
         if old.name != coarse_file:
+            old.unlink(missing_ok=True)
+    return upgraded
+
+
+def add_distinct(
+    index_dir: Path, manifest: DenseManifest, vectors: np.ndarray, layout: DistinctLayout
+) -> DenseManifest:
+    """Store ``layout`` beside a verified index: check that it reproduces every stored vector
+    (``LAYOUT_TOLERANCE``), quantize its distinct rows, write the ``.npz`` under a fresh name and
+    swap in a format-3 manifest naming it. The vectors and codes stay as they are; the caller
+    holds the build lock. Raises ``ValueError`` when the layout does not reproduce the vectors."""
+    error = layout.max_error(vectors)
+    if not error <= LAYOUT_TOLERANCE:
+        raise ValueError(f"the distinct-text layout misses the stored vectors by {error:.2e} (> {LAYOUT_TOLERANCE})")
+    coarse, scales = quantize_coarse(layout.distinct_vectors(vectors))
+    token = uuid.uuid4().hex[:12]
+    distinct_file = f"distinct-{token}.npz"
+    tmp = index_dir / f".{distinct_file}.tmp"
+    manifest_tmp = index_dir / f".{MANIFEST_NAME}.{token}.tmp"
+    arrays = {
+        "distinct_row": layout.distinct_row.astype(np.int32),
+        "stems": layout.stems.astype(np.float32),
+        "offsets": layout.offsets.astype(np.float32),
+        "row_distinct": layout.row_distinct.astype(np.int32),
+        "row_offset": layout.row_offset.astype(np.int32),
+        "row_norm": layout.row_norm.astype(np.float32),
+        "coarse": coarse,
+        "scales": np.asarray(scales, np.float32),
+    }
+    try:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, allow_pickle=False, **arrays)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, index_dir / distinct_file)
+        upgraded = manifest.model_copy(
+            update={
+                "format_version": FORMAT_VERSION,
+                "distinct_file": distinct_file,
+                "distinct_sha256": _sha256(index_dir / distinct_file),
+                "distinct_kind": DISTINCT_KIND,
+                "distinct_count": len(layout.distinct_row),
+                "distinct_max_error": error,
+            }
+        )
+        manifest_tmp.write_text(upgraded.model_dump_json(indent=2), encoding="utf-8")
+        os.replace(manifest_tmp, index_dir / MANIFEST_NAME)
+    except BaseException:
+        (index_dir / distinct_file).unlink(missing_ok=True)
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+        manifest_tmp.unlink(missing_ok=True)
+    for old in index_dir.glob("distinct-*.npz"):
+        if old.name != distinct_file:
             old.unlink(missing_ok=True)
     return upgraded
 
