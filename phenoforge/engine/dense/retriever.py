@@ -27,6 +27,7 @@ from phenoforge.engine.dense.model import (
     normalise,
 )
 from phenoforge.engine.dense.store import (
+    DISTINCT_LEVELS,
     FORMAT_VERSION,
     DenseIndexStatus,
     DenseManifest,
@@ -313,7 +314,8 @@ class DenseRetriever:
                 block = queries[start : start + EXACT_QUERY_CHUNK]
                 approximate = scan.scores(block)
                 for query, row_scores in zip(block, approximate, strict=True):
-                    candidates = np.sort(np.argpartition(-row_scores, COARSE_CANDIDATES)[:COARSE_CANDIDATES])
+                    best = np.argpartition(-row_scores, COARSE_CANDIDATES)[:COARSE_CANDIDATES]
+                    candidates = np.sort(best if scan.rows is None else scan.rows[best])
                     scores = vectors[candidates] @ query
                     top = top_indices(scores, n)
                     out.append((candidates[top], scores[top]))
@@ -423,7 +425,7 @@ class _Int8Scan:
     Runtime's integer matrix product (AVX2/VNNI kernels; numpy has no int8 one). The int8 copy is
     handed to the session once, so it is packed for the CPU once, not per query."""
 
-    def __init__(self, coarse: np.ndarray, scales: np.ndarray) -> None:
+    def __init__(self, coarse: np.ndarray, scales: np.ndarray, levels: int = 127) -> None:
         import onnxruntime as ort
         from onnx import TensorProto, helper
 
@@ -447,6 +449,9 @@ class _Int8Scan:
         del model, graph, weights
         self._session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
         self._scales = np.asarray(scales, dtype=np.float32)
+        self._levels = levels
+        self.rows: np.ndarray | None = None
+        """Score column -> stored row; None: column ``i`` is row ``i``."""
 
     def scores(self, queries: np.ndarray) -> np.ndarray:
         """``(len(queries), count)`` int32, each row proportional to the query's approximate cosines."""
@@ -455,11 +460,11 @@ class _Int8Scan:
     def cosines(self, queries: np.ndarray) -> np.ndarray:
         """``(len(queries), count)`` float32 approximate cosines (the int8 products rescaled)."""
         products, peak = self._products(queries)
-        return products.astype(np.float32) * (peak / (127.0 * 127.0)).astype(np.float32)
+        return products.astype(np.float32) * (peak / (127.0 * self._levels)).astype(np.float32)
 
     def _products(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each query is scaled by the per-dimension scales and rounded to int8 at its own peak
-        (shifted to uint8 for the operator), so ``products * peak / 127**2 ~= queries @ rows``."""
+        (shifted to uint8 for the operator), so ``products * peak / (127 * levels) ~= queries @ rows``."""
         scaled = np.asarray(queries, dtype=np.float32) * self._scales
         peak = np.maximum(np.abs(scaled).max(axis=1, keepdims=True), 1e-12)
         shifted = np.rint(scaled * (127.0 / peak)) + 128.0
@@ -468,30 +473,45 @@ class _Int8Scan:
 
 class _DistinctScan:
     """``scores(queries)``: approximate cosines of every stored row from an int8 scan of the
-    distinct rows only. A plain row takes its distinct row's score; a composed row's score is
-    ``(q.stem + q.offset) / |stem + offset|``, which is its cosine exactly up to the int8 error
-    of ``q.stem`` (divided by the norm). One gather over all rows, no fp32 pass over the matrix."""
+    distinct rows only, projected on their main directions (``store.DISTINCT_DIMS``).
+
+    Entry ``e`` of a score row is stored row ``rows[e]``: first the rows that hold a distinct
+    vector (their scanned score), then the composed rows, scored ``(q.stem + q.offset) / |stem +
+    offset|`` from their stem's scanned score and the exact ``q.offset``, then the rows whose text
+    repeats an earlier row's (that row's score). So no fp32 pass over the matrix and no scatter.
+    """
 
     def __init__(self, distinct: DistinctArrays) -> None:
         layout = distinct.layout
-        self._scan = _Int8Scan(distinct.coarse, distinct.scales)
-        self._row_distinct = layout.row_distinct.astype(np.intp)
-        self._composed = np.flatnonzero(layout.row_offset >= 0)
-        self._composed_offset = layout.row_offset[self._composed].astype(np.intp)
-        self._composed_inverse_norm = (1.0 / layout.row_norm[self._composed]).astype(np.float32)
+        self._projection = np.ascontiguousarray(distinct.projection, dtype=np.float32)
+        self._scan = _Int8Scan(distinct.coarse, distinct.scales, DISTINCT_LEVELS)
+        self._n_backed = layout.n_backed
+        backing = layout.distinct_row[: self._n_backed].astype(np.intp)
+        composed = np.flatnonzero(layout.row_offset >= 0)
+        is_backing = np.zeros(len(layout.row_distinct), bool)
+        is_backing[backing] = True
+        repeats = np.flatnonzero((layout.row_offset < 0) & ~is_backing)
+        self.rows = np.concatenate([backing, composed, repeats])
+        """Entry -> stored row (a permutation of all rows: ``store`` checks the layout)."""
+        self._composed_position = layout.row_distinct[composed].astype(np.intp)
+        self._composed_offset = layout.row_offset[composed].astype(np.intp)
+        self._composed_inverse_norm = (1.0 / layout.row_norm[composed]).astype(np.float32)
+        self._repeat_position = layout.row_distinct[repeats].astype(np.intp)
         self._offsets_t = np.ascontiguousarray(layout.offsets.T, dtype=np.float32)
 
     def scores(self, queries: np.ndarray) -> np.ndarray:
-        """``(len(queries), count)`` float32 approximate cosines."""
+        """``(len(queries), count)`` float32 approximate cosines, in ``rows`` order."""
         queries = np.asarray(queries, dtype=np.float32)
-        distinct = self._scan.cosines(queries)
-        rows = np.take(distinct, self._row_distinct, axis=1)
-        by_offset = queries @ self._offsets_t
-        composed = np.take(rows, self._composed, axis=1)
-        composed += np.take(by_offset, self._composed_offset, axis=1)
+        distinct = self._scan.cosines(queries @ self._projection)
+        n_backed, n_composed = self._n_backed, len(self._composed_position)
+        out = np.empty((len(queries), len(self.rows)), np.float32)
+        out[:, :n_backed] = distinct[:, :n_backed]
+        composed = np.take(distinct, self._composed_position, axis=1)
+        composed += np.take(queries @ self._offsets_t, self._composed_offset, axis=1)
         composed *= self._composed_inverse_norm
-        rows[:, self._composed] = composed
-        return rows
+        out[:, n_backed : n_backed + n_composed] = composed
+        out[:, n_backed + n_composed :] = np.take(distinct, self._repeat_position, axis=1)
+        return out
 
 
 class _CountingEmbed:
