@@ -5,9 +5,12 @@ timed in the same run, so the ratio holds on a noisy shared machine even when th
 numbers do not:
 
 - BM25 query latency: the bm25s engine (``BM25Index``) beside rank-bm25's ``BM25Okapi``;
-- dense search: the stored path (the int8 copy scanned through ONNX Runtime, or the usearch graph,
-  with exact fp32 re-scoring) beside an exact numpy scan of the same memory-mapped fp32 vectors,
-  with recall@10/100/200 against the exact scan;
+- dense search: each stored path (the int8 scan of the distinct rows with the composed rows'
+  scores derived, the int8 scan of all rows, the usearch graph if stored; all with exact fp32
+  re-scoring) beside an exact numpy scan of the same memory-mapped fp32 vectors, with
+  recall@10/100/200 against the exact scan;
+- query embedding per ONNX Runtime session configuration (optimisation level, threads, fused
+  graph, int8 weights), with each one's top-10 agreement against the fp32 query vectors;
 - dense query end to end (embed + search): ONNX Runtime one-thread + the stored path beside torch +
   exact scan (the previous path);
 - encoder throughput on a seeded sample of the texts a build embeds: onnx-fp32 and onnx-int8 beside
@@ -97,6 +100,21 @@ def spread(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
     return f"{statistics.median(v):.{digits}f} ({min(v):.{digits}f}-{max(v):.{digits}f})"
 
 
+def cpu_flags() -> str:
+    """The SIMD flags that decide the int8 and bf16 kernels, from ``/proc/cpuinfo``."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "unknown (no /proc/cpuinfo)"
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
+    return f"{model}: " + " ".join(f"{flag}={'yes' if flag in flags else 'no'}" for flag in wanted)
+
+
 def p50_ms(function: Callable[[str], object], queries: list[str]) -> float:
     times = []
     for query in queries:
@@ -133,67 +151,77 @@ def bench_bm25(con, runs: int) -> None:  # noqa: ANN001
     compare(f"BM25 {len(QUERIES)} queries (s)", "BM25Index.rankings (batch)", "ranking() per query", batch, loop, "s")
 
 
+def _recall(approx: list, exact: list, depth: int) -> list[float]:
+    return [
+        len(set(a[0][:depth].tolist()) & set(e[0][:depth].tolist())) / depth for a, e in zip(approx, exact, strict=True)
+    ]
+
+
 def bench_dense_search(retriever: dense.DenseRetriever, runs: int) -> None:
-    """The stored search path (int8 scan + fp32 re-score, or the graph) beside the exact fp32 scan."""
+    """Every stored search path beside the exact fp32 scan, timed in the same runs: the int8 scan
+    of the distinct rows (composed scores derived), the int8 scan of all rows, and (if stored) the
+    graph; each re-scores its candidates in fp32. Recall@10/100/200 against the exact scan."""
     vectors = retriever._vectors
     assert vectors is not None and retriever.manifest is not None
-    path = retriever.status.search or "exact"
+    manifest = retriever.manifest
     print(
-        f"\nindex: {len(vectors)} x {vectors.shape[1]} fp32 (memory-mapped), search path: {path} "
-        f"(graph: {retriever.manifest.ann_kind}, int8 copy: {retriever.manifest.coarse_kind})"
+        f"\nindex: {len(vectors)} x {vectors.shape[1]} fp32 (memory-mapped), format {manifest.format_version}, "
+        f"default search path: {retriever.status.search} (graph: {manifest.ann_kind}, int8 copy: "
+        f"{manifest.coarse_kind}, distinct layout: {manifest.distinct_kind}, {manifest.distinct_count} distinct rows)"
     )
-    if path == "exact":
-        print("no graph and no int8 copy stored: exact scan only (`python -m phenoforge build` adds the copy)")
+    paths: list[dense.retriever.ScanPath] = []
+    if retriever._distinct is not None:
+        paths.append("distinct")
+    if retriever._coarse is not None:
+        paths.append("int8")
+    if not paths:
+        print("no int8 copy stored: exact scan only (`python -m phenoforge build` adds it)")
         return
     queries = retriever._query_vectors(QUERIES)
     started = time.perf_counter()
     retriever._top_many(queries[:1], 100)  # a process's first search scans exactly
-    first = time.perf_counter() - started
-    started = time.perf_counter()
-    retriever._top_many(queries[:1], 100)  # the second opens the graph or the int8 session
-    print(
-        f"first search (exact scan): {first:.3f} s; second (opens the {path} structures): "
-        f"{time.perf_counter() - started:.3f} s"
-    )
+    print(f"first search (exact scan, no int8 session opened): {time.perf_counter() - started:.3f} s")
+    for path in paths:
+        started = time.perf_counter()
+        retriever._top_many(queries[:1], 100, path=path)
+        print(f"first search through {path} (opens its int8 session): {time.perf_counter() - started:.3f} s")
     exact = retriever._top_many(queries, 200, exact=True)
-    approx = retriever._top_many(queries, 200)
-    for depth in (10, 100, 200):
-        recall = [
-            len(set(a[0][:depth].tolist()) & set(e[0][:depth].tolist())) / depth
-            for a, e in zip(approx, exact, strict=True)
-        ]
-        print(
-            f"recall@{depth} of {path} vs the exact scan: mean {np.mean(recall):.4f}, min {min(recall):.2f} "
-            f"over {len(QUERIES)} clinical queries"
-        )
     rows = np.sort(np.random.default_rng(0).choice(len(vectors), 300, replace=False))
     stored = np.asarray(vectors[rows], dtype=np.float32)  # code descriptions as queries: their own vectors
     exact_codes = retriever._top_many(stored, 100, exact=True)
-    approx_codes = retriever._top_many(stored, 100)
-    recall = [
-        len(set(a[0].tolist()) & set(e[0].tolist())) / 100 for a, e in zip(approx_codes, exact_codes, strict=True)
-    ]
-    print(
-        f"recall@100 of {path} vs the exact scan: mean {np.mean(recall):.4f}, min {min(recall):.2f} "
-        "over 300 stored code vectors used as queries"
-    )
+    for path in paths:
+        approx = retriever._top_many(queries, 200, path=path)
+        figures = []
+        for depth in (10, 100, 200):
+            recall = _recall(approx, exact, depth)
+            figures.append(f"@{depth} {np.mean(recall):.4f} (min {min(recall):.2f})")
+        same = sum(a[0][:100].tolist() == e[0][:100].tolist() for a, e in zip(approx, exact, strict=True))
+        codes = _recall(retriever._top_many(stored, 100, path=path), exact_codes, 100)
+        print(
+            f"recall of {path} vs the exact scan, {len(QUERIES)} clinical queries: {', '.join(figures)}; "
+            f"identical top-100 lists {same}/{len(QUERIES)}; 300 stored code vectors as queries: "
+            f"@100 {np.mean(codes):.4f} (min {min(codes):.2f})"
+        )
     by_query = dict(zip(QUERIES, queries, strict=True))
-    ours, theirs = [], []
+    times: dict[str, list[float]] = {path: [] for path in [*paths, "exact"]}
+    batch: dict[str, list[float]] = {path: [] for path in [*paths, "exact"]}
     for _run in range(runs):
-        ours.append(p50_ms(lambda q: retriever._top_many(by_query[q][None, :], 100), QUERIES))
-        theirs.append(p50_ms(lambda q: retriever._top_many(by_query[q][None, :], 100, exact=True), QUERIES))
-    label = "dense search p50, top 100, one query (ms)"
-    compare(label, f"{path} (stored)", "exact numpy fp32 scan", ours, theirs, "ms")
-    ours, theirs = [], []
-    for _run in range(runs):
-        started = time.perf_counter()
-        retriever._top_many(queries, 100)
-        ours.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        retriever._top_many(queries, 100, exact=True)
-        theirs.append(time.perf_counter() - started)
-    label = f"dense search of {len(QUERIES)} queries at once (s)"
-    compare(label, f"{path} (batch)", "exact scan (batch)", ours, theirs, "s")
+        for path in times:
+            times[path].append(p50_ms(lambda q: retriever._top_many(by_query[q][None, :], 100, path=path), QUERIES))  # noqa: B023
+            started = time.perf_counter()
+            retriever._top_many(queries, 100, path=path)
+            batch[path].append(time.perf_counter() - started)
+    names = {"distinct": "int8 distinct rows + composed", "int8": "int8 all rows", "exact": "exact numpy fp32 scan"}
+    print(f"dense search p50, top 100, one query at a time, {runs} runs (load {os.getloadavg()[0]:.1f}):")
+    for path in times:
+        ratio = [e / t for t, e in zip(times[path], times["exact"], strict=True)]
+        print(f"  {names[path]:<32} {spread(times[path])} ms   exact / this: {spread(ratio)}")
+    if "distinct" in times and "int8" in times:
+        ratio = [i / d for d, i in zip(times["distinct"], times["int8"], strict=True)]
+        print(f"  int8 all rows / distinct: {spread(ratio)}")
+    print(f"dense search of {len(QUERIES)} queries at once (s):")
+    for path in batch:
+        print(f"  {names[path]:<32} {spread(batch[path], digits=3)} s")
 
 
 def bench_dense_query(retriever: dense.DenseRetriever, runs: int) -> None:
@@ -223,10 +251,15 @@ def bench_dense_query(retriever: dense.DenseRetriever, runs: int) -> None:
         "ms",
     )
     retriever._embed_fn = onnx
-    public = []
+    public, encode = [], []
     for _run in range(runs):
         public.append(p50_ms(lambda q: retriever.ranking(q, 10), QUERIES))
-    print(f"DenseRetriever.ranking(q, 10) p50 with the default runtime: {spread(public)} ms")
+        encode.append(p50_ms(lambda q: onnx([q]), QUERIES))
+    print(
+        f"DenseRetriever.ranking(q, 10) p50 end to end with the default runtime and search path "
+        f"({retriever.status.search}): {spread(public)} ms; its query embedding alone {spread(encode)} ms "
+        f"(load {os.getloadavg()[0]:.1f})"
+    )
 
 
 def bench_query_embedding(runs: int) -> None:
@@ -242,6 +275,96 @@ def bench_query_embedding(runs: int) -> None:
     cos = [float(np.dot(onnx([q])[0], torch_fp32([q])[0])) for q in QUERIES[:10]]
     compare("query embedding alone p50 (ms)", "onnx-fp32 1 thread", "torch-fp32 (1 thread)", ours, theirs, "ms")
     print(f"  cosine onnx vs torch on 10 queries: min {min(cos):.6f}")
+
+
+def _query_encoder(path: Path, threads: int, level: str, spinning: bool = False) -> Callable[[str], np.ndarray]:
+    """One query through an ONNX Runtime session built with these options: tokenised without
+    padding (one text), mean-pooled and normalised like ``default_embed_fn``."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(dense.model_path() / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=dense.MAX_SEQ_LENGTH)
+    tokenizer.no_padding()  # tokenizer.json pads to 128 tokens by itself
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def encode(query: str) -> np.ndarray:
+        encoding = tokenizer.encode(query)
+        inputs = {
+            "input_ids": np.array([encoding.ids], dtype=np.int64),
+            "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
+            "token_type_ids": np.array([encoding.type_ids], dtype=np.int64),
+        }
+        hidden = session.run(None, inputs)[0][0]
+        pooled = hidden.mean(axis=0)  # one text, no padding: every token counts
+        return (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
+
+    return encode
+
+
+def _fused_onnx(source: Path, target: Path) -> Path:
+    """ONNX Runtime's transformer optimizer (fused attention, skip-layer-norm, GELU) on the export."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    if not target.is_file():
+        model = optimize_model(str(source), model_type="bert", num_heads=12, hidden_size=384, opt_level=1)
+        model.save_model_to_file(str(target))
+    return target
+
+
+def bench_query_encoders(retriever: dense.DenseRetriever, runs: int) -> None:
+    """One query's embedding under each session configuration, beside the current one (fp32,
+    ENABLE_ALL, one thread), with the top-10 agreement of the rankings its vectors give against
+    the current fp32 query vectors on the clinical queries (a default needs >= 0.95)."""
+    import tempfile
+
+    from phenoforge.engine.dense.model import export_onnx, quantized_onnx_file
+
+    fp32, int8 = export_onnx(), quantized_onnx_file()
+    with tempfile.TemporaryDirectory() as tmp:
+        fused = _fused_onnx(fp32, Path(tmp) / "fused.onnx")
+        configs = {
+            "fp32 ENABLE_ALL 1 thread (current)": _query_encoder(fp32, 1, "ORT_ENABLE_ALL"),
+            "fp32 ENABLE_EXTENDED 1 thread": _query_encoder(fp32, 1, "ORT_ENABLE_EXTENDED"),
+            "fp32 ENABLE_BASIC 1 thread": _query_encoder(fp32, 1, "ORT_ENABLE_BASIC"),
+            "fp32 ENABLE_ALL 2 threads": _query_encoder(fp32, 2, "ORT_ENABLE_ALL"),
+            "fp32 ENABLE_ALL 2 threads spinning": _query_encoder(fp32, 2, "ORT_ENABLE_ALL", spinning=True),
+            "fp32 fused (transformers optimizer) 1 thread": _query_encoder(fused, 1, "ORT_ENABLE_ALL"),
+            "int8 dynamic (per-channel) 1 thread": _query_encoder(int8, 1, "ORT_ENABLE_ALL"),
+        }
+        current = dense.default_embed_fn(precision="fp32", runtime="onnx")
+        reference = {q: current([q])[0] for q in QUERIES}
+        for encode in configs.values():
+            encode("warm up")
+        times: dict[str, list[float]] = {name: [] for name in configs}
+        for _run in range(runs):
+            for name, encode in configs.items():
+                times[name].append(p50_ms(encode, QUERIES))
+        reference_tops = retriever._top_many(np.stack([reference[q] for q in QUERIES]), 10)
+        print(f"\nquery embedding p50 (ms) per session configuration, {len(QUERIES)} clinical queries, {runs} runs")
+        baseline = times["fp32 ENABLE_ALL 1 thread (current)"]
+        for name, encode in configs.items():
+            vectors = np.stack([encode(q) for q in QUERIES])
+            cosine = np.sum(vectors * np.stack([reference[q] for q in QUERIES]), axis=1)
+            tops = retriever._top_many(vectors, 10)
+            agreement = np.mean(
+                [len(set(a[0].tolist()) & set(b[0].tolist())) / 10 for a, b in zip(tops, reference_tops, strict=True)]
+            )
+            ratio = [b / t for t, b in zip(times[name], baseline, strict=True)]
+            print(
+                f"  {name:<46} {spread(times[name])} ms   x{spread(ratio)} vs current   "
+                f"cosine to current min {cosine.min():.6f}   top-10 agreement {agreement:.3f}"
+            )
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(dense.model_path() / "tokenizer.json"))
+        tokenize_ms = [p50_ms(tokenizer.encode, QUERIES) for _run in range(runs)]
+        print(f"  of which tokenising one query (tokenizers, Rust): {spread(tokenize_ms, digits=3)} ms")
 
 
 def bench_exact_scan_cost(runs: int, rows: int = 98_186, dim: int = 384) -> None:
@@ -349,11 +472,12 @@ def main() -> int:
         "--skip",
         nargs="*",
         default=[],
-        choices=["bm25", "search", "query", "embed", "scan", "encoder", "cold", "graph-cost"],
+        choices=["bm25", "search", "query", "embed", "scan", "encoder", "cold", "graph-cost", "encoders"],
     )
     args = parser.parse_args()
     con = connect()
     print(f"CPU: {dense.describe_auto_choice()}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"CPU flags: {cpu_flags()}")
     if "bm25" not in args.skip:
         bench_bm25(con, args.runs)
     if "embed" not in args.skip:
@@ -368,6 +492,8 @@ def main() -> int:
     else:
         if "search" not in args.skip:
             bench_dense_search(retriever, args.runs)
+        if "encoders" not in args.skip:
+            bench_query_encoders(retriever, args.runs)
         if "query" not in args.skip:
             bench_dense_query(retriever, args.runs)
         if "cold" not in args.skip:

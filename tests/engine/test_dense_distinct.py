@@ -146,6 +146,20 @@ def test_rankings_equal_the_exact_scan(built: DenseRetriever) -> None:
         assert built.ranking(QUERIES[0], n) == deep[:n]
 
 
+def test_a_large_block_of_queries_scans_all_rows_with_the_same_rankings(built: DenseRetriever) -> None:
+    queries = built._query_vectors(QUERIES * 2)
+    assert len(queries) > dense_retriever.DISTINCT_MAX_QUERIES
+    built._top_many(queries[:1], 5)  # a process's first search scans exactly
+    block = built._top_many(queries, 6)
+    assert built._coarse_scan is not None and built._distinct_scan is None
+    one_by_one = [built._top_many(query[None, :], 6)[0] for query in queries]
+    assert built._distinct_scan is not None
+    for (rows, scores), (single_rows, single_scores) in zip(block, one_by_one, strict=True):
+        assert np.allclose(scores, single_scores, atol=1e-6)
+        above = single_scores > single_scores[-1] + 1e-6
+        assert rows[above].tolist() == single_rows[above].tolist()
+
+
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-200])
 

@@ -62,6 +62,11 @@ ANN_CANDIDATES = 320
 COARSE_CANDIDATES = 1000
 """Rows the int8 scan proposes per query before exact fp32 re-scoring; rankings up to this deep
 use it (recall@100 against the exact scan: ``bench/bench_speed.py`` prints it)."""
+DISTINCT_MAX_QUERIES = 8
+"""Blocks of more queries than this use the int8 copy of all rows when it is stored: its int8
+product amortises over a block, the distinct scan's per-query gathers do not (49 clinical queries
+at once: 0.22 s all rows against 0.28 s distinct, ``bench/bench_speed.py``), while one query is
+1.7x faster through the distinct rows."""
 EXACT_QUERY_CHUNK = 64
 """Queries scored together in an exact scan: one pass over the vectors for each chunk."""
 MAX_QUERY_CHARS = 2000
@@ -288,7 +293,8 @@ class DenseRetriever:
         With a stored graph and ``n <= ANN_CANDIDATES``: the graph proposes ``ANN_CANDIDATES``
         rows. Else, with an int8 copy and ``n <= COARSE_CANDIDATES``: an int8 scan proposes
         ``COARSE_CANDIDATES`` rows, either of the distinct rows with the composed rows' scores
-        derived from them (the distinct-text layout, preferred) or of every row. Either way the
+        derived from them (the distinct-text layout, preferred for blocks of up to
+        ``DISTINCT_MAX_QUERIES`` queries) or of every row. Either way the
         candidates are re-scored exactly in fp32 from the stored vectors and cut prefix-stably, so
         every ``n`` up to the candidate count is a prefix of the same list. Deeper rankings (or
         ``exact``, or ``path="exact"``) scan every fp32 row, in chunks of queries so the score
@@ -298,6 +304,8 @@ class DenseRetriever:
         vectors = self._vectors
         exact = exact or path == "exact"
         graph = None if exact or path != "best" or n > ANN_CANDIDATES else self._graph()
+        if path == "best" and len(queries) > DISTINCT_MAX_QUERIES and self._coarse is not None:
+            path = "int8"
         out: list[tuple[np.ndarray, np.ndarray]] = []
         use_scan = not exact and graph is None and n <= COARSE_CANDIDATES < len(vectors)
         # an int8 session costs more to open (~0.3 s idle) than one exact scan (~15 ms): a process's
@@ -500,17 +508,21 @@ class _DistinctScan:
         self._offsets_t = np.ascontiguousarray(layout.offsets.T, dtype=np.float32)
 
     def scores(self, queries: np.ndarray) -> np.ndarray:
-        """``(len(queries), count)`` float32 approximate cosines, in ``rows`` order."""
+        """``(len(queries), count)`` float32 approximate cosines, in ``rows`` order. One int8
+        product for the block; the gathers run per query on 1-d rows (on a 2-core AVX2 machine,
+        2-d gathers over a block of 49 queries took longer than the scan itself)."""
         queries = np.asarray(queries, dtype=np.float32)
         distinct = self._scan.cosines(queries @ self._projection)
+        by_offset = queries @ self._offsets_t
         n_backed, n_composed = self._n_backed, len(self._composed_position)
         out = np.empty((len(queries), len(self.rows)), np.float32)
-        out[:, :n_backed] = distinct[:, :n_backed]
-        composed = np.take(distinct, self._composed_position, axis=1)
-        composed += np.take(queries @ self._offsets_t, self._composed_offset, axis=1)
-        composed *= self._composed_inverse_norm
-        out[:, n_backed : n_backed + n_composed] = composed
-        out[:, n_backed + n_composed :] = np.take(distinct, self._repeat_position, axis=1)
+        for scores, query_distinct, query_offsets in zip(out, distinct, by_offset, strict=True):
+            scores[:n_backed] = query_distinct[:n_backed]
+            composed = scores[n_backed : n_backed + n_composed]
+            np.take(query_distinct, self._composed_position, out=composed)
+            composed += query_offsets[self._composed_offset]
+            composed *= self._composed_inverse_norm
+            np.take(query_distinct, self._repeat_position, out=scores[n_backed + n_composed :])
         return out
 
 
