@@ -160,6 +160,18 @@ def test_a_large_block_of_queries_scans_all_rows_with_the_same_rankings(built: D
         assert rows[above].tolist() == single_rows[above].tolist()
 
 
+@pytest.mark.parametrize("size", [30, 5_000, 98_186])
+def test_largest_finds_the_argpartition_set(size: int) -> None:
+    rng = np.random.default_rng(size)
+    for spread in (1.0, 1e-3):
+        scores = (rng.standard_normal(size) * spread).astype(np.float32)
+        k = min(60, size - 1)
+        assert set(dense_retriever._largest(scores, k).tolist()) == set(np.argsort(-scores)[:k].tolist())
+    ones = np.ones(98_186, np.float32)  # all tied: any k of them, but k and distinct
+    chosen = dense_retriever._largest(ones, 1000)
+    assert len(set(chosen.tolist())) == 1000
+
+
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-200])
 

