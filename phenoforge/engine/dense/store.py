@@ -60,8 +60,9 @@ class DenseIndexStatus(BaseModel):
     built_at: str | None = None
     mode: str | None = None
     search: str | None = None
-    """``ann`` when a nearest-neighbour graph is stored, ``int8+rescore`` when an int8 copy proposes
-    candidates that are re-scored in fp32, ``exact`` when queries scan every fp32 row."""
+    """``ann`` when a nearest-neighbour graph is stored, ``distinct-int8+rescore`` when the
+    distinct-text layout's int8 copy proposes candidates, ``int8+rescore`` when the int8 copy of all
+    rows does (either re-scored in fp32), ``exact`` when queries scan every fp32 row."""
     index_dir: str = ""
 
     @property
