@@ -245,7 +245,10 @@ class DenseRetriever:
                 },
             )
             if layout is not None:
-                add_distinct(self.index_dir, manifest, vectors, layout)
+                try:
+                    add_distinct(self.index_dir, manifest, vectors, layout)
+                except ValueError as error:  # the index itself is written and valid: search all rows
+                    _log.warning("dense index: no distinct-text layout written: %s", error)
         if not self.reload():
             raise DenseIndexNotReady(f"the dense index just written is not usable: {self.status.reason}")
         progress(len(items.codes), len(items.codes), "dense index ready")
