@@ -35,6 +35,7 @@ class Hierarchy:
     _levels: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _id_by_code: dict[str, int] = field(default_factory=dict, repr=False)
     _kind_ancestors: dict[tuple[int, str], int | None] = field(default_factory=dict, repr=False)
+    _billable_below: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     def resolve(self, raw: str) -> int | None:
         """Concept id of a code as typed (``E1122``, ``e11.22``, `` E11.22 ``), or None."""
@@ -94,6 +95,18 @@ class Hierarchy:
                 seen.add(node)
                 stack.extend(self.children.get(node, ()))
         return sorted(seen)
+
+    def billable_descendants(self, concept_id: int) -> tuple[int, ...]:
+        """The billable codes a node stands for (itself when billable, else its billable
+        descendants, in vocabulary order), memoised: set builders ask for the same nodes per query."""
+        found = self._billable_below.get(concept_id)
+        if found is None:
+            if self.billable.get(concept_id, False):
+                found = (concept_id,)
+            else:
+                found = tuple(node for node in self.descendants(concept_id) if self.billable.get(node, False))
+            self._billable_below[concept_id] = found
+        return found
 
     def concept(self, concept_id: int) -> Concept:
         return Concept(

@@ -60,9 +60,7 @@ class Retrieval:
 
 def billable_below(hierarchy: Hierarchy, concept_id: int) -> list[int]:
     """The billable codes a selected node stands for: itself when billable, else its billable descendants."""
-    if hierarchy.billable.get(concept_id, False):
-        return [concept_id]
-    return [node for node in hierarchy.descendants(concept_id) if hierarchy.billable.get(node, False)]
+    return list(hierarchy.billable_descendants(concept_id))
 
 
 def ancestor_of_kind(hierarchy: Hierarchy, concept_id: int, kind: str) -> int | None:
