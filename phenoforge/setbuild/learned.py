@@ -18,12 +18,11 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
-import sklearn
 from pydantic import BaseModel, Field, ValidationError
-from sklearn.ensemble import HistGradientBoostingClassifier
 from threadpoolctl import threadpool_limits
 
 from phenoforge.config import data_dir
@@ -34,6 +33,9 @@ from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
 from phenoforge.setbuild.models import BuiltSet
+
+if TYPE_CHECKING:  # scikit-learn (with scipy, seconds to import) loads only when a model is fitted or read
+    from sklearn.ensemble import HistGradientBoostingClassifier
 
 METHOD = "learned"
 FORMAT_VERSION = 1
@@ -111,6 +113,8 @@ class MembershipModel:
 
 
 def _estimator() -> HistGradientBoostingClassifier:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
     return HistGradientBoostingClassifier(
         max_iter=250,
         learning_rate=0.06,
@@ -119,6 +123,12 @@ def _estimator() -> HistGradientBoostingClassifier:
         l2_regularization=1.0,
         random_state=0,
     )
+
+
+def _sklearn_version() -> str:
+    import sklearn
+
+    return str(sklearn.__version__)
 
 
 def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> HistGradientBoostingClassifier:
@@ -232,7 +242,7 @@ def train_membership_model(
         n_rows=int(len(y)),
         n_positive=int(y.sum()),
         estimator="HistGradientBoostingClassifier",
-        sklearn_version=sklearn.__version__,
+        sklearn_version=_sklearn_version(),
         trained_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     return MembershipModel(manifest, estimator)
@@ -348,6 +358,8 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
     model_path = directory / manifest.model_file
     if not model_path.is_file() or _sha256(model_path) != manifest.sha256:
         raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)")
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
     try:
         estimator = pickle.loads(model_path.read_bytes())  # noqa: S301 - our own file, checksum verified
     except Exception as error:  # an unreadable pickle is a corrupt model, whatever the exception
