@@ -37,14 +37,19 @@ class Hierarchy:
     _kind_ancestors: dict[tuple[int, str], int | None] = field(default_factory=dict, repr=False)
     _billable_below: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
-    def resolve(self, raw: str) -> int | None:
-        """Concept id of a code as typed (``E1122``, ``e11.22``, `` E11.22 ``), or None."""
+    def ids_by_display_code(self) -> dict[str, int]:
+        """Display code (``E11.22``) -> concept id, where ``resolve`` gives that id: a plain dict
+        lookup for loops over thousands of ranked codes (read only)."""
         if not self._id_by_code and self.code:
             # only where the normalised lookup agrees (a code shared by two concepts resolves as before)
             self._id_by_code.update(
                 (code, node) for node, code in self.code.items() if self.id_by_key.get(code_key(code) or "") == node
             )
-        found = self._id_by_code.get(raw) if isinstance(raw, str) else None
+        return self._id_by_code
+
+    def resolve(self, raw: str) -> int | None:
+        """Concept id of a code as typed (``E1122``, ``e11.22``, `` E11.22 ``), or None."""
+        found = self.ids_by_display_code().get(raw) if isinstance(raw, str) else None
         if found is not None:  # the display form, as every ranking and run spells it: no normalising
             return found
         key = code_key(raw)

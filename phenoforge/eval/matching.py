@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from phenoforge.engine.codes import code_key
 
@@ -87,6 +87,8 @@ class CohortMatches(BaseModel):
     truth: list[CodeMatch]
     predicted: list[CodeMatch]
     unresolvable_truth: list[str]
+    _credits: dict[tuple[str, int], list[float]] = PrivateAttr(default_factory=dict)
+    """partial credits per (side, max_distance), computed once for every measure that reads them"""
 
     @property
     def truth_codes(self) -> list[str]:
@@ -139,7 +141,7 @@ def match_cohort(
         for code, cid in codes:
             target, distance = index.nearest(cid)
             rows.append(
-                CodeMatch(
+                CodeMatch.model_construct(  # every field is built right here: no validation needed
                     code=code,
                     concept_id=cid,
                     nearest_code=hierarchy.code[target] if target is not None else None,

@@ -104,8 +104,11 @@ def _ranks(
 ) -> tuple[dict[int, int], dict[int, float]]:
     ranks: dict[int, int] = {}
     scores: dict[int, float] = {}
+    direct = hierarchy.ids_by_display_code()  # what ``resolve`` answers first, without a call per code
     for rank, (code, score) in enumerate(ranking or [], start=1):
-        concept_id = hierarchy.resolve(code)
+        concept_id = direct.get(code) if isinstance(code, str) else None
+        if concept_id is None:
+            concept_id = hierarchy.resolve(code)
         if concept_id is not None and concept_id not in ranks:
             ranks[concept_id] = rank
             scores[concept_id] = float(score)

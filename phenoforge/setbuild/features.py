@@ -131,8 +131,12 @@ class _NodeTable:
         self.rows_with_word: dict[str, list[int]] = {}
 
     def rows(self, nodes: Iterable[int]) -> np.ndarray:
-        row = self.row
-        return np.fromiter((row[node] for node in nodes), dtype=np.int64)
+        """The rows of concept ids (``ids`` is sorted: one binary search for all of them)."""
+        wanted = np.fromiter(nodes, dtype=np.int64)
+        found = np.searchsorted(self.ids, wanted)
+        if len(wanted) and (found.max() >= len(self.ids) or (self.ids[found] != wanted).any()):
+            raise KeyError(f"concept ids not in the hierarchy: {sorted(set(wanted.tolist()) - set(self.row))[:5]}")
+        return found
 
     def _widen(self, width: int) -> None:
         extra = width - self.chain.shape[1]
