@@ -44,6 +44,8 @@ class NearestIndex:
                 if (steps, order) < table.get(ancestor, (_FAR, _FAR)):
                     table[ancestor] = (steps, order)
         self._table = table
+        self._found: dict[int, Nearest] = {}
+        """answers already given: the truth side is matched against every method's codes"""
 
     def __bool__(self) -> bool:
         return bool(self.targets)
@@ -52,6 +54,12 @@ class NearestIndex:
         """The nearest target of ``concept_id`` (None, an unknown code, matches nothing)."""
         if concept_id is None or not self._table:
             return Nearest(None, None)
+        found = self._found.get(concept_id)
+        if found is None:
+            found = self._found[concept_id] = self._nearest(concept_id)
+        return found
+
+    def _nearest(self, concept_id: int) -> Nearest:
         best: tuple[int, int] | None = None
         hierarchy = self.hierarchy
         for ancestor, steps in zip(hierarchy.chain(concept_id), hierarchy.chain_levels(concept_id), strict=True):
@@ -141,7 +149,7 @@ def match_cohort(
         for code, cid in codes:
             target, distance = index.nearest(cid)
             rows.append(
-                CodeMatch.model_construct(  # every field is built right here: no validation needed
+                CodeMatch(
                     code=code,
                     concept_id=cid,
                     nearest_code=hierarchy.code[target] if target is not None else None,

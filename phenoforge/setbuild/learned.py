@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import duckdb
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from phenoforge.config import data_dir
 from phenoforge.engine.expansion import Hierarchy
@@ -137,8 +137,15 @@ def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> HistGradientBoostingCla
         return _estimator().fit(x, y, sample_weight=w)
 
 
+_CONTROLLER: list[ThreadpoolController] = []
+
+
 def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.ndarray:
-    with threadpool_limits(limits=1):
+    # one controller for the process (made once the estimator, hence OpenMP, is loaded): building one
+    # per call scans every loaded library, which cost more than many cohorts' predictions
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    with _CONTROLLER[0].limit(limits=1):
         return estimator.predict_proba(rows)[:, 1]
 
 
