@@ -1,10 +1,13 @@
-"""Benchmark speed: bundled libraries and the scale library x the four methods, warm; a cold CLI run.
+"""Benchmark speed: bundled libraries x the four reference methods and x all seven methods (with the
+set builders), the scale library x the four, warm; cold one-cohort CLI runs; peak RSS.
 
-Each warm figure is median (min-max) over ``--runs`` after one warm-up run, with the competing
-approach timed in the same run: the same benchmark with every query retrieved one at a time
-(BM25 ``ranking`` and dense ``ranking`` per cohort, as before batched prefetch). The cold figure
-is the wall time of a fresh ``python -m phenoforge benchmark`` process on one cohort, beside the
-same run with ``--no-dense``. Peak RSS is printed for this process and for the cold children.
+Each warm figure is median (min-max) over ``--runs`` after one warm-up run. The four reference
+methods and all seven are timed alternately in the same runs, so the ratio (issue 9: <= 2x) holds on
+a noisy machine. ``--one-at-a-time`` also times the competing approach of issue 11's first pass: the
+same benchmark with every query retrieved one at a time (no batched prefetch). The cold figures are
+the wall time of fresh ``python -m phenoforge benchmark`` processes on one cohort, with the four
+reference methods and with the default (all seven). Peak RSS is printed for this process and for
+the cold children.
 
     python bench/bench_benchmark.py                 # needs data/ built (vocabulary, libraries, dense)
     python bench/bench_benchmark.py --runs 3 --skip scale
@@ -25,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_speed import compare  # noqa: E402
+from bench.bench_speed import compare, spread  # noqa: E402
 from phenoforge.engine.curated import list_libraries, load_library  # noqa: E402
 from phenoforge.engine.db import connect  # noqa: E402
 from phenoforge.engine.dense import load_dense_if_ready  # noqa: E402
-from phenoforge.eval.harness import ALL_METHODS, run_benchmark  # noqa: E402
+from phenoforge.eval.harness import ALL_METHODS, registered_methods, run_benchmark  # noqa: E402
 from phenoforge.libraries.bundled import BUNDLED_DIRS  # noqa: E402
 from phenoforge.libraries.scale import build_scale_library  # noqa: E402
 from phenoforge.methods import retrieval as retrieval_module  # noqa: E402
@@ -78,20 +81,30 @@ def warm_pair(label: str, run: Callable[[object], object], dense: object, runs: 
     compare(label, "batched prefetch (default)", "one query at a time", ours, theirs, "s")
 
 
-def cold_cli(library: str, cohort: str, runs: int) -> None:
-    ours, theirs = [], []
-    command = [sys.executable, "-m", "phenoforge", "benchmark", "--library", library, "--cohorts", cohort, "--quiet"]
+def warm_four_and_seven(label: str, run: Callable[[list[str]], object], runs: int) -> None:
+    """The four reference methods and every registered method, alternately in the same runs."""
+    every = registered_methods()
+    run(every)  # warm-up: also fits or reads the set builders once per held-out group
+    four, seven = [], []
     for _run in range(runs):
-        ours.append(timed(lambda: subprocess.run(command, cwd=REPO, check=True, capture_output=True)))
-        theirs.append(
-            timed(lambda: subprocess.run([*command, "--no-dense"], cwd=REPO, check=True, capture_output=True))
-        )
+        four.append(timed(lambda: run(ALL_METHODS)))
+        seven.append(timed(lambda: run(every)))
+    compare(label, f"{len(ALL_METHODS)} reference methods", f"all {len(every)} methods", four, seven, "s")
+
+
+def cold_cli(library: str, cohort: str, runs: int) -> None:
+    base = [sys.executable, "-m", "phenoforge", "benchmark", "--library", library, "--cohorts", cohort, "--quiet"]
+    four_methods = [*base, "--methods", *ALL_METHODS]
+    four, seven = [], []
+    for _run in range(runs):
+        four.append(timed(lambda: subprocess.run(four_methods, cwd=REPO, check=True, capture_output=True)))
+        seven.append(timed(lambda: subprocess.run(base, cwd=REPO, check=True, capture_output=True)))
     compare(
-        f"cold one-cohort CLI benchmark ({library} {cohort}, 4 methods) (s)",
-        "with dense",
-        "--no-dense",
-        ours,
-        theirs,
+        f"cold one-cohort CLI benchmark ({library} {cohort}), wall time of a fresh process (s)",
+        f"--methods {' '.join(ALL_METHODS)}",
+        "default (all methods)",
+        four,
+        seven,
         "s",
     )
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -102,6 +115,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip", nargs="*", default=[], choices=["bundled", "scale", "cold"])
+    parser.add_argument(
+        "--one-at-a-time", action="store_true", help="also time every query retrieved one at a time (4 methods)"
+    )
     args = parser.parse_args()
     print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     con = connect()
@@ -113,15 +129,20 @@ def main() -> int:
     bundled = [library for library in list_libraries() if library.path.name in BUNDLED_DIRS]
     n_bundled = sum(len(library.cohort_ids) for library in bundled)
 
-    def bundled_run(retriever: object) -> None:
+    def bundled_run(retriever: object, methods: list[str] = ALL_METHODS) -> None:
         for library in bundled:
-            run_benchmark(con, library.path, library.cohort_ids, methods=ALL_METHODS, dense=retriever)
+            run_benchmark(con, library.path, library.cohort_ids, methods=methods, dense=retriever)
 
     if "bundled" not in args.skip:
         names = ", ".join(library.library_id for library in bundled)
-        warm_pair(
-            f"bundled libraries ({names}): {n_bundled} cohorts x 4 methods, warm (s)", bundled_run, dense, args.runs
+        warm_four_and_seven(
+            f"bundled libraries ({names}): {n_bundled} cohorts, warm (s)",
+            lambda methods: bundled_run(dense, methods),
+            args.runs,
         )
+        if args.one_at_a_time:
+            warm_pair(f"bundled libraries: {n_bundled} cohorts x 4 methods, warm (s)", bundled_run, dense, args.runs)
+        print(f"  peak RSS of this process so far: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     if "scale" not in args.skip:
         with tempfile.TemporaryDirectory() as tmp:
             started = time.perf_counter()
@@ -132,9 +153,13 @@ def main() -> int:
             def scale_run(retriever: object) -> None:
                 run_benchmark(con, scale.path, scale.cohort_ids, methods=ALL_METHODS, dense=retriever)
 
-            warm_pair(
-                f"scale library: {len(scale.cohort_ids)} cohorts x 4 methods, warm (s)", scale_run, dense, args.runs
-            )
+            label = f"scale library: {len(scale.cohort_ids)} cohorts x 4 methods, warm (s)"
+            if args.one_at_a_time:
+                warm_pair(label, scale_run, dense, args.runs)
+            else:
+                scale_run(dense)
+                times = [timed(lambda: scale_run(dense)) for _run in range(args.runs)]
+                print(f"{label}\n  {spread(times)} s (median (min-max) over {len(times)} runs)")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak RSS of this process (warm runs above): {peak:.0f} MiB")
     if "cold" not in args.skip and bundled:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from phenoforge.agent import audit, workflow
 from phenoforge.agent.state import AssemblyState, Candidate, Decision
 from phenoforge.errors import PhenoforgeError
 from phenoforge.setbuild.models import SET_BUILDERS
@@ -106,6 +105,8 @@ def settle_ambiguous(
     app_state_path: Path | None = None,
 ) -> AssemblyState:
     """Offer the cohorts of each ambiguous term; Enter leaves it to the generated candidates."""
+    from phenoforge.agent import workflow  # here, not at the top: `python -m phenoforge` starts without it
+
     for term in [t for t in state.terms if t.status == "ambiguous"]:
         print(f"\n'{term.term}' matches several curated cohorts:", file=out)
         for number, match in enumerate(term.ambiguous, start=1):
@@ -137,6 +138,8 @@ def review(
     app_state_path: Path | None = None,
 ) -> tuple[AssemblyState, bool]:
     """Prompt for every pending candidate; ``(state, finished)``. Each answer is saved at once."""
+    from phenoforge.agent import workflow
+
     pending = list(state.pending)
     for position, candidate in enumerate(pending, start=1):
         print(f"\n[{position}/{len(pending)}] {describe_candidate(candidate)}", file=out)
@@ -199,6 +202,8 @@ def _write_outputs(state: AssemblyState, con, args: argparse.Namespace) -> None:
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
+    from phenoforge.agent import audit, workflow
+
     if args.list:
         for session in audit.list_sessions():
             print(

@@ -23,9 +23,7 @@ import sys
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from phenoforge.config import ProgressCallback, libraries_dir, no_progress
 from phenoforge.engine.circe import parse_cohort
@@ -38,6 +36,9 @@ from phenoforge.engine.curated import (
     write_library,
 )
 from phenoforge.errors import LibraryError
+
+if TYPE_CHECKING:  # imported where a request is made: `python -m phenoforge` starts without httpx
+    import httpx
 
 PINNED_TAG = "v3.37.0"
 REPOSITORY = "OHDSI/PhenotypeLibrary"
@@ -114,6 +115,8 @@ class _HttpSource:
         return RAW_URL.format(repository=self.repository, tag=self.tag, path=path)
 
     def read(self, path: str) -> str:
+        import httpx
+
         url = self.url(path)
         try:
             response = self.client.get(url)
@@ -257,6 +260,8 @@ def fetch_ohdsi_library(
     dest = Path(dest) if dest is not None else libraries_dir() / LIBRARY_DIR_NAME
     own_client = client is None and from_dir is None
     if own_client:
+        import httpx
+
         client = httpx.Client(timeout=HTTP_TIMEOUT, follow_redirects=True)
     try:
         if from_dir is not None:

@@ -7,17 +7,26 @@ keeps its rankings in agreement with rank-bm25's BM25Okapi.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import shutil
 import threading
+from pathlib import Path
+from typing import Any
 
-import bm25s
 import duckdb
 import numpy as np
 
+from phenoforge.config import data_dir
 from phenoforge.engine.db import build_id
 from phenoforge.engine.models import Hit, Provenance, SearchResult
 from phenoforge.engine.query import query_problem, tokenize
 from phenoforge.engine.schema import ICD10CM, RETRIEVABLE_KINDS, SEARCHABLE_NOTE_TYPES
 from phenoforge.engine.topk import top_indices
+from phenoforge.storage import remove_stale_temporaries, temporary_sibling
+
+log = logging.getLogger(__name__)
 
 K1 = 1.5
 B = 0.75
@@ -50,14 +59,28 @@ def top_n(scores: np.ndarray, codes: list[str], n: int) -> list[tuple[str, float
 class BM25Index:
     """A BM25 index over one vocabulary build."""
 
-    def __init__(self, documents: list[tuple[str, str, str]], build: str = "") -> None:
+    def __init__(self, documents: list[tuple[str, str, str]], build: str = "", scorer: Any = None) -> None:
+        """Index ``documents``; ``scorer`` is a bm25s index of the same documents read back from
+        disk (:func:`load_index`), which skips the tokenising and scoring (seconds per process)."""
         self.build_id = build
         self.codes = [code for code, _name, _text in documents]
         self.names = {code: name for code, name, _text in documents}
-        self.tokens = [tokenize(text) or ["_empty_"] for _code, _name, text in documents]
-        self._bm25 = bm25s.BM25(k1=K1, b=B, method="robertson")
-        self._bm25.index(self.tokens, show_progress=False)
+        self._texts = [text for _code, _name, text in documents]
+        self._tokens: list[list[str]] | None = None
+        if scorer is None:
+            import bm25s  # with scipy, about a second to import: only once an index is built or read
+
+            scorer = bm25s.BM25(k1=K1, b=B, method="robertson")
+            scorer.index(self.tokens, show_progress=False)
+        self._bm25: Any = scorer
         self._vocab = self._bm25.vocab_dict
+
+    @property
+    def tokens(self) -> list[list[str]]:
+        """Each document's tokens, in ``codes`` order (what was indexed)."""
+        if self._tokens is None:
+            self._tokens = [tokenize(text) or ["_empty_"] for text in self._texts]
+        return self._tokens
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -102,17 +125,107 @@ class BM25Index:
 
 _INDEXES: dict[str, BM25Index] = {}
 _LOCK = threading.Lock()
+CACHE_FORMAT = 1
+_MANIFEST = "manifest.json"
+
+
+def _documents_digest(documents: list[tuple[str, str, str]]) -> str:
+    digest = hashlib.sha256()
+    for code, _name, text in documents:
+        digest.update(f"{code}\t{text}\n".encode())
+    return digest.hexdigest()
+
+
+def _file_digests(folder: Path) -> dict[str, str]:
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.iterdir())
+        if path.name != _MANIFEST
+    }
+
+
+def index_cache_dir(build: str) -> Path:
+    """Where the BM25 index of vocabulary build ``build`` is kept between processes."""
+    return data_dir() / "bm25" / build
+
+
+def _expected_manifest(build: str, documents: list[tuple[str, str, str]]) -> dict[str, object]:
+    import bm25s
+
+    return {
+        "format": CACHE_FORMAT,
+        "vocabulary_build_id": build,
+        "n_documents": len(documents),
+        "documents_sha256": _documents_digest(documents),
+        "k1": K1,
+        "b": B,
+        "method": "robertson",
+        "bm25s_version": bm25s.__version__,
+    }
+
+
+def load_index(build: str, documents: list[tuple[str, str, str]]) -> BM25Index | None:
+    """The index stored for ``build`` when it matches these documents and its files their checksums,
+    else None (the caller builds it again): a stale or damaged copy is never used."""
+    folder = index_cache_dir(build)
+    try:
+        manifest = json.loads((folder / _MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    import bm25s
+
+    try:
+        expected = _expected_manifest(build, documents)
+        if {key: manifest.get(key) for key in expected} != expected or manifest.get("files") != _file_digests(folder):
+            log.info("BM25 index in %s is stale or damaged: building it again", folder)
+            return None
+        scorer = bm25s.BM25.load(str(folder), mmap=False, show_progress=False)
+    except Exception as error:  # an unreadable copy is rebuilt, whatever bm25s raised
+        log.warning("BM25 index in %s cannot be read (%s): building it again", folder, type(error).__name__)
+        return None
+    return BM25Index(documents, build, scorer=scorer)
+
+
+def save_index(index: BM25Index, documents: list[tuple[str, str, str]]) -> Path | None:
+    """Store ``index`` for the next process (atomically; older builds' copies are removed).
+    None when the data directory cannot take it: the index still works, it is just not kept."""
+    folder = index_cache_dir(index.build_id)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(folder.parent)
+        tmp = temporary_sibling(folder)
+        try:
+            index._bm25.save(str(tmp), show_progress=False)
+            manifest = {**_expected_manifest(index.build_id, documents), "files": _file_digests(tmp)}
+            (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1))
+            if folder.exists():
+                shutil.rmtree(folder)
+            tmp.rename(folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for other in folder.parent.iterdir():
+            if other.is_dir() and other.name != folder.name and not other.name.startswith("."):
+                shutil.rmtree(other, ignore_errors=True)
+    except OSError as error:
+        log.warning("BM25 index not stored in %s (%s): it will be built again next time", folder, error)
+        return None
+    return folder
 
 
 def get_bm25_index(con: duckdb.DuckDBPyConnection) -> BM25Index:
-    """The BM25 index of ``con``'s vocabulary build, built once (about 2 s) and shared."""
+    """The BM25 index of ``con``'s vocabulary build: read from ``<data>/bm25`` when stored there,
+    else built (a few seconds) and stored; shared by every connection of the process."""
     cursor = con.cursor()
     try:
         build = build_id(cursor)
         with _LOCK:
             index = _INDEXES.get(build)
             if index is None:
-                index = BM25Index(document_texts(cursor), build)
+                documents = document_texts(cursor)
+                index = load_index(build, documents)
+                if index is None:
+                    index = BM25Index(documents, build)
+                    save_index(index, documents)
                 _INDEXES[build] = index
     finally:
         cursor.close()

@@ -35,15 +35,21 @@ class Hierarchy:
     _levels: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     _id_by_code: dict[str, int] = field(default_factory=dict, repr=False)
     _kind_ancestors: dict[tuple[int, str], int | None] = field(default_factory=dict, repr=False)
+    _billable_below: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
-    def resolve(self, raw: str) -> int | None:
-        """Concept id of a code as typed (``E1122``, ``e11.22``, `` E11.22 ``), or None."""
+    def ids_by_display_code(self) -> dict[str, int]:
+        """Display code (``E11.22``) -> concept id, where ``resolve`` gives that id: a plain dict
+        lookup for loops over thousands of ranked codes (read only)."""
         if not self._id_by_code and self.code:
             # only where the normalised lookup agrees (a code shared by two concepts resolves as before)
             self._id_by_code.update(
                 (code, node) for node, code in self.code.items() if self.id_by_key.get(code_key(code) or "") == node
             )
-        found = self._id_by_code.get(raw) if isinstance(raw, str) else None
+        return self._id_by_code
+
+    def resolve(self, raw: str) -> int | None:
+        """Concept id of a code as typed (``E1122``, ``e11.22``, `` E11.22 ``), or None."""
+        found = self.ids_by_display_code().get(raw) if isinstance(raw, str) else None
         if found is not None:  # the display form, as every ranking and run spells it: no normalising
             return found
         key = code_key(raw)
@@ -94,6 +100,18 @@ class Hierarchy:
                 seen.add(node)
                 stack.extend(self.children.get(node, ()))
         return sorted(seen)
+
+    def billable_descendants(self, concept_id: int) -> tuple[int, ...]:
+        """The billable codes a node stands for (itself when billable, else its billable
+        descendants, in vocabulary order), memoised: set builders ask for the same nodes per query."""
+        found = self._billable_below.get(concept_id)
+        if found is None:
+            if self.billable.get(concept_id, False):
+                found = (concept_id,)
+            else:
+                found = tuple(node for node in self.descendants(concept_id) if self.billable.get(node, False))
+            self._billable_below[concept_id] = found
+        return found
 
     def concept(self, concept_id: int) -> Concept:
         return Concept(

@@ -55,8 +55,15 @@ def score_matches(
     provenance: dict[str, list[str]] | None = None,
 ) -> CohortEvalResult:
     """One cohort's result from its matches: the reference fields plus every requested measure."""
-    fields = {m.result_field: m.compute(matches) for m in _FIELD_MEASURES if m.result_field}
-    scores = {m.key: m.compute(matches) for m in parse_measures(measures)}
+    computed: dict[Measure, float] = {}  # a measure asked for twice (a field and a score) is computed once
+
+    def value(measure: Measure) -> float:
+        if measure not in computed:
+            computed[measure] = measure.compute(matches)
+        return computed[measure]
+
+    fields = {m.result_field: value(m) for m in _FIELD_MEASURES if m.result_field}
+    scores = {m.key: value(m) for m in parse_measures(measures)}
     return CohortEvalResult(
         cohort_id=cohort_id,
         cohort_name=cohort_name,

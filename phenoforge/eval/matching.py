@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from phenoforge.engine.codes import code_key
 
@@ -44,6 +44,8 @@ class NearestIndex:
                 if (steps, order) < table.get(ancestor, (_FAR, _FAR)):
                     table[ancestor] = (steps, order)
         self._table = table
+        self._found: dict[int, Nearest] = {}
+        """answers already given: the truth side is matched against every method's codes"""
 
     def __bool__(self) -> bool:
         return bool(self.targets)
@@ -52,6 +54,12 @@ class NearestIndex:
         """The nearest target of ``concept_id`` (None, an unknown code, matches nothing)."""
         if concept_id is None or not self._table:
             return Nearest(None, None)
+        found = self._found.get(concept_id)
+        if found is None:
+            found = self._found[concept_id] = self._nearest(concept_id)
+        return found
+
+    def _nearest(self, concept_id: int) -> Nearest:
         best: tuple[int, int] | None = None
         hierarchy = self.hierarchy
         for ancestor, steps in zip(hierarchy.chain(concept_id), hierarchy.chain_levels(concept_id), strict=True):
@@ -87,6 +95,8 @@ class CohortMatches(BaseModel):
     truth: list[CodeMatch]
     predicted: list[CodeMatch]
     unresolvable_truth: list[str]
+    _credits: dict[tuple[str, int], list[float]] = PrivateAttr(default_factory=dict)
+    """partial credits per (side, max_distance), computed once for every measure that reads them"""
 
     @property
     def truth_codes(self) -> list[str]:

@@ -60,9 +60,7 @@ class Retrieval:
 
 def billable_below(hierarchy: Hierarchy, concept_id: int) -> list[int]:
     """The billable codes a selected node stands for: itself when billable, else its billable descendants."""
-    if hierarchy.billable.get(concept_id, False):
-        return [concept_id]
-    return [node for node in hierarchy.descendants(concept_id) if hierarchy.billable.get(node, False)]
+    return list(hierarchy.billable_descendants(concept_id))
 
 
 def ancestor_of_kind(hierarchy: Hierarchy, concept_id: int, kind: str) -> int | None:
@@ -106,8 +104,11 @@ def _ranks(
 ) -> tuple[dict[int, int], dict[int, float]]:
     ranks: dict[int, int] = {}
     scores: dict[int, float] = {}
+    direct = hierarchy.ids_by_display_code()  # what ``resolve`` answers first, without a call per code
     for rank, (code, score) in enumerate(ranking or [], start=1):
-        concept_id = hierarchy.resolve(code)
+        concept_id = direct.get(code) if isinstance(code, str) else None
+        if concept_id is None:
+            concept_id = hierarchy.resolve(code)
         if concept_id is not None and concept_id not in ranks:
             ranks[concept_id] = rank
             scores[concept_id] = float(score)

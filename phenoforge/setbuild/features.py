@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -22,7 +22,6 @@ from phenoforge.setbuild.candidates import (
     ancestor_of_kind,
     billable_below,
     lexical_overlap,
-    log_rank,
 )
 
 FEATURE_FAMILIES: dict[str, list[str]] = {
@@ -57,6 +56,15 @@ class _HierarchyStats:
         self.hierarchy = hierarchy
         self._billable: dict[int, int] = {}
         self._tokens: dict[int, frozenset[str]] = {}
+        self._nodes: _NodeTable | None = None
+
+    def node_table(self) -> _NodeTable:
+        if self._nodes is None:
+            self._nodes = _NodeTable(self.hierarchy, self)
+        return self._nodes
+
+    def billable_nodes(self, node: int) -> tuple[int, ...]:
+        return self.hierarchy.billable_descendants(node)
 
     def billable_count(self, node: int) -> int:
         count = self._billable.get(node)
@@ -92,119 +100,314 @@ def _share(query_tokens: list[str], words: frozenset[str] | set[str]) -> float:
     return sum(1 for token in query_tokens if token in words) / len(query_tokens)
 
 
+class _NodeTable:
+    """Per build: each node's row, its chain as rows (self first, padded with -1) and the facts the
+    features read per node, filled the first time a query touches the node (a benchmark touches a
+    few thousand per cohort, the same ones again and again)."""
+
+    def __init__(self, hierarchy: Hierarchy, stats: _HierarchyStats) -> None:
+        self.hierarchy = hierarchy
+        self.stats = stats
+        nodes = sorted(set(hierarchy.code) | set(hierarchy.parents) | set(hierarchy.children))
+        self.row = {node: i for i, node in enumerate(nodes)}
+        self.ids = np.array(nodes, dtype=np.int64)
+        size = len(nodes)
+        self.filled = np.zeros(size, dtype=bool)
+        self.chain = np.full((size, 8), -1, dtype=np.int64)
+        self.levels = np.zeros((size, 8), dtype=np.int64)
+        self.upper = np.zeros((size, 8), dtype=bool)
+        """chain positions holding a subcategory or category above the node"""
+        self.parent = np.zeros(size, dtype=np.int64)
+        self.category = np.zeros(size, dtype=np.int64)
+        """the nearest category, else the parent (the features' fallback)"""
+        self.block = np.zeros(size, dtype=np.int64)
+        self.own_category = np.full(size, -1, dtype=np.int64)
+        """the nearest category at or above the node, -1 when there is none"""
+        self.depth = np.zeros(size, dtype=np.float64)
+        self.is_extension = np.zeros(size, dtype=np.float64)
+        self.billable = np.full(size, -1, dtype=np.int64)
+        self.n_tokens = np.zeros(size, dtype=np.int64)
+        self.worded = np.zeros(size, dtype=bool)
+        self.rows_with_word: dict[str, list[int]] = {}
+
+    def rows(self, nodes: Iterable[int]) -> np.ndarray:
+        """The rows of concept ids (``ids`` is sorted: one binary search for all of them)."""
+        wanted = np.fromiter(nodes, dtype=np.int64)
+        found = np.searchsorted(self.ids, wanted)
+        if len(wanted) and (found.max() >= len(self.ids) or (self.ids[found] != wanted).any()):
+            raise KeyError(f"concept ids not in the hierarchy: {sorted(set(wanted.tolist()) - set(self.row))[:5]}")
+        return found
+
+    def _widen(self, width: int) -> None:
+        extra = width - self.chain.shape[1]
+        size = len(self.ids)
+        self.chain = np.hstack([self.chain, np.full((size, extra), -1, dtype=np.int64)])
+        self.levels = np.hstack([self.levels, np.zeros((size, extra), dtype=np.int64)])
+        self.upper = np.hstack([self.upper, np.zeros((size, extra), dtype=bool)])
+
+    def _add_words(self, position: int, node: int) -> None:
+        self.worded[position] = True
+        words = self.stats.tokens(node)
+        self.n_tokens[position] = len(words)
+        for word in words:
+            self.rows_with_word.setdefault(word, []).append(position)
+
+    def fill(self, rows: np.ndarray) -> None:
+        """Make sure every row of ``rows`` (and the words of every node on its chain) is known."""
+        missing = np.unique(rows[~self.filled[rows]])
+        if not len(missing):
+            return
+        hierarchy, row = self.hierarchy, self.row
+        for position in missing.tolist():
+            node = int(self.ids[position])
+            chain = hierarchy.chain(node)
+            if len(chain) > self.chain.shape[1]:
+                self._widen(len(chain))
+            chain_rows = [row[a] for a in chain]
+            self.chain[position, : len(chain)] = chain_rows
+            self.levels[position, : len(chain)] = hierarchy.chain_levels(node)
+            self.upper[position, 1 : len(chain)] = [
+                hierarchy.kind.get(a) in ("subcategory", "category") for a in chain[1:]
+            ]
+            parent = chain[1] if len(chain) > 1 else node
+            category = ancestor_of_kind(hierarchy, node, "category")
+            own_category = category
+            category = category or parent
+            block = ancestor_of_kind(hierarchy, node, "block") or category
+            self.parent[position] = row[parent]
+            self.category[position] = row[category]
+            self.block[position] = row[block]
+            self.own_category[position] = row[own_category] if own_category is not None else -1
+            self.depth[position] = float(len(chain))
+            self.is_extension[position] = float(hierarchy.kind.get(node) == "extension")
+            for a, a_row in zip(chain, chain_rows, strict=True):
+                if not self.worded[a_row]:
+                    self._add_words(a_row, a)
+            self.filled[position] = True
+
+    def billable_counts(self, rows: np.ndarray) -> np.ndarray:
+        unknown = np.unique(rows[self.billable[rows] < 0])
+        for position in unknown.tolist():
+            self.billable[position] = self.stats.billable_count(int(self.ids[position]))
+        return self.billable[rows]
+
+    def query_bits(self, query_tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, one bit per query position whose word is among the node's words (rows whose
+        words are known), and the mask of each word's first position."""
+        words = max(1, -(-len(query_tokens) // 64))
+        bits = np.zeros((len(self.ids), words), dtype=np.uint64)
+        first = np.zeros(words, dtype=np.uint64)
+        seen: set[str] = set()
+        for position, token in enumerate(query_tokens):
+            bit = np.uint64(1 << (position % 64))
+            if token not in seen:
+                seen.add(token)
+                first[position // 64] |= bit
+            hits = self.rows_with_word.get(token)
+            if hits:
+                bits[np.asarray(hits, dtype=np.int64), position // 64] |= bit
+        return bits, first
+
+
+_LOG1P = np.zeros(0)
+
+
+def _log1p_of(values: np.ndarray) -> np.ndarray:
+    """``math.log1p`` of non-negative integers, by table: bit-identical to the per-row ``log_rank``."""
+    global _LOG1P
+    top = int(values.max(initial=0))
+    if top >= len(_LOG1P):
+        _LOG1P = np.array([math.log1p(value) for value in range(max(top + 1, 2 * MISSING_RANK + 1))])
+    return _LOG1P[values]
+
+
+def _popcount(bits: np.ndarray) -> np.ndarray:
+    return np.bitwise_count(bits).sum(axis=-1).astype(np.int64)
+
+
+def _ranks_by(rows: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """1-based rank of each row by ``values`` descending, ties in the order given (``sorted`` is
+    stable); ``MISSING_RANK`` for every other row."""
+    ranks = np.full(size, MISSING_RANK, dtype=np.int64)
+    order = np.lexsort((np.arange(len(rows)), -values))
+    ranks[rows[order]] = np.arange(1, len(rows) + 1)
+    return ranks
+
+
 def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarray:
-    """One row of ``FEATURE_NAMES`` per candidate of ``table`` (shape ``(len(table), n_features)``)."""
+    """One row of ``FEATURE_NAMES`` per candidate of ``table`` (shape ``(len(table), n_features)``).
+
+    Vectorised over the candidates (numpy gathers over each node's chain); the values equal the
+    per-candidate definitions, which ``tests/setbuild/test_features.py`` keeps as a reference.
+    """
     stats = hierarchy_stats(hierarchy)
     rows = np.zeros((len(table), len(FEATURE_NAMES)), dtype=np.float64)
     if not len(table):
         return rows
+    nodes = stats.node_table()
+    size = len(nodes.ids)
     q = table.query_tokens
     top_bm25 = table.top_bm25 or 1.0
     top_dense, floor_dense = table.top_dense, table.floor_dense
     dense_span = max(top_dense - floor_dense, 1e-6)
     top_fused = table.top_fused or 1.0
 
-    def bm25_rel(node: int) -> float:
-        return table.bm25_score.get(node, 0.0) / top_bm25
+    # the query's evidence, one entry per row of the node table
+    bm25_score = np.zeros(size)
+    bm25_rank = np.full(size, MISSING_RANK, dtype=np.int64)
+    if table.bm25_score:
+        at = nodes.rows(table.bm25_score)
+        bm25_score[at] = list(table.bm25_score.values())
+        bm25_rank[nodes.rows(table.bm25_rank)] = list(table.bm25_rank.values())
+    dense_score = np.full(size, floor_dense)
+    dense_rank = np.full(size, MISSING_RANK, dtype=np.int64)
+    dense_at = nodes.rows(table.dense_score)
+    dense_values = np.asarray(list(table.dense_score.values()), dtype=np.float64)
+    if len(dense_at):
+        dense_score[dense_at] = dense_values
+        dense_rank[nodes.rows(table.dense_rank)] = list(table.dense_rank.values())
+    no_hit = np.iinfo(np.int64).max
+    hit_rank = np.full(size, no_hit, dtype=np.int64)
+    fused_score = np.zeros(size)
+    hit_rows = nodes.rows(table.hit_rank)
+    if len(hit_rows):
+        hit_rank[hit_rows] = list(table.hit_rank.values())
+        fused_score[nodes.rows(table.fused_score)] = list(table.fused_score.values())
+    umbrella = np.zeros(size, dtype=bool)
+    if table.umbrellas:
+        umbrella[nodes.rows(table.umbrellas)] = True
 
-    def dense_rel(node: int) -> float:
-        return (table.dense_score.get(node, floor_dense) - floor_dense) / dense_span if table.dense_score else 0.0
+    def bm25_rel(at: np.ndarray) -> np.ndarray:
+        return bm25_score[at] / top_bm25
+
+    def dense_rel(at: np.ndarray) -> np.ndarray:
+        if not table.dense_score:
+            return np.zeros(at.shape)
+        return (dense_score[at] - floor_dense) / dense_span
 
     # votes and coverage: how many of the best hits, and of the covered billable codes, sit under a node
     voting = sorted(table.hit_rank, key=table.hit_rank.__getitem__)[:VOTE_DEPTH]
-    under_votes: Counter[int] = Counter()
-    for hit in voting:
-        under_votes.update(hierarchy.chain(hit))
-    covered: set[int] = set()
+    voting_rows = nodes.rows(voting)
+    covered_nodes: set[int] = set()
     for hit, rank in table.hit_rank.items():
         if rank <= HIT_DEPTH:
-            covered.update(billable_below(hierarchy, hit))
-    under_covered: Counter[int] = Counter()
-    for node in covered:
-        under_covered.update(hierarchy.chain(node))
+            covered_nodes.update(stats.billable_nodes(hit))
+    covered_rows = nodes.rows(covered_nodes)
+    candidates = nodes.rows(table.ids)
+    nodes.fill(np.concatenate([candidates, voting_rows, covered_rows, hit_rows, dense_at]))
+
+    def under(members: np.ndarray) -> np.ndarray:
+        """Per row, how many of ``members`` have it on their chain (a chain holds a node once)."""
+        chains = nodes.chain[members]
+        return np.bincount(chains[chains >= 0], minlength=size)
+
+    under_votes = under(voting_rows)
+    under_covered = under(covered_rows)
     category_best: dict[int, int] = {}
     for hit, rank in table.hit_rank.items():
         category = ancestor_of_kind(hierarchy, hit, "category")
         if category is not None and rank < category_best.get(category, 1 << 30):
             category_best[category] = rank
-    category_order = {cat: i for i, cat in enumerate(sorted(category_best, key=category_best.__getitem__), start=1)}
+    category_order = np.full(size, MISSING_RANK, dtype=np.int64)
+    ordered = sorted(category_best, key=category_best.__getitem__)
+    category_order[nodes.rows(ordered)] = np.arange(1, len(ordered) + 1)
     n_votes = max(len(voting), 1)
     # dense evidence per category: its own cosine and its best-matching member's, each ranked
     # among the categories of the dense ranking (a curated list is mostly whole categories)
-    cat_own: dict[int, float] = {}
-    cat_max: dict[int, float] = {}
-    for code_id, cosine in table.dense_score.items():
-        cat = ancestor_of_kind(hierarchy, code_id, "category")
-        if cat is None:
-            continue
-        if code_id == cat:
-            cat_own[cat] = cosine
-        if cosine > cat_max.get(cat, -2.0):
-            cat_max[cat] = cosine
-    cat_own_rank = {c: r for r, c in enumerate(sorted(cat_own, key=lambda c: -cat_own[c]), start=1)}
-    cat_max_rank = {c: r for r, c in enumerate(sorted(cat_max, key=lambda c: -cat_max[c]), start=1)}
-    query_row = [len(q), math.log1p(table.top_bm25), top_dense, math.log1p(len(table))]
+    dense_category = nodes.own_category[dense_at]
+    in_category = dense_category >= 0
+    own = in_category & (dense_category == dense_at)
+    cat_own_rank = _ranks_by(dense_category[own], dense_values[own], size)
+    member_category, member_cosine = dense_category[in_category], dense_values[in_category]
+    cat_max = np.full(size, floor_dense)
+    categories, first_seen = np.unique(member_category, return_index=True)
+    if len(categories):
+        best = np.full(size, -np.inf)
+        np.maximum.at(best, member_category, member_cosine)
+        cat_max[categories] = best[categories]
+        # ties keep the order in which the dense ranking first reached each category
+        order = np.lexsort((first_seen, -best[categories]))
+        cat_max_rank = np.full(size, MISSING_RANK, dtype=np.int64)
+        cat_max_rank[categories[order]] = np.arange(1, len(categories) + 1)
+    else:
+        cat_max_rank = np.full(size, MISSING_RANK, dtype=np.int64)
 
-    for i, node in enumerate(table.ids):
-        chain = hierarchy.chain(node)
-        levels = hierarchy.chain_levels(node)
-        parent = chain[1] if len(chain) > 1 else node
-        category = ancestor_of_kind(hierarchy, node, "category") or parent
-        block = ancestor_of_kind(hierarchy, node, "block") or category
-        upper = [a for a in chain[1:] if hierarchy.kind.get(a) in ("subcategory", "category")]
-        anc_hits = [
-            (table.hit_rank[a], lvl) for a, lvl in zip(chain[1:], levels[1:], strict=True) if a in table.hit_rank
-        ]
-        anc_rank, anc_levels = min(anc_hits) if anc_hits else (None, 9)
-        anc_node = next((a for a in chain[1:] if table.hit_rank.get(a) == anc_rank), None) if anc_hits else None
-        path_words: set[str] = set(stats.tokens(node))
-        for a in upper:
-            path_words |= stats.tokens(a)
-        own = stats.tokens(node)
-        self_cos = table.dense_score.get(node, floor_dense)
-        best_in_cat = cat_max.get(category, floor_dense)
-        values = {
-            "bm25_rank": log_rank(table.bm25_rank.get(node), MISSING_RANK),
-            "bm25_rel": bm25_rel(node),
-            "anc_best_bm25_rel": max((bm25_rel(a) for a in upper), default=0.0),
-            "dense_rank": log_rank(table.dense_rank.get(node), MISSING_RANK),
-            "dense_rel": dense_rel(node),
-            "dense_gap": top_dense - table.dense_score.get(node, floor_dense),
-            "anc_best_dense_rel": max((dense_rel(a) for a in upper), default=0.0),
-            "cat_dense_rel": dense_rel(category),
-            "dense_cos": self_cos,
-            "parent_dense_cos": table.dense_score.get(parent, floor_dense),
-            "cat_dense_rank": log_rank(cat_own_rank.get(category), MISSING_RANK),
-            "cat_max_cos": best_in_cat,
-            "cat_max_rank": log_rank(cat_max_rank.get(category), MISSING_RANK),
-            "cat_max_gap": top_dense - best_in_cat,
-            "self_minus_cat_max": self_cos - best_in_cat,
-            "fused_rank": log_rank(table.hit_rank.get(node), MISSING_RANK),
-            "is_hit": float(node in table.hit_rank),
-            "fused_rel": table.fused_score.get(node, 0.0) / top_fused,
-            "anc_hit_rank": log_rank(anc_rank, MISSING_RANK),
-            "anc_hit_levels": float(anc_levels),
-            "anc_hit_fused_rel": table.fused_score.get(anc_node, 0.0) / top_fused if anc_node is not None else 0.0,
-            "cat_vote": under_votes[category] / n_votes,
-            "block_vote": under_votes[block] / n_votes,
-            "parent_vote": under_votes[parent] / n_votes,
-            "cat_rank": log_rank(category_order.get(category), MISSING_RANK),
-            "cat_cover": under_covered[category] / max(stats.billable_count(category), 1),
-            "parent_cover": under_covered[parent] / max(stats.billable_count(parent), 1),
-            "block_cover": under_covered[block] / max(stats.billable_count(block), 1),
-            "lex_self": _share(q, own),
-            "lex_path": _share(q, path_words),
-            "lex_cat": _share(q, stats.tokens(category)),
-            "lex_parent": _share(q, stats.tokens(parent)),
-            "extra_words": math.log1p(len(own - set(q))),
-            "depth": float(len(chain)),
-            "is_extension": float(hierarchy.kind.get(node) == "extension"),
-            "cat_size": math.log1p(stats.billable_count(category)),
-            "parent_size": math.log1p(stats.billable_count(parent)),
-            "under_umbrella": float(any(a in table.umbrellas for a in chain)),
-        }
-        rows[i, : len(FEATURE_NAMES) - len(query_row)] = [values[name] for name in FEATURE_NAMES[: -len(query_row)]]
-        rows[i, -len(query_row) :] = query_row
+    chain = nodes.chain[candidates]
+    on_chain = chain >= 0
+    levels = nodes.levels[candidates]
+    upper = nodes.upper[candidates]
+    has_upper = upper.any(axis=1)
+    parent = nodes.parent[candidates]
+    category = nodes.category[candidates]
+    block = nodes.block[candidates]
+
+    def best_upper(values: np.ndarray) -> np.ndarray:
+        return np.where(has_upper, np.where(upper, values, -np.inf).max(axis=1), 0.0)
+
+    # the best-ranked hit strictly above each candidate, and its distance in edges
+    above_rank = np.where(on_chain[:, 1:], hit_rank[chain[:, 1:]], no_hit)
+    anc_rank = above_rank.min(axis=1, initial=no_hit)
+    has_anc = anc_rank != no_hit
+    is_best = (above_rank == anc_rank[:, None]) & has_anc[:, None]
+    anc_levels = np.where(has_anc, np.where(is_best, levels[:, 1:], no_hit).min(axis=1, initial=no_hit), 9)
+    anc_node = chain[:, 1:][np.arange(len(candidates)), is_best.argmax(axis=1)] if chain.shape[1] > 1 else candidates
+    anc_fused_rel = np.where(has_anc, fused_score[anc_node] / top_fused, 0.0)
+
+    bits, first = nodes.query_bits(q)
+    path_bits = np.bitwise_or.reduce(np.where((upper | (np.arange(chain.shape[1]) == 0))[..., None], bits[chain], 0), 1)
+
+    def share(at_bits: np.ndarray) -> np.ndarray:
+        return _popcount(at_bits) / len(q) if q else np.zeros(len(at_bits))
+
+    self_cos = dense_score[candidates]
+    best_in_cat = cat_max[category]
+    category_billable = nodes.billable_counts(category)
+    parent_billable = nodes.billable_counts(parent)
+    block_billable = nodes.billable_counts(block)
+    values = {
+        "bm25_rank": _log1p_of(bm25_rank[candidates]),
+        "bm25_rel": bm25_rel(candidates),
+        "anc_best_bm25_rel": best_upper(bm25_rel(chain)),
+        "dense_rank": _log1p_of(dense_rank[candidates]),
+        "dense_rel": dense_rel(candidates),
+        "dense_gap": top_dense - self_cos,
+        "anc_best_dense_rel": best_upper(dense_rel(chain)),
+        "cat_dense_rel": dense_rel(category),
+        "dense_cos": self_cos,
+        "parent_dense_cos": dense_score[parent],
+        "cat_dense_rank": _log1p_of(cat_own_rank[category]),
+        "cat_max_cos": best_in_cat,
+        "cat_max_rank": _log1p_of(cat_max_rank[category]),
+        "cat_max_gap": top_dense - best_in_cat,
+        "self_minus_cat_max": self_cos - best_in_cat,
+        "fused_rank": _log1p_of(np.where(hit_rank[candidates] == no_hit, MISSING_RANK, hit_rank[candidates])),
+        "is_hit": (hit_rank[candidates] != no_hit).astype(np.float64),
+        "fused_rel": fused_score[candidates] / top_fused,
+        "anc_hit_rank": _log1p_of(np.where(has_anc, anc_rank, MISSING_RANK)),
+        "anc_hit_levels": anc_levels.astype(np.float64),
+        "anc_hit_fused_rel": anc_fused_rel,
+        "cat_vote": under_votes[category] / n_votes,
+        "block_vote": under_votes[block] / n_votes,
+        "parent_vote": under_votes[parent] / n_votes,
+        "cat_rank": _log1p_of(category_order[category]),
+        "cat_cover": under_covered[category] / np.maximum(category_billable, 1),
+        "parent_cover": under_covered[parent] / np.maximum(parent_billable, 1),
+        "block_cover": under_covered[block] / np.maximum(block_billable, 1),
+        "lex_self": share(bits[candidates]),
+        "lex_path": share(path_bits),
+        "lex_cat": share(bits[category]),
+        "lex_parent": share(bits[parent]),
+        "extra_words": _log1p_of(nodes.n_tokens[candidates] - _popcount(bits[candidates] & first)),
+        "depth": nodes.depth[candidates],
+        "is_extension": nodes.is_extension[candidates],
+        "cat_size": _log1p_of(category_billable),
+        "parent_size": _log1p_of(parent_billable),
+        "under_umbrella": (umbrella[chain] & on_chain).any(axis=1).astype(np.float64),
+    }
+    query_row = [len(q), math.log1p(table.top_bm25), top_dense, math.log1p(len(table))]
+    per_candidate = FEATURE_NAMES[: -len(query_row)]
+    rows[:, : len(per_candidate)] = np.column_stack([values[name] for name in per_candidate])
+    rows[:, -len(query_row) :] = query_row
     return rows
 
 

@@ -18,13 +18,12 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
-import sklearn
 from pydantic import BaseModel, Field, ValidationError
-from sklearn.ensemble import HistGradientBoostingClassifier
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from phenoforge.config import data_dir
 from phenoforge.engine.expansion import Hierarchy
@@ -34,6 +33,9 @@ from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
 from phenoforge.setbuild.models import BuiltSet
+
+if TYPE_CHECKING:  # scikit-learn (with scipy, seconds to import) loads only when a model is fitted or read
+    from sklearn.ensemble import HistGradientBoostingClassifier
 
 METHOD = "learned"
 FORMAT_VERSION = 1
@@ -111,6 +113,8 @@ class MembershipModel:
 
 
 def _estimator() -> HistGradientBoostingClassifier:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
     return HistGradientBoostingClassifier(
         max_iter=250,
         learning_rate=0.06,
@@ -121,14 +125,27 @@ def _estimator() -> HistGradientBoostingClassifier:
     )
 
 
+def _sklearn_version() -> str:
+    import sklearn
+
+    return str(sklearn.__version__)
+
+
 def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> HistGradientBoostingClassifier:
     # one thread: OpenMP workers spin against each other on a shared, busy machine (measured 100x slower)
     with threadpool_limits(limits=1):
         return _estimator().fit(x, y, sample_weight=w)
 
 
+_CONTROLLER: list[ThreadpoolController] = []
+
+
 def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.ndarray:
-    with threadpool_limits(limits=1):
+    # one controller for the process (made once the estimator, hence OpenMP, is loaded): building one
+    # per call scans every loaded library, which cost more than many cohorts' predictions
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    with _CONTROLLER[0].limit(limits=1):
         return estimator.predict_proba(rows)[:, 1]
 
 
@@ -232,7 +249,7 @@ def train_membership_model(
         n_rows=int(len(y)),
         n_positive=int(y.sum()),
         estimator="HistGradientBoostingClassifier",
-        sklearn_version=sklearn.__version__,
+        sklearn_version=_sklearn_version(),
         trained_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     return MembershipModel(manifest, estimator)
@@ -348,6 +365,8 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
     model_path = directory / manifest.model_file
     if not model_path.is_file() or _sha256(model_path) != manifest.sha256:
         raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)")
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
     try:
         estimator = pickle.loads(model_path.read_bytes())  # noqa: S301 - our own file, checksum verified
     except Exception as error:  # an unreadable pickle is a corrupt model, whatever the exception

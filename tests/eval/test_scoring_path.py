@@ -101,3 +101,29 @@ def test_dense_weight_and_k_are_validated(fixture_con: duckdb.DuckDBPyConnection
         run_benchmark(fixture_con, library, ["dm2"], dense_weight=1.5)
     with pytest.raises(ValueError, match="k must be a positive integer"):
         run_benchmark(fixture_con, library, ["dm2"], k=0)
+
+
+def test_partial_credits_are_computed_once_per_side_and_never_shared_for_writing(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    hierarchy = get_hierarchy(fixture_con)
+    matches = match_cohort(hierarchy, ["E11.51", "I50.21"], ["I73", "E11.9", "I50.22", "J45"])
+    for spec in ("coverage", "over_inclusion", "hierarchical", "coverage(max_distance=2)"):
+        scored = measure(spec)
+        max_distance = int(scored.parameters["max_distance"])
+        for side, rows in (("truth", matches.truth), ("predicted", matches.predicted)):
+            expected = [distance_weighted_score(row.distance, max_distance) for row in rows]
+            first = scored.credits(side, matches)  # type: ignore[attr-defined]
+            assert first == expected
+            first.append(99.0)  # a caller's change to the list it got must not reach the next caller
+            assert scored.credits(side, matches) == expected  # type: ignore[attr-defined]
+    assert measure("coverage(max_distance=2)").compute(matches) != measure("coverage").compute(matches)
+
+
+def test_display_codes_resolve_as_resolve_does(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    hierarchy = get_hierarchy(fixture_con)
+    direct = hierarchy.ids_by_display_code()
+    assert direct and all(hierarchy.resolve(code) == node for code, node in direct.items())
+    assert all(
+        hierarchy.code[node] in direct for node in hierarchy.code if hierarchy.resolve(hierarchy.code[node]) == node
+    )

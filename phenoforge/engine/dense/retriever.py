@@ -388,7 +388,7 @@ class DenseRetriever:
         distinct = list(dict.fromkeys(text for _position, text in wanted))
         tops = self._top_many(self._query_vectors(distinct), n)
         by_text = {
-            text: [(self._codes[i], float(s)) for i, s in zip(top.tolist(), scores.tolist(), strict=True)]
+            text: list(zip(map(self._codes.__getitem__, top.tolist()), scores.tolist(), strict=True))
             for text, (top, scores) in zip(distinct, tops, strict=True)
         }
         for position, text in wanted:

@@ -88,6 +88,10 @@ class PartialCreditMeasure(Measure, ABC):
     defaults: ClassVar[dict[str, int | float]] = {"max_distance": DEFAULT_MAX_DISTANCE}
 
     def credits(self, side: str, matches: CohortMatches) -> list[float]:
-        rows = matches.truth if side == "truth" else matches.predicted
         max_distance = int(self.parameters["max_distance"])
-        return [distance_weighted_score(row.distance, max_distance) for row in rows]
+        cached = matches._credits.get((side, max_distance))
+        if cached is None:
+            rows = matches.truth if side == "truth" else matches.predicted
+            cached = [distance_weighted_score(row.distance, max_distance) for row in rows]
+            matches._credits[(side, max_distance)] = cached
+        return list(cached)
