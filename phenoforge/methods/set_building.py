@@ -32,6 +32,7 @@ from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH, CandidateTable
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet, CodeProvenance
+from phenoforge.setbuild.transfer import KnowledgeLeakError
 
 FITTED_DENSE_WEIGHT = 0.5
 """The fusion weight the builders are fitted and run at (their features read the fused ranking)."""
@@ -157,10 +158,10 @@ def searched_as_of(query: str, searched: str) -> str | None:
 
 def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
     def setup(context: MethodContext) -> MethodSetup:
-        fitted = fitted_for(context)
         try:
+            fitted = fitted_for(context)
             fitted.check_may_score(context.library_id or None, scored_group(context))
-        except LeakageError as error:
+        except (LeakageError, KnowledgeLeakError) as error:
             raise SkipMethod(str(error)) from None
         degraded = None
         if builder == "learned" and fitted.model is None:

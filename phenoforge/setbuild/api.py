@@ -26,11 +26,9 @@ from phenoforge.errors import PhenoforgeError
 from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
-from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.groups import is_development_library, library_group
-from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
-from phenoforge.setbuild.learned import RECIPE as LEARNED_RECIPE
 from phenoforge.setbuild.learned import (
+    ALL_FEATURE_NAMES,
     LeakageError,
     MembershipModel,
     ModelError,
@@ -41,9 +39,18 @@ from phenoforge.setbuild.learned import (
     model_name,
     models_dir,
 )
+from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
+from phenoforge.setbuild.learned import RECIPE as LEARNED_RECIPE
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet
 from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree, tune_subtree
+from phenoforge.setbuild.transfer import (
+    CuratedKnowledge,
+    KnowledgeView,
+    curated_knowledge,
+    embed_fn_of,
+    with_transfer_features,
+)
 from phenoforge.storage import temporary_sibling
 
 METHODS = SET_BUILDERS
@@ -71,13 +78,19 @@ class FittedBuilders:
     subtree: SubtreeParams
     model: MembershipModel | None
     notes: list[str] = field(default_factory=list)
+    knowledge: KnowledgeView | None = None
+    """curated cohorts of bundled libraries outside the held-out group (the transfer features' source)"""
 
     def check_may_score(self, library_id: str | None, group: str | None) -> None:
+        """Raise ``LeakageError`` (fitted on it) or ``KnowledgeLeakError`` (its own curated lists would
+        inform it) when these builders may not score that library."""
         if library_id in self.training_libraries or group in self.training_groups:
             raise LeakageError(
                 f"builders fitted on {', '.join(self.training_libraries)} may not score {library_id or group!r}: "
                 "fit them with that library's group held out"
             )
+        if self.knowledge is not None:
+            self.knowledge.check_excludes([group, library_group({"library_id": library_id}) if library_id else None])
 
 
 def fit_builders(
@@ -101,7 +114,11 @@ def fit_builders(
         for lib in libraries
         if is_development_library(lib.manifest) and not is_user_import(lib) and held_out_group not in groups_of(lib)
     ]
-    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense)
+    knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
+    broken += knowledge.problems
+    held_out = [held_out_group] if held_out_group else []
+    view = knowledge.view(held_out)
+    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge, held_out_group)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     examples: list[Example] = []
     if stored is None:
@@ -114,10 +131,11 @@ def fit_builders(
                 continue
             readable.append(lib)
         if len(readable) != len(train_libraries):  # what is left may have been fitted before
-            names, groups, signature = _fit_identity(hierarchy, readable, dense)
+            names, groups, signature = _fit_identity(hierarchy, readable, dense, knowledge, held_out_group)
             stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is not None:
         stored.notes += [f"not used for fitting: {problem}" for problem in broken]
+        stored.knowledge = view
         return stored
     notes: list[str] = [f"not used for fitting: {problem}" for problem in broken]
     if unusable:
@@ -126,26 +144,48 @@ def fit_builders(
     model: MembershipModel | None = None
     model_notes: list[str] = []
     # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
-    model_directory = f"{model_name(names, FEATURE_NAMES, dense is not None)}-{_examples_digest(examples)}"
+    model_directory = (
+        f"{model_name(names, ALL_FEATURE_NAMES, dense is not None)}-{_examples_digest(examples)}"
+        f"-k{_knowledge_key(knowledge, held_out_group)}"
+    )
     try:
+        # each training cohort sees the curated knowledge without its own group and without the held-out one
+        training = with_transfer_features(hierarchy, examples, knowledge, held_out)
         model, model_notes = ensure_model(
-            con, hierarchy, examples, with_dense=dense is not None, directory=models_dir() / model_directory
+            con, hierarchy, training, with_dense=dense is not None, directory=models_dir() / model_directory
         )
         notes += model_notes
     except TrainingDataTooSmall as error:
         notes.append(f"learned builder falls back to the adaptive cut-off: {error}")
-    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes)
+    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes, view)
     _save_fitted(signature, fitted, model_directory)
     return fitted
 
 
+def bundled_knowledge(
+    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, dense: object | None, libraries: Sequence[Library]
+) -> CuratedKnowledge:
+    """The curated cohorts of every installed bundled library (a user's import is never knowledge)."""
+    bundled = [lib for lib in libraries if not is_user_import(lib)]
+    return curated_knowledge(con, hierarchy, bundled, library_stamp, embed_fn_of(dense))
+
+
+def _knowledge_key(knowledge: CuratedKnowledge, held_out_group: str | None) -> str:
+    return hashlib.sha1(json.dumps([knowledge.digest, held_out_group]).encode()).hexdigest()[:10]
+
+
 def _fit_identity(
-    hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None
+    hierarchy: Hierarchy,
+    train_libraries: Sequence[Library],
+    dense: object | None,
+    knowledge: CuratedKnowledge,
+    held_out_group: str | None,
 ) -> tuple[list[str], list[str], str]:
     """The training libraries' ids, their groups, and the signature a fitted bundle is stored under."""
     names = sorted(lib.library_id for lib in train_libraries)
     groups = sorted({group for lib in train_libraries for group in groups_of(lib)})
-    return names, groups, _fit_signature(hierarchy, train_libraries, dense)
+    signature = _fit_signature(hierarchy, train_libraries, dense, _knowledge_key(knowledge, held_out_group))
+    return names, groups, signature
 
 
 def groups_of(library: Library) -> set[str]:
@@ -215,14 +255,18 @@ class _StoredFit(BaseModel):
     notes: list[str]
 
 
-def _fit_signature(hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None) -> str:
-    """What a fitted bundle depends on: vocabulary build, training libraries, the dense index build, features."""
+def _fit_signature(
+    hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None, knowledge_key: str = ""
+) -> str:
+    """What a fitted bundle depends on: vocabulary build, training libraries, the dense index build,
+    features, and the curated knowledge the training cohorts saw."""
     dense_build = str(getattr(getattr(dense, "status", None), "built_at", "")) if dense is not None else None
     parts = [
         hierarchy.build_id,
         sorted((lib.library_id, library_stamp(lib)) for lib in train_libraries),
         dense_build,
-        list(FEATURE_NAMES),
+        list(ALL_FEATURE_NAMES),
+        knowledge_key,
         LEARNED_FORMAT_VERSION,
         LEARNED_RECIPE,
         PARAMS_RECIPE,
@@ -404,4 +448,4 @@ def build_set(
         built.method = "learned"
         built.fallback = "no membership model (too little training data): adaptive cut-off used instead"
         return built
-    return build_learned(hierarchy, table, fitted.model, scored_library_id, scored_group)
+    return build_learned(hierarchy, table, fitted.model, scored_library_id, scored_group, knowledge=fitted.knowledge)

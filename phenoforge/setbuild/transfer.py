@@ -1,0 +1,354 @@
+"""Cross-library curated evidence: the curated cohorts of *other* library groups as a knowledge source.
+
+For a query such as Elixhauser's "Congestive heart failure", the CMS-HCC heart-failure cohort is
+a curated list of the same condition. This module matches the query's name against the cohort
+names of a :class:`KnowledgeView` (dense cosine of the names when an embedding is available, and
+word overlap) and turns the best matches into candidate features for the learned builder, and into
+provenance ("in curated cohort <library>/<cohort>").
+
+Leakage is excluded by construction: a view is the knowledge minus a set of library groups, and
+callers exclude the scored group (and, for a training cohort, its own group too). A view refuses to
+serve a query for a group it contains (:meth:`KnowledgeView.check_excludes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from phenoforge.engine.curated import Library, load_curated_concept_set
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.engine.query import tokenize
+from phenoforge.errors import LibraryError, PhenoforgeError
+from phenoforge.setbuild.candidates import CandidateTable
+from phenoforge.setbuild.corpus import Example
+from phenoforge.setbuild.features import FEATURE_NAMES, hierarchy_stats
+from phenoforge.setbuild.groups import library_group
+
+TRANSFER_VERSION = "1"
+"""Bumped when the transfer features change: fitted models that read them are then refitted."""
+TRANSFER_FEATURES = [
+    "tr_top_sim",
+    "tr_top_margin",
+    "tr_in_top",
+    "tr_best_sim",
+    "tr_n_match",
+    "tr_cat_in_top",
+    "tr_top_hit_agree",
+    "tr_top_size",
+    "tr_top_cover",
+]
+MATCH_DEPTH = 8
+"""Best-matching cohorts per query whose membership becomes features (the rest match too weakly)."""
+MATCH_FLOOR = 0.5
+"""Name similarity at which an other-group cohort counts as naming the query's condition."""
+POLARITY_WORDS = frozenset({"without", "uncomplicated", "no", "not", "non", "except", "other"})
+"""Words that turn a name into its complement ("diabetes without complications"): two names that
+differ in them name different conditions however close their embeddings are."""
+POLARITY_PENALTY = 0.3
+AGREE_DEPTH = 10
+"""Fused hits whose candidates say whether retrieval agrees with the best-matching cohort."""
+
+EmbedFn = Callable[[list[str]], np.ndarray]
+
+
+class KnowledgeLeakError(PhenoforgeError):
+    """A knowledge view would show a scored cohort its own library group's curated lists."""
+
+
+@dataclass(frozen=True)
+class KnownCohort:
+    """One curated cohort of a bundled library, as knowledge."""
+
+    library_id: str
+    groups: frozenset[str]
+    cohort_id: str
+    cohort_name: str
+    ids: np.ndarray
+    """sorted concept ids of its curated codes"""
+    categories: Counter[int]
+    """category concept id -> how many of its curated codes sit under it"""
+    words: frozenset[str]
+    polarity: frozenset[str] = frozenset()
+
+
+def name_words(name: str) -> frozenset[str]:
+    return frozenset(tokenize(name))
+
+
+def polarity(name: str) -> frozenset[str]:
+    """The complement-making words of a name (tokenize drops some of them as stop words)."""
+    return frozenset(name.lower().replace(",", " ").replace("-", " ").split()) & POLARITY_WORDS
+
+
+def dice(a: frozenset[str], b: frozenset[str]) -> float:
+    return 2 * len(a & b) / (len(a) + len(b)) if a and b else 0.0
+
+
+def library_groups(library: Library) -> frozenset[str]:
+    """Every group name a library answers to: its declared group and its id's family (as ``groups_of``)."""
+    return frozenset({library_group(library.manifest), library_group({"library_id": library.library_id})})
+
+
+@dataclass
+class CuratedKnowledge:
+    """Curated cohorts of bundled libraries, with their names embedded once (when an embedding exists)."""
+
+    cohorts: list[KnownCohort]
+    vectors: np.ndarray | None = None
+    embed: EmbedFn | None = None
+    digest: str = ""
+    problems: list[str] = field(default_factory=list)
+    _query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def view(self, excluded_groups: Iterable[str]) -> KnowledgeView:
+        excluded = frozenset(g for g in excluded_groups if g)
+        keep = np.array([not (c.groups & excluded) for c in self.cohorts], dtype=bool)
+        return KnowledgeView(self, excluded, keep)
+
+    def query_vector(self, query: str) -> np.ndarray | None:
+        if self.embed is None or self.vectors is None:
+            return None
+        with self._lock:
+            cached = self._query_vectors.get(query)
+        if cached is None:
+            cached = np.asarray(self.embed([query]), dtype=np.float32)[0]
+            with self._lock:
+                self._query_vectors[query] = cached
+        return cached
+
+    def warm(self, queries: Sequence[str]) -> None:
+        """Embed many queries in one model call (training embeds every cohort name at once)."""
+        if self.embed is None or self.vectors is None:
+            return
+        missing = [q for q in dict.fromkeys(queries) if q not in self._query_vectors]
+        if missing:
+            vectors = np.asarray(self.embed(missing), dtype=np.float32)
+            with self._lock:
+                self._query_vectors.update(zip(missing, vectors, strict=True))
+
+
+@dataclass
+class Match:
+    cohort: KnownCohort
+    similarity: float
+
+
+@dataclass
+class KnowledgeView:
+    """The knowledge minus ``excluded`` groups: what one scored (or training) cohort may see."""
+
+    knowledge: CuratedKnowledge
+    excluded: frozenset[str]
+    keep: np.ndarray
+
+    @property
+    def cohorts(self) -> list[KnownCohort]:
+        return [c for c, k in zip(self.knowledge.cohorts, self.keep.tolist(), strict=True) if k]
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted({g for c in self.cohorts for g in c.groups})
+
+    def check_excludes(self, groups: Iterable[str | None]) -> None:
+        """Raise ``KnowledgeLeakError`` when a cohort of one of ``groups`` is visible in this view."""
+        wanted = {g for g in groups if g}
+        for cohort in self.cohorts:
+            if cohort.groups & wanted:
+                raise KnowledgeLeakError(
+                    f"curated cohort {cohort.library_id}/{cohort.cohort_id} would inform a query of its own "
+                    f"library group ({', '.join(sorted(cohort.groups & wanted))}): refused"
+                )
+
+    def similarities(self, query: str) -> np.ndarray:
+        """Name similarity of ``query`` to every cohort of the view: mean of dense cosine and word Dice
+        when names are embedded, word Dice alone otherwise, less ``POLARITY_PENALTY`` when one name is
+        a complement ("without ...") and the other not; -1 for cohorts outside the view."""
+        words = name_words(query)
+        out = np.array([dice(words, c.words) for c in self.knowledge.cohorts], dtype=np.float64)
+        vector = self.knowledge.query_vector(query)
+        if vector is not None and self.knowledge.vectors is not None:
+            out = 0.5 * out + 0.5 * (self.knowledge.vectors @ vector).astype(np.float64)
+        sign = polarity(query)
+        out -= POLARITY_PENALTY * np.array([c.polarity != sign for c in self.knowledge.cohorts], dtype=np.float64)
+        out[~self.keep] = -1.0
+        return out
+
+    def matches(self, query: str, depth: int = MATCH_DEPTH) -> list[Match]:
+        """The ``depth`` best-matching cohorts of the view, best first."""
+        if not self.keep.any():
+            return []
+        sims = self.similarities(query)
+        order = np.argsort(-sims, kind="stable")[: min(depth, int(self.keep.sum()))]
+        return [Match(self.knowledge.cohorts[i], float(sims[i])) for i in order]
+
+
+def transfer_features(hierarchy: Hierarchy, table: CandidateTable, view: KnowledgeView | None) -> np.ndarray:
+    """One row of ``TRANSFER_FEATURES`` per candidate (zeros without a view or a match)."""
+    rows = np.zeros((len(table), len(TRANSFER_FEATURES)), dtype=np.float64)
+    if view is None or not len(table):
+        return rows
+    found = view.matches(table.query)
+    if not found:
+        return rows
+    ids = np.asarray(table.ids, dtype=np.int64)
+    member = np.stack([np.isin(ids, m.cohort.ids, assume_unique=False) for m in found])
+    sims = np.array([m.similarity for m in found])
+    top = found[0]
+    col = {name: i for i, name in enumerate(TRANSFER_FEATURES)}
+    rows[:, col["tr_top_sim"]] = sims[0]
+    rows[:, col["tr_top_margin"]] = sims[0] - (sims[1] if len(sims) > 1 else 0.0)
+    rows[:, col["tr_in_top"]] = member[0]
+    rows[:, col["tr_best_sim"]] = np.where(member.any(0), (member * sims[:, None]).max(0), 0.0)
+    rows[:, col["tr_n_match"]] = (member & (sims[:, None] >= MATCH_FLOOR)).sum(0)
+    stats = hierarchy_stats(hierarchy)
+    categories = [hierarchy.ancestor_of_kind(node, "category") for node in table.ids]
+    share: dict[int | None, float] = {None: 0.0}
+    for cat in set(categories):
+        if cat is not None:
+            share[cat] = top.cohort.categories.get(cat, 0) / max(stats.billable_count(cat), 1)
+    rows[:, col["tr_cat_in_top"]] = [share[c] for c in categories]
+    origin_rank = np.array([table.hit_rank.get(o, 1 << 30) for o in table.origin])
+    near = origin_rank <= AGREE_DEPTH
+    rows[:, col["tr_top_hit_agree"]] = float(member[0][near].mean()) if near.any() else 0.0
+    rows[:, col["tr_top_size"]] = np.log1p(len(top.cohort.ids))
+    rows[:, col["tr_top_cover"]] = member[0].sum() / max(len(top.cohort.ids), 1)
+    return rows
+
+
+def top_match_note(table: CandidateTable, view: KnowledgeView | None) -> tuple[Match | None, np.ndarray]:
+    """The best-matching other-group cohort of ``table``'s query and which candidates it lists."""
+    if view is None or not len(table):
+        return None, np.zeros(len(table), dtype=bool)
+    found = view.matches(table.query, depth=1)
+    if not found:
+        return None, np.zeros(len(table), dtype=bool)
+    return found[0], np.isin(np.asarray(table.ids, dtype=np.int64), found[0].cohort.ids)
+
+
+# -- building the knowledge from installed libraries ------------------------------------------
+
+_KNOWLEDGE: dict[tuple[object, ...], CuratedKnowledge] = {}
+_KNOWLEDGE_LOCK = threading.Lock()
+
+
+def _library_cohorts(con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, library: Library) -> list[KnownCohort]:
+    groups = library_groups(library)
+    out = []
+    for entry in library.manifest.cohorts:
+        curated = load_curated_concept_set(con, Path(library.path), entry.cohort_id)
+        ids = sorted({node for node in map(hierarchy.resolve, curated.codes) if node is not None})
+        if not ids:
+            continue
+        categories: Counter[int] = Counter()
+        for node in ids:
+            cat = hierarchy.ancestor_of_kind(node, "category")
+            if cat is not None:
+                categories[cat] += 1
+        out.append(
+            KnownCohort(
+                library_id=library.library_id,
+                groups=groups,
+                cohort_id=entry.cohort_id,
+                cohort_name=curated.cohort_name,
+                ids=np.asarray(ids, dtype=np.int64),
+                categories=categories,
+                words=name_words(curated.cohort_name),
+                polarity=polarity(curated.cohort_name),
+            )
+        )
+    return out
+
+
+def curated_knowledge(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    libraries: Sequence[Library],
+    stamp: Callable[[Library], str],
+    embed: EmbedFn | None = None,
+) -> CuratedKnowledge:
+    """The knowledge of ``libraries`` (bundled ones; the caller leaves user imports out), cached per process.
+
+    A library whose cohort files cannot be read is left out and named in ``problems``.
+    """
+    stamps = sorted((lib.library_id, stamp(lib)) for lib in libraries)
+    key = (hierarchy.build_id, json.dumps(stamps), embed is not None)
+    with _KNOWLEDGE_LOCK:
+        cached = _KNOWLEDGE.get(key)
+    if cached is not None:
+        return cached
+    cohorts: list[KnownCohort] = []
+    problems: list[str] = []
+    for library in libraries:
+        try:
+            cohorts += _library_cohorts(con, hierarchy, library)
+        except LibraryError as error:
+            problems.append(f"{library.library_id} left out of the curated knowledge ({error})")
+    vectors = None
+    if embed is not None and cohorts:
+        vectors = np.asarray(embed([c.cohort_name for c in cohorts]), dtype=np.float32)
+    digest = hashlib.sha1(json.dumps([stamps, embed is not None, TRANSFER_VERSION]).encode()).hexdigest()[:12]
+    knowledge = CuratedKnowledge(cohorts, vectors, embed if vectors is not None else None, digest, problems)
+    with _KNOWLEDGE_LOCK:
+        _KNOWLEDGE[key] = knowledge
+    return knowledge
+
+
+def embed_fn_of(dense: object | None) -> EmbedFn | None:
+    """The dense retriever's embedding function (None without a dense index)."""
+    return getattr(dense, "embed_fn", None) if dense is not None else None
+
+
+__all__ = [
+    "TRANSFER_FEATURES",
+    "CuratedKnowledge",
+    "KnowledgeLeakError",
+    "KnowledgeView",
+    "curated_knowledge",
+    "embed_fn_of",
+    "transfer_features",
+    "with_transfer_features",
+]
+
+
+def excluded_for(library_id: str, group: str, held_out: Iterable[str | None] = ()) -> set[str]:
+    """Groups a cohort of ``library_id`` may not see: its own (declared and by id) and the held-out ones."""
+    return {g for g in (group, library_group({"library_id": library_id}), *held_out) if g}
+
+
+def with_transfer_features(
+    hierarchy: Hierarchy,
+    examples: Sequence[Example],
+    knowledge: CuratedKnowledge | None,
+    held_out: Iterable[str | None] = (),
+) -> list[Example]:
+    """Copies of ``examples`` whose feature matrix gains the transfer columns.
+
+    Each example sees the knowledge minus its own group and minus ``held_out`` (the group the fitted
+    model will score): a training cohort never sees its own list, its near-duplicate library's list,
+    or the held-out group's.
+    """
+    held = [g for g in held_out if g]
+    if knowledge is not None:
+        knowledge.warm([ex.table.query for ex in examples])
+    out = []
+    for ex in examples:
+        if ex.features.shape[1] != len(FEATURE_NAMES):
+            raise ValueError(f"{ex.key}: transfer features are added once, to the base candidate features")
+        view = None
+        if knowledge is not None:
+            excluded = excluded_for(ex.library_id, ex.group, held)
+            view = knowledge.view(excluded)
+            view.check_excludes(excluded)
+        extra = transfer_features(hierarchy, ex.table, view)
+        out.append(replace(ex, features=np.hstack([ex.features, extra])))
+    return out
