@@ -33,7 +33,7 @@ from phenoforge.setbuild.groups import is_development_library  # noqa: E402
 from phenoforge.setbuild.learned import ALL_FEATURE_NAMES  # noqa: E402
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES  # noqa: E402
 
-METHODS = ("hybrid@25", "adaptive_cutoff", "subtree", "learned")
+METHODS = ("hybrid@25", "adaptive_cutoff", "subtree", "learned", "curated_transfer")
 
 
 def misspell(name: str) -> str:

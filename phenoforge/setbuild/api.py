@@ -45,10 +45,14 @@ from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet
 from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree, tune_subtree
 from phenoforge.setbuild.transfer import (
+    TRANSFER_METHOD,
     CuratedKnowledge,
     KnowledgeView,
+    TransferParams,
+    build_transfer,
     curated_knowledge,
     embed_fn_of,
+    tune_transfer,
     with_transfer_features,
 )
 from phenoforge.storage import temporary_sibling
@@ -80,6 +84,7 @@ class FittedBuilders:
     notes: list[str] = field(default_factory=list)
     knowledge: KnowledgeView | None = None
     """curated cohorts of bundled libraries outside the held-out group (the transfer features' source)"""
+    transfer: TransferParams = field(default_factory=TransferParams)
 
     def check_may_score(self, library_id: str | None, group: str | None) -> None:
         """Raise ``LeakageError`` (fitted on it) or ``KnowledgeLeakError`` (its own curated lists would
@@ -157,7 +162,13 @@ def fit_builders(
         notes += model_notes
     except TrainingDataTooSmall as error:
         notes.append(f"learned builder falls back to the adaptive cut-off: {error}")
-    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes, view)
+    # the fallback while tuning is the adaptive cut-off (tuned on these same cohorts, so transfer must beat
+    # an in-sample rival): the learned model's own predictions on its training cohorts would be in-sample too
+    transfer = tune_transfer(
+        con, hierarchy, examples, knowledge, held_out, lambda ex: build_cutoff(hierarchy, ex.table, cutoff).code_list
+    )
+    notes.append(f"curated_transfer: min name similarity {transfer.min_similarity:.2f} ({transfer.chosen_on})")
+    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes, view, transfer)
     _save_fitted(signature, fitted, model_directory)
     return fitted
 
@@ -253,6 +264,7 @@ class _StoredFit(BaseModel):
     subtree: SubtreeParams
     model_directory: str | None
     notes: list[str]
+    transfer: TransferParams = TransferParams()
 
 
 def _fit_signature(
@@ -306,7 +318,7 @@ def _load_fitted(
         if model.manifest.training_libraries != names:
             return None, f"{path.name}'s membership model was trained on other libraries: refitted"
     notes = [f"reused the builders fitted on {', '.join(names) or 'nothing'} ({path.name})", *stored.notes]
-    return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes), None
+    return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes, transfer=stored.transfer), None
 
 
 def _examples_digest(examples: Sequence[Example]) -> str:
@@ -328,7 +340,8 @@ def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> N
         cutoff=fitted.cutoff,
         subtree=fitted.subtree,
         model_directory=model_directory,
-        notes=[note for note in fitted.notes if note.startswith("learned builder falls back")],
+        notes=[note for note in fitted.notes if note.startswith(("learned builder falls back", "curated_transfer:"))],
+        transfer=fitted.transfer,
     )
     path = _fit_path(signature)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -447,5 +460,10 @@ def build_set(
         built = build_cutoff(hierarchy, table, fitted.cutoff)
         built.method = "learned"
         built.fallback = "no membership model (too little training data): adaptive cut-off used instead"
-        return built
-    return build_learned(hierarchy, table, fitted.model, scored_library_id, scored_group, knowledge=fitted.knowledge)
+    else:
+        built = build_learned(
+            hierarchy, table, fitted.model, scored_library_id, scored_group, knowledge=fitted.knowledge
+        )
+    if method == TRANSFER_METHOD:
+        return build_transfer(hierarchy, query, fitted.knowledge, fitted.transfer, built)
+    return built

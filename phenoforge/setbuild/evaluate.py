@@ -29,7 +29,14 @@ from phenoforge.setbuild.learned import (
     models_dir,
 )
 from phenoforge.setbuild.subtree import build_subtree, tune_subtree
-from phenoforge.setbuild.transfer import CuratedKnowledge, KnowledgeView, with_transfer_features
+from phenoforge.setbuild.transfer import (
+    TRANSFER_METHOD,
+    CuratedKnowledge,
+    KnowledgeView,
+    build_transfer,
+    tune_transfer,
+    with_transfer_features,
+)
 
 HYBRID_K = 25
 
@@ -153,6 +160,29 @@ def evaluate_library(
         if view is not None:
             out.notes.append(f"learned: curated knowledge from groups {', '.join(view.groups) or 'none'}")
         _score(con, scored, lambda ex: _learned_codes(hierarchy, ex, model, view), "learned", out)
+        if TRANSFER_METHOD in methods and view is not None:
+            started = time.perf_counter()
+            params = tune_cutoff(con, hierarchy, cases, trained_on)
+            base_train = training_examples(examples, group, development)
+            transfer = tune_transfer(
+                con,
+                hierarchy,
+                base_train,
+                knowledge,
+                [group],
+                lambda ex: build_cutoff(hierarchy, ex.table, params).code_list,
+            )
+            out.fit_seconds[TRANSFER_METHOD] = time.perf_counter() - started
+            out.trained_on[TRANSFER_METHOD] = transfer.trained_on
+            out.notes.append(f"{TRANSFER_METHOD}: min similarity {transfer.min_similarity} ({transfer.chosen_on})")
+
+            def transferred(ex: Example) -> list[str]:
+                fallback = build_learned(
+                    hierarchy, ex.table, model, ex.library_id, ex.group, features=ex.features, knowledge=view
+                )
+                return build_transfer(hierarchy, ex.table.query, view, transfer, fallback).code_list
+
+            _score(con, scored, transferred, TRANSFER_METHOD, out)
     return out
 
 

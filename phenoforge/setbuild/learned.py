@@ -137,6 +137,12 @@ def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.
         return estimator.predict_proba(rows)[:, 1]
 
 
+def default_features(examples: Sequence[Example]) -> list[str]:
+    """Every feature the examples' matrices hold: with the transfer columns when they were added."""
+    widths = {ex.features.shape[1] for ex in examples}
+    return list(ALL_FEATURE_NAMES) if widths == {len(ALL_FEATURE_NAMES)} else list(FEATURE_NAMES)
+
+
 def _stack(examples: Sequence[Example], columns: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows, labels and weights; each cohort weighs the same whatever its candidate count."""
     parts = [ex for ex in examples if len(ex.table)]
@@ -180,7 +186,7 @@ def train_membership_model(
     con: duckdb.DuckDBPyConnection,
     hierarchy: Hierarchy,
     examples: Sequence[Example],
-    features: Sequence[str] = ALL_FEATURE_NAMES,
+    features: Sequence[str] | None = None,
     with_dense: bool = True,
     min_cohorts: int = MIN_TRAINING_COHORTS,
     min_positives: int = MIN_TRAINING_POSITIVES,
@@ -189,7 +195,9 @@ def train_membership_model(
     """Fit on ``examples`` (other libraries than the ones to score); choose the rule out of fold.
 
     A given ``rule`` (e.g. the full model's, for an ablation) skips the out-of-fold fits.
+    ``features`` defaults to every column the examples carry (see :func:`default_features`).
     """
+    features = default_features(examples) if features is None else features
     usable = [ex for ex in examples if len(ex.table)]
     n_positive = int(sum(ex.labels.sum() for ex in usable))
     if len(usable) < min_cohorts or n_positive < min_positives:
@@ -382,7 +390,7 @@ def ensure_model(
     con: duckdb.DuckDBPyConnection,
     hierarchy: Hierarchy,
     examples: Sequence[Example],
-    features: Sequence[str] = ALL_FEATURE_NAMES,
+    features: Sequence[str] | None = None,
     with_dense: bool = True,
     directory: Path | None = None,
     min_cohorts: int = MIN_TRAINING_COHORTS,
@@ -394,6 +402,7 @@ def ensure_model(
     Returns the model and notes saying what happened (reused, or rebuilt and why). Raises
     ``TrainingDataTooSmall`` when the examples cannot train one.
     """
+    features = default_features(examples) if features is None else features
     libraries = sorted({ex.library_id for ex in examples})
     if directory is None:
         directory = models_dir() / model_name(libraries, features, with_dense, rule)

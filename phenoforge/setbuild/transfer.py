@@ -23,15 +23,18 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+from pydantic import BaseModel, Field
 
 from phenoforge.engine.curated import Library, load_curated_concept_set
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import tokenize
 from phenoforge.errors import LibraryError, PhenoforgeError
+from phenoforge.setbuild.assemble import SetAssembler, mean_objective
 from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES, hierarchy_stats
 from phenoforge.setbuild.groups import library_group
+from phenoforge.setbuild.models import BuiltSet
 
 TRANSFER_VERSION = "1"
 """Bumped when the transfer features change: fitted models that read them are then refitted."""
@@ -308,18 +311,6 @@ def embed_fn_of(dense: object | None) -> EmbedFn | None:
     return getattr(dense, "embed_fn", None) if dense is not None else None
 
 
-__all__ = [
-    "TRANSFER_FEATURES",
-    "CuratedKnowledge",
-    "KnowledgeLeakError",
-    "KnowledgeView",
-    "curated_knowledge",
-    "embed_fn_of",
-    "transfer_features",
-    "with_transfer_features",
-]
-
-
 def excluded_for(library_id: str, group: str, held_out: Iterable[str | None] = ()) -> set[str]:
     """Groups a cohort of ``library_id`` may not see: its own (declared and by id) and the held-out ones."""
     return {g for g in (group, library_group({"library_id": library_id}), *held_out) if g}
@@ -352,3 +343,105 @@ def with_transfer_features(
         extra = transfer_features(hierarchy, ex.table, view)
         out.append(replace(ex, features=np.hstack([ex.features, extra])))
     return out
+
+
+# -- curated_transfer: take a strongly matching other-group cohort's list, else the learned set ----
+
+TRANSFER_METHOD = "curated_transfer"
+TRANSFER_THRESHOLDS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+NEVER = 1.01
+"""A similarity no match reaches: the tuned rule when transferring never beat the fallback."""
+
+
+class TransferParams(BaseModel):
+    """When ``curated_transfer`` takes a matched cohort's list instead of the learned set."""
+
+    min_similarity: float = NEVER
+    trained_on: list[str] = Field(default_factory=list, description="libraries the threshold was tuned on")
+    chosen_on: str = "default (untuned): never transfer"
+
+
+def tune_transfer(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    examples: Sequence[Example],
+    knowledge: CuratedKnowledge | None,
+    held_out: Iterable[str | None],
+    fallback: Callable[[Example], list[str]],
+) -> TransferParams:
+    """The name-similarity threshold above which transferring a matched list beats ``fallback``.
+
+    Chosen on ``examples`` (training cohorts of groups other than the scored one), each matched
+    against the knowledge without its own group and without ``held_out``: the threshold with the
+    largest summed gain of (hierarchical + exact F1) / 2 over the fallback, or never when none gains.
+    """
+    trained_on = sorted({ex.library_id for ex in examples})
+    if knowledge is None or not examples:
+        return TransferParams(trained_on=trained_on)
+    held = [g for g in held_out if g]
+    knowledge.warm([ex.table.query for ex in examples])
+    gains: list[tuple[float, float]] = []
+    for ex in examples:
+        excluded = excluded_for(ex.library_id, ex.group, held)
+        view = knowledge.view(excluded)
+        view.check_excludes(excluded)
+        found = view.matches(ex.table.query, depth=1)
+        if not found:
+            continue
+        case = [(ex.cohort_id, ex.cohort_name, ex.truth)]
+        moved = mean_objective(con, case, lambda _i, m=found[0]: [hierarchy.code[i] for i in m.cohort.ids.tolist()])
+        kept = mean_objective(con, case, lambda _i, e=ex: fallback(e))
+        gains.append((found[0].similarity, (sum(moved) - sum(kept)) / 2))
+    best_gain, best = 0.0, NEVER
+    for threshold in TRANSFER_THRESHOLDS:
+        gain = sum(g for sim, g in gains if sim >= threshold)
+        if gain > best_gain:
+            best_gain, best = gain, threshold
+    n_matched = sum(1 for sim, _g in gains if sim >= best)
+    return TransferParams(
+        min_similarity=best,
+        trained_on=trained_on,
+        chosen_on=f"largest gain over the fallback on {len(examples)} training cohorts ({n_matched} transferred)",
+    )
+
+
+def build_transfer(
+    hierarchy: Hierarchy, query: str, view: KnowledgeView | None, params: TransferParams, fallback: BuiltSet
+) -> BuiltSet:
+    """The best-matching other-group cohort's codes when its name matches at ``params.min_similarity``
+    or more, each code naming that library and cohort; else ``fallback`` (the learned set) as is."""
+    found = view.matches(query, depth=1) if view is not None else []
+    if not found or found[0].similarity < params.min_similarity:
+        built = fallback.model_copy(deep=True)
+        built.method = TRANSFER_METHOD
+        best = f"best match '{found[0].cohort.cohort_name}' at {found[0].similarity:.2f}" if found else "no cohort"
+        built.notes.append(
+            f"no other group's curated cohort matches at {params.min_similarity:.2f} ({best}): the learned set"
+        )
+        return built
+    match = found[0]
+    out = SetAssembler(hierarchy, TRANSFER_METHOD, query)
+    out.result.trained_on = list(params.trained_on)
+    rule = (
+        f"listed by curated cohort {match.cohort.library_id}/{match.cohort.cohort_id} '{match.cohort.cohort_name}' "
+        f"(name similarity {match.similarity:.2f} >= {params.min_similarity:.2f}, tuned on "
+        f"{', '.join(params.trained_on) or 'nothing'})"
+    )
+    for node in match.cohort.ids.tolist():
+        out.add_node(int(node), "curated", match.similarity, rule)
+    return out.finish()
+
+
+__all__ = [
+    "TRANSFER_FEATURES",
+    "CuratedKnowledge",
+    "KnowledgeLeakError",
+    "KnowledgeView",
+    "curated_knowledge",
+    "embed_fn_of",
+    "transfer_features",
+    "TransferParams",
+    "build_transfer",
+    "tune_transfer",
+    "with_transfer_features",
+]

@@ -24,7 +24,7 @@ from phenoforge.setbuild import api, learned, transfer
 from tests.fixture_library import write_icd_library
 from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
 
-BUILDERS = ["adaptive_cutoff", "subtree", "learned"]
+BUILDERS = ["adaptive_cutoff", "subtree", "learned", "curated_transfer"]
 HCC_ID = "cms-hcc-v28-fixture"
 ELIX_ID = "elixhauser-2026-fixture"
 TEST_ID = "charlson-fixture"
@@ -266,3 +266,28 @@ def test_an_imported_library_is_scored_with_every_bundled_group_as_knowledge(
     assert elix.knowledge is not None
     assert "elixhauser" not in _visible_groups(elix.knowledge)
     assert {"cms-hcc", "charlson"} <= _visible_groups(elix.knowledge)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_curated_transfer_takes_a_matched_list_with_its_source_else_the_learned_set(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path]
+) -> None:
+    libraries = [load_library(path) for path in installed.values()]
+    fitted = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    hierarchy = get_hierarchy(fixture_con)
+    fitted.transfer = transfer.TransferParams(min_similarity=0.7, trained_on=[HCC_ID])
+    ranking = [("I50.9", 3.0), ("I50", 2.0)]
+    built = api.build_set(
+        hierarchy, "curated_transfer", "Congestive heart failure", ranking, None, fitted, ELIX_ID, "elixhauser"
+    )
+    assert built.code_list and all(code.startswith("I50") for code in built.code_list)
+    sources = {item.provenance.rule.split(" '")[0] for item in built.codes}
+    assert sources <= {f"listed by curated cohort {HCC_ID}/hf", f"listed by curated cohort {TEST_ID}/hf"}, sources
+    assert all(item.provenance.source == "curated" for item in built.codes)
+    # nothing matches "Xylophonia": the learned set answers, and says why
+    learned_set = api.build_set(hierarchy, "learned", "Xylophonia", [("J45", 1.0)], None, fitted, ELIX_ID, "elixhauser")
+    fallback = api.build_set(
+        hierarchy, "curated_transfer", "Xylophonia", [("J45", 1.0)], None, fitted, ELIX_ID, "elixhauser"
+    )
+    assert fallback.code_list == learned_set.code_list
+    assert any("the learned set" in note for note in fallback.notes)
