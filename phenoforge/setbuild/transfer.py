@@ -388,10 +388,8 @@ def tune_transfer(
         found = view.matches(ex.table.query, depth=1)
         if not found:
             continue
-        case = [(ex.cohort_id, ex.cohort_name, ex.truth)]
-        moved = mean_objective(con, case, lambda _i, m=found[0]: [hierarchy.code[i] for i in m.cohort.ids.tolist()])
-        kept = mean_objective(con, case, lambda _i, e=ex: fallback(e))
-        gains.append((found[0].similarity, (sum(moved) - sum(kept)) / 2))
+        moved = _objective(con, ex, [hierarchy.code[i] for i in found[0].cohort.ids.tolist()])
+        gains.append((found[0].similarity, moved - _objective(con, ex, fallback(ex))))
     best_gain, best = 0.0, NEVER
     for threshold in TRANSFER_THRESHOLDS:
         gain = sum(g for sim, g in gains if sim >= threshold)
@@ -403,6 +401,11 @@ def tune_transfer(
         trained_on=trained_on,
         chosen_on=f"largest gain over the fallback on {len(examples)} training cohorts ({n_matched} transferred)",
     )
+
+
+def _objective(con: duckdb.DuckDBPyConnection, ex: Example, codes: list[str]) -> float:
+    hierarchical, exact = mean_objective(con, [(ex.cohort_id, ex.cohort_name, ex.truth)], lambda _i: codes)
+    return (hierarchical + exact) / 2
 
 
 def build_transfer(
