@@ -441,11 +441,13 @@ def build_set(
     umbrellas: dict[str, str] | None = None,
     dense_weight: float = 0.5,
     table: CandidateTable | None = None,
+    fallback: BuiltSet | None = None,
 ) -> BuiltSet:
     """One builder's code list for one query from rankings ``RETRIEVAL_DEPTH`` deep (with scores).
 
     ``table`` (from :func:`candidate_table` of the same rankings) lets several builders share one
-    candidate table instead of each building its own.
+    candidate table instead of each building its own; ``fallback`` (the learned set of the same
+    query and fitted builders) spares ``curated_transfer`` computing it again.
     """
     if method not in METHODS:
         raise ValueError(f"unknown set builder {method!r}; choose one of {', '.join(METHODS)}")
@@ -456,6 +458,8 @@ def build_set(
         return build_cutoff(hierarchy, table, fitted.cutoff)
     if method == "subtree":
         return build_subtree(hierarchy, table, fitted.subtree)
+    if method == TRANSFER_METHOD and fallback is not None:
+        return build_transfer(hierarchy, query, fitted.knowledge, fitted.transfer, fallback)
     if fitted.model is None:
         built = build_cutoff(hierarchy, table, fitted.cutoff)
         built.method = "learned"
