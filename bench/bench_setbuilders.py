@@ -30,8 +30,10 @@ from phenoforge.setbuild.corpus import library_examples  # noqa: E402
 from phenoforge.setbuild.evaluate import evaluate_library  # noqa: E402
 from phenoforge.setbuild.features import FEATURE_FAMILIES, FEATURE_NAMES  # noqa: E402
 from phenoforge.setbuild.groups import is_development_library  # noqa: E402
+from phenoforge.setbuild.learned import ALL_FEATURE_NAMES  # noqa: E402
+from phenoforge.setbuild.transfer import TRANSFER_FEATURES  # noqa: E402
 
-METHODS = ("hybrid@25", "adaptive_cutoff", "subtree", "learned")
+METHODS = ("hybrid@25", "adaptive_cutoff", "subtree", "learned", "curated_transfer")
 
 
 def misspell(name: str) -> str:
@@ -103,6 +105,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-ablation", action="store_true")
     parser.add_argument("--no-dense", action="store_true")
+    parser.add_argument("--no-robustness", action="store_true", help="skip the typo and umbrella measurements")
+    parser.add_argument(
+        "--no-transfer",
+        action="store_true",
+        help="the learned builder without the cross-library curated evidence (the other groups' cohorts)",
+    )
     parser.add_argument(
         "--development-only", action="store_true", help="skip the test libraries (while iterating on the builders)"
     )
@@ -112,6 +120,14 @@ def main() -> None:
     dense = None if args.no_dense else load_dense_if_ready(con)
     print(f"dense retriever: {'yes' if dense is not None else 'no (BM25 alone)'}")
     libraries = list_libraries()
+    knowledge = None
+    if not args.no_transfer:
+        from phenoforge.setbuild.api import bundled_knowledge
+
+        knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
+        print(f"curated knowledge: {len(knowledge.cohorts)} cohorts of {len(libraries)} libraries")
+    features = ALL_FEATURE_NAMES if knowledge is not None else FEATURE_NAMES
+    families = {**FEATURE_FAMILIES, "transfer": TRANSFER_FEATURES} if knowledge is not None else FEATURE_FAMILIES
     development = {lib.library_id for lib in libraries if is_development_library(lib.manifest)}
     if args.development_only:
         libraries = [lib for lib in libraries if lib.library_id in development]
@@ -133,7 +149,15 @@ def main() -> None:
     reports = []
     for library in libraries:
         report = evaluate_library(
-            con, hierarchy, examples, library.library_id, development, METHODS, with_dense=dense is not None
+            con,
+            hierarchy,
+            examples,
+            library.library_id,
+            development,
+            METHODS,
+            features=features,
+            with_dense=dense is not None,
+            knowledge=knowledge,
         )
         reports.append(report)
         cells = "  ".join(
@@ -151,7 +175,8 @@ def main() -> None:
         print(f"    build+score per cohort: {timing}")
         fits = ", ".join(f"{m} {s:.1f} s" for m, s in report.fit_seconds.items())
         print(f"    fit (or reuse) per held-out group: {fits}")
-    robustness(con, hierarchy, dense, examples, reports, development)
+    if not args.no_robustness:
+        robustness(con, hierarchy, dense, examples, reports, development)
     if args.no_ablation:
         return
     print()
@@ -161,8 +186,8 @@ def main() -> None:
     base = {r.library_id: (r.hierarchical.get("learned"), r.exact_f1.get("learned")) for r in reports}
     print(f"{'without':<14}" + "".join(f"{r.library_id:>30}" for r in reports))
     print(f"{'(all)':<14}" + "".join(f"{base[r.library_id][0]:>19.3f} / {base[r.library_id][1]:.3f}" for r in reports))
-    for family, names in FEATURE_FAMILIES.items():
-        kept = [name for name in FEATURE_NAMES if name not in names]
+    for family, names in families.items():
+        kept = [name for name in features if name not in names]
         cells = []
         for report in reports:
             ablated = evaluate_library(
@@ -175,6 +200,7 @@ def main() -> None:
                 features=kept,
                 with_dense=dense is not None,
                 rule=report.learned_rule,
+                knowledge=knowledge,
             )
             h, f = ablated.hierarchical.get("learned", float("nan")), ablated.exact_f1.get("learned", float("nan"))
             bh, bf = base[report.library_id]

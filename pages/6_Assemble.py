@@ -63,8 +63,8 @@ def start_section(reviewer: str) -> None:
             list(workflow.GENERATORS),
             key="as_generator",
             horizontal=True,
-            help="hybrid: the top k hits; adaptive_cutoff, subtree, learned: a billable list of the builder's "
-            "own size, each code with why it is there (k is not used)",
+            help="hybrid: the top k hits; adaptive_cutoff, subtree, learned, curated_transfer: a billable list of "
+            "the builder's own size, each code with why it is there (k is not used)",
         )
         submitted = st.form_submit_button("Decompose and search", type="primary", key="as_start")
     if not submitted:

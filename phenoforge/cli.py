@@ -583,8 +583,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--method",
         choices=["bm25", "dense", "hybrid", *SET_BUILDERS, "all"],
         default="hybrid",
-        help="a ranking (bm25, dense, hybrid: top k) or a set builder (adaptive_cutoff, subtree, learned: "
-        "a billable code list of its own size, each code with why it is there); all = the three rankings",
+        help="a ranking (bm25, dense, hybrid: top k) or a set builder (adaptive_cutoff, subtree, learned, "
+        "curated_transfer: a billable code list of its own size, each code with why it is there); all = the three "
+        "rankings",
     )
     search.add_argument("-k", type=_positive_int("k"), default=10)
     search.add_argument("--dense-weight", type=_unit_interval, default=0.5)

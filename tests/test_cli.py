@@ -153,7 +153,15 @@ def test_benchmark_json_on_a_library_given_by_path(tmp_path: Path, capsys: pytes
     assert list(data) == ["cli-lib"]
     report = data["cli-lib"]
     # the default runs the reference's methods and the set builders (dense is switched off)
-    expected_methods = {"bm25", "hybrid", "expand_descendants", "adaptive_cutoff", "subtree", "learned"}
+    expected_methods = {
+        "bm25",
+        "hybrid",
+        "expand_descendants",
+        "adaptive_cutoff",
+        "subtree",
+        "learned",
+        "curated_transfer",
+    }
     assert set(report["mean_hierarchical_score_by_method"]) == expected_methods
     assert set(report["mean_coverage_by_method"]) == expected_methods
     assert {(r["cohort_id"], r["method"]) for r in report["results"]} == {

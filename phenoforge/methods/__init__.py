@@ -1,7 +1,7 @@
 """Methods: every way of turning a cohort's name into a code list, behind one registry.
 
 >>> sorted(available_methods(include_entry_points=False))
-['adaptive_cutoff', 'bm25', 'dense', 'expand_descendants', 'hybrid', 'learned', 'subtree']
+['adaptive_cutoff', 'bm25', 'curated_transfer', 'dense', 'expand_descendants', 'hybrid', 'learned', 'subtree']
 """
 
 from phenoforge.methods.base import CohortTask, Method, MethodContext, MethodSetup, SkipMethod, entries

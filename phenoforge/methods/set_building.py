@@ -32,6 +32,7 @@ from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH, CandidateTable
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet, CodeProvenance
+from phenoforge.setbuild.transfer import TRANSFER_METHOD, KnowledgeLeakError
 
 FITTED_DENSE_WEIGHT = 0.5
 """The fusion weight the builders are fitted and run at (their features read the fused ranking)."""
@@ -109,6 +110,8 @@ class _Prepared:
     bm25: list[tuple[str, float]]
     dense: list[tuple[str, float]] | None
     table: CandidateTable
+    learned: BuiltSet | None = None
+    """the learned set, kept for curated_transfer's fallback (its features are the costly part)"""
 
 
 def _prepare(context: MethodContext, query: str) -> _Prepared:
@@ -135,7 +138,10 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     if problem is not None:
         return BuiltSet(method=builder, query=str(query)[:200], notes=[f"no results: {problem}"])
     prepared = _prepare(context, query)
-    return build_set(
+    fallback = None
+    if builder == TRANSFER_METHOD:
+        fallback = prepared.learned or build_for(context, "learned", query, fitted)
+    built = build_set(
         context.hierarchy,
         builder,
         query,
@@ -148,7 +154,11 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
         umbrellas=prepared.umbrellas,
         dense_weight=FITTED_DENSE_WEIGHT,
         table=prepared.table,
+        fallback=fallback,
     )
+    if builder == "learned":
+        prepared.learned = built.model_copy(deep=True)
+    return built
 
 
 def searched_as_of(query: str, searched: str) -> str | None:
@@ -157,10 +167,10 @@ def searched_as_of(query: str, searched: str) -> str | None:
 
 def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
     def setup(context: MethodContext) -> MethodSetup:
-        fitted = fitted_for(context)
         try:
+            fitted = fitted_for(context)
             fitted.check_may_score(context.library_id or None, scored_group(context))
-        except LeakageError as error:
+        except (LeakageError, KnowledgeLeakError) as error:
             raise SkipMethod(str(error)) from None
         degraded = None
         if builder == "learned" and fitted.model is None:

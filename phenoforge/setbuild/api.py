@@ -26,11 +26,9 @@ from phenoforge.errors import PhenoforgeError
 from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
-from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.groups import is_development_library, library_group
-from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
-from phenoforge.setbuild.learned import RECIPE as LEARNED_RECIPE
 from phenoforge.setbuild.learned import (
+    ALL_FEATURE_NAMES,
     LeakageError,
     MembershipModel,
     ModelError,
@@ -41,9 +39,22 @@ from phenoforge.setbuild.learned import (
     model_name,
     models_dir,
 )
+from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
+from phenoforge.setbuild.learned import RECIPE as LEARNED_RECIPE
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet
 from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree, tune_subtree
+from phenoforge.setbuild.transfer import (
+    TRANSFER_METHOD,
+    CuratedKnowledge,
+    KnowledgeView,
+    TransferParams,
+    build_transfer,
+    curated_knowledge,
+    embed_fn_of,
+    tune_transfer,
+    with_transfer_features,
+)
 from phenoforge.storage import temporary_sibling
 
 METHODS = SET_BUILDERS
@@ -71,13 +82,20 @@ class FittedBuilders:
     subtree: SubtreeParams
     model: MembershipModel | None
     notes: list[str] = field(default_factory=list)
+    knowledge: KnowledgeView | None = None
+    """curated cohorts of bundled libraries outside the held-out group (the transfer features' source)"""
+    transfer: TransferParams = field(default_factory=TransferParams)
 
     def check_may_score(self, library_id: str | None, group: str | None) -> None:
+        """Raise ``LeakageError`` (fitted on it) or ``KnowledgeLeakError`` (its own curated lists would
+        inform it) when these builders may not score that library."""
         if library_id in self.training_libraries or group in self.training_groups:
             raise LeakageError(
                 f"builders fitted on {', '.join(self.training_libraries)} may not score {library_id or group!r}: "
                 "fit them with that library's group held out"
             )
+        if self.knowledge is not None:
+            self.knowledge.check_excludes([group, library_group({"library_id": library_id}) if library_id else None])
 
 
 def fit_builders(
@@ -101,7 +119,11 @@ def fit_builders(
         for lib in libraries
         if is_development_library(lib.manifest) and not is_user_import(lib) and held_out_group not in groups_of(lib)
     ]
-    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense)
+    knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
+    broken += knowledge.problems
+    held_out = [held_out_group] if held_out_group else []
+    view = knowledge.view(held_out)
+    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge, held_out_group)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     examples: list[Example] = []
     if stored is None:
@@ -114,10 +136,11 @@ def fit_builders(
                 continue
             readable.append(lib)
         if len(readable) != len(train_libraries):  # what is left may have been fitted before
-            names, groups, signature = _fit_identity(hierarchy, readable, dense)
+            names, groups, signature = _fit_identity(hierarchy, readable, dense, knowledge, held_out_group)
             stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is not None:
         stored.notes += [f"not used for fitting: {problem}" for problem in broken]
+        stored.knowledge = view
         return stored
     notes: list[str] = [f"not used for fitting: {problem}" for problem in broken]
     if unusable:
@@ -126,26 +149,54 @@ def fit_builders(
     model: MembershipModel | None = None
     model_notes: list[str] = []
     # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
-    model_directory = f"{model_name(names, FEATURE_NAMES, dense is not None)}-{_examples_digest(examples)}"
+    model_directory = (
+        f"{model_name(names, ALL_FEATURE_NAMES, dense is not None)}-{_examples_digest(examples)}"
+        f"-k{_knowledge_key(knowledge, held_out_group)}"
+    )
     try:
+        # each training cohort sees the curated knowledge without its own group and without the held-out one
+        training = with_transfer_features(hierarchy, examples, knowledge, held_out)
         model, model_notes = ensure_model(
-            con, hierarchy, examples, with_dense=dense is not None, directory=models_dir() / model_directory
+            con, hierarchy, training, with_dense=dense is not None, directory=models_dir() / model_directory
         )
         notes += model_notes
     except TrainingDataTooSmall as error:
         notes.append(f"learned builder falls back to the adaptive cut-off: {error}")
-    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes)
+    # the fallback while tuning is the adaptive cut-off (tuned on these same cohorts, so transfer must beat
+    # an in-sample rival): the learned model's own predictions on its training cohorts would be in-sample too
+    transfer = tune_transfer(
+        con, hierarchy, examples, knowledge, held_out, lambda ex: build_cutoff(hierarchy, ex.table, cutoff).code_list
+    )
+    notes.append(f"curated_transfer: min name similarity {transfer.min_similarity:.2f} ({transfer.chosen_on})")
+    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes, view, transfer)
     _save_fitted(signature, fitted, model_directory)
     return fitted
 
 
+def bundled_knowledge(
+    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, dense: object | None, libraries: Sequence[Library]
+) -> CuratedKnowledge:
+    """The curated cohorts of every installed bundled library (a user's import is never knowledge)."""
+    bundled = [lib for lib in libraries if not is_user_import(lib)]
+    return curated_knowledge(con, hierarchy, bundled, library_stamp, embed_fn_of(dense))
+
+
+def _knowledge_key(knowledge: CuratedKnowledge, held_out_group: str | None) -> str:
+    return hashlib.sha1(json.dumps([knowledge.digest, held_out_group]).encode()).hexdigest()[:10]
+
+
 def _fit_identity(
-    hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None
+    hierarchy: Hierarchy,
+    train_libraries: Sequence[Library],
+    dense: object | None,
+    knowledge: CuratedKnowledge,
+    held_out_group: str | None,
 ) -> tuple[list[str], list[str], str]:
     """The training libraries' ids, their groups, and the signature a fitted bundle is stored under."""
     names = sorted(lib.library_id for lib in train_libraries)
     groups = sorted({group for lib in train_libraries for group in groups_of(lib)})
-    return names, groups, _fit_signature(hierarchy, train_libraries, dense)
+    signature = _fit_signature(hierarchy, train_libraries, dense, _knowledge_key(knowledge, held_out_group))
+    return names, groups, signature
 
 
 def groups_of(library: Library) -> set[str]:
@@ -213,16 +264,21 @@ class _StoredFit(BaseModel):
     subtree: SubtreeParams
     model_directory: str | None
     notes: list[str]
+    transfer: TransferParams = TransferParams()
 
 
-def _fit_signature(hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None) -> str:
-    """What a fitted bundle depends on: vocabulary build, training libraries, the dense index build, features."""
+def _fit_signature(
+    hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None, knowledge_key: str = ""
+) -> str:
+    """What a fitted bundle depends on: vocabulary build, training libraries, the dense index build,
+    features, and the curated knowledge the training cohorts saw."""
     dense_build = str(getattr(getattr(dense, "status", None), "built_at", "")) if dense is not None else None
     parts = [
         hierarchy.build_id,
         sorted((lib.library_id, library_stamp(lib)) for lib in train_libraries),
         dense_build,
-        list(FEATURE_NAMES),
+        list(ALL_FEATURE_NAMES),
+        knowledge_key,
         LEARNED_FORMAT_VERSION,
         LEARNED_RECIPE,
         PARAMS_RECIPE,
@@ -262,7 +318,7 @@ def _load_fitted(
         if model.manifest.training_libraries != names:
             return None, f"{path.name}'s membership model was trained on other libraries: refitted"
     notes = [f"reused the builders fitted on {', '.join(names) or 'nothing'} ({path.name})", *stored.notes]
-    return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes), None
+    return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes, transfer=stored.transfer), None
 
 
 def _examples_digest(examples: Sequence[Example]) -> str:
@@ -284,7 +340,8 @@ def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> N
         cutoff=fitted.cutoff,
         subtree=fitted.subtree,
         model_directory=model_directory,
-        notes=[note for note in fitted.notes if note.startswith("learned builder falls back")],
+        notes=[note for note in fitted.notes if note.startswith(("learned builder falls back", "curated_transfer:"))],
+        transfer=fitted.transfer,
     )
     path = _fit_path(signature)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -384,11 +441,13 @@ def build_set(
     umbrellas: dict[str, str] | None = None,
     dense_weight: float = 0.5,
     table: CandidateTable | None = None,
+    fallback: BuiltSet | None = None,
 ) -> BuiltSet:
     """One builder's code list for one query from rankings ``RETRIEVAL_DEPTH`` deep (with scores).
 
     ``table`` (from :func:`candidate_table` of the same rankings) lets several builders share one
-    candidate table instead of each building its own.
+    candidate table instead of each building its own; ``fallback`` (the learned set of the same
+    query and fitted builders) spares ``curated_transfer`` computing it again.
     """
     if method not in METHODS:
         raise ValueError(f"unknown set builder {method!r}; choose one of {', '.join(METHODS)}")
@@ -399,9 +458,16 @@ def build_set(
         return build_cutoff(hierarchy, table, fitted.cutoff)
     if method == "subtree":
         return build_subtree(hierarchy, table, fitted.subtree)
+    if method == TRANSFER_METHOD and fallback is not None:
+        return build_transfer(hierarchy, query, fitted.knowledge, fitted.transfer, fallback)
     if fitted.model is None:
         built = build_cutoff(hierarchy, table, fitted.cutoff)
         built.method = "learned"
         built.fallback = "no membership model (too little training data): adaptive cut-off used instead"
-        return built
-    return build_learned(hierarchy, table, fitted.model, scored_library_id, scored_group)
+    else:
+        built = build_learned(
+            hierarchy, table, fitted.model, scored_library_id, scored_group, knowledge=fitted.knowledge
+        )
+    if method == TRANSFER_METHOD:
+        return build_transfer(hierarchy, query, fitted.knowledge, fitted.transfer, built)
+    return built

@@ -7,6 +7,7 @@ on. ``check_no_leakage`` is run on every fitted piece before it scores anything.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,8 +25,18 @@ from phenoforge.setbuild.learned import (
     TrainingDataTooSmall,
     build_learned,
     ensure_model,
+    model_name,
+    models_dir,
 )
 from phenoforge.setbuild.subtree import build_subtree, tune_subtree
+from phenoforge.setbuild.transfer import (
+    TRANSFER_METHOD,
+    CuratedKnowledge,
+    KnowledgeView,
+    build_transfer,
+    tune_transfer,
+    with_transfer_features,
+)
 
 HYBRID_K = 25
 
@@ -91,10 +102,13 @@ def evaluate_library(
     features: Sequence[str] = FEATURE_NAMES,
     with_dense: bool = True,
     rule: tuple[str, float] | None = None,
+    knowledge: CuratedKnowledge | None = None,
 ) -> LibraryScores:
     """Out-of-sample scores of each method on one library (fitted on other groups' dev libraries).
 
     ``rule`` fixes the learned model's selection rule instead of choosing it out of fold (ablations).
+    ``knowledge`` adds the cross-library curated evidence: the scored cohorts see it without their
+    own group; each training cohort without its own group and without the scored group.
     """
     scored = [ex for ex in examples if ex.library_id == library_id]
     group = scored[0].group if scored else library_id
@@ -122,8 +136,16 @@ def evaluate_library(
         _score(con, scored, lambda ex: build_subtree(hierarchy, ex.table, sparams).code_list, "subtree", out)
     if "learned" in methods:
         started = time.perf_counter()
+        directory = None
+        if knowledge is not None:
+            train = with_transfer_features(hierarchy, train, knowledge, [group])
+            scored = with_transfer_features(hierarchy, scored, knowledge, [group])
+            key = f"{knowledge.digest}-{group}".encode()
+            directory = models_dir() / (
+                f"{model_name(trained_on, features, with_dense, rule)}-k{hashlib.sha1(key).hexdigest()[:10]}"
+            )
         try:
-            model, notes = ensure_model(con, hierarchy, train, features, with_dense, rule=rule)
+            model, notes = ensure_model(con, hierarchy, train, features, with_dense, directory, rule=rule)
         except TrainingDataTooSmall as error:
             out.notes.append(f"learned: not scored, {error}")
             return out
@@ -134,9 +156,38 @@ def evaluate_library(
         )
         out.trained_on["learned"] = list(model.manifest.training_libraries)
         out.learned_rule = (model.manifest.rule, model.manifest.threshold)
-        _score(con, scored, lambda ex: _learned_codes(hierarchy, ex, model), "learned", out)
+        view = knowledge.view([group]) if knowledge is not None else None
+        if view is not None:
+            out.notes.append(f"learned: curated knowledge from groups {', '.join(view.groups) or 'none'}")
+        _score(con, scored, lambda ex: _learned_codes(hierarchy, ex, model, view), "learned", out)
+        if TRANSFER_METHOD in methods and view is not None:
+            started = time.perf_counter()
+            params = tune_cutoff(con, hierarchy, cases, trained_on)
+            base_train = training_examples(examples, group, development)
+            transfer = tune_transfer(
+                con,
+                hierarchy,
+                base_train,
+                knowledge,
+                [group],
+                lambda ex: build_cutoff(hierarchy, ex.table, params).code_list,
+            )
+            out.fit_seconds[TRANSFER_METHOD] = time.perf_counter() - started
+            out.trained_on[TRANSFER_METHOD] = transfer.trained_on
+            out.notes.append(f"{TRANSFER_METHOD}: min similarity {transfer.min_similarity} ({transfer.chosen_on})")
+
+            def transferred(ex: Example) -> list[str]:
+                fallback = build_learned(
+                    hierarchy, ex.table, model, ex.library_id, ex.group, features=ex.features, knowledge=view
+                )
+                return build_transfer(hierarchy, ex.table.query, view, transfer, fallback).code_list
+
+            _score(con, scored, transferred, TRANSFER_METHOD, out)
     return out
 
 
-def _learned_codes(hierarchy: Hierarchy, ex: Example, model: MembershipModel) -> list[str]:
-    return build_learned(hierarchy, ex.table, model, ex.library_id, ex.group, features=ex.features).code_list
+def _learned_codes(
+    hierarchy: Hierarchy, ex: Example, model: MembershipModel, view: KnowledgeView | None = None
+) -> list[str]:
+    built = build_learned(hierarchy, ex.table, model, ex.library_id, ex.group, features=ex.features, knowledge=view)
+    return built.code_list

@@ -32,7 +32,9 @@ from phenoforge.setbuild.assemble import SetAssembler, mean_objective
 from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
+from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
+from phenoforge.setbuild.transfer import TRANSFER_FEATURES, KnowledgeView, top_match_note, transfer_features
 
 if TYPE_CHECKING:  # scikit-learn (with scipy, seconds to import) loads only when a model is fitted or read
     from sklearn.ensemble import HistGradientBoostingClassifier
@@ -47,7 +49,10 @@ THRESHOLDS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
 SIZE_FACTORS = (0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
 """``expected_size`` keeps the top round(factor * sum of probabilities): probabilities of codes in
 long curated lists come out low, so the best factor is often above 1 (chosen out of fold)."""
-RECIPE = "2"
+ALL_FEATURE_NAMES: list[str] = [*FEATURE_NAMES, *TRANSFER_FEATURES]
+"""Candidate features (query, rankings, hierarchy) then the cross-library curated evidence
+(:mod:`~phenoforge.setbuild.transfer`), in the column order of an example's feature matrix."""
+RECIPE = "3"
 """Bumped whenever training changes (estimator, rule grid, stacking): a stored model of an older
 recipe is then retrained instead of reused."""
 
@@ -91,7 +96,7 @@ class MembershipModel:
     def __init__(self, manifest: ModelManifest, estimator: HistGradientBoostingClassifier) -> None:
         self.manifest = manifest
         self.estimator = estimator
-        self._columns = [FEATURE_NAMES.index(name) for name in manifest.features]
+        self._columns = [ALL_FEATURE_NAMES.index(name) for name in manifest.features]
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
         if not len(features):
@@ -149,6 +154,12 @@ def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.
         return estimator.predict_proba(rows)[:, 1]
 
 
+def default_features(examples: Sequence[Example]) -> list[str]:
+    """Every feature the examples' matrices hold: with the transfer columns when they were added."""
+    widths = {ex.features.shape[1] for ex in examples}
+    return list(ALL_FEATURE_NAMES) if widths == {len(ALL_FEATURE_NAMES)} else list(FEATURE_NAMES)
+
+
 def _stack(examples: Sequence[Example], columns: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows, labels and weights; each cohort weighs the same whatever its candidate count."""
     parts = [ex for ex in examples if len(ex.table)]
@@ -192,7 +203,7 @@ def train_membership_model(
     con: duckdb.DuckDBPyConnection,
     hierarchy: Hierarchy,
     examples: Sequence[Example],
-    features: Sequence[str] = FEATURE_NAMES,
+    features: Sequence[str] | None = None,
     with_dense: bool = True,
     min_cohorts: int = MIN_TRAINING_COHORTS,
     min_positives: int = MIN_TRAINING_POSITIVES,
@@ -201,7 +212,9 @@ def train_membership_model(
     """Fit on ``examples`` (other libraries than the ones to score); choose the rule out of fold.
 
     A given ``rule`` (e.g. the full model's, for an ablation) skips the out-of-fold fits.
+    ``features`` defaults to every column the examples carry (see :func:`default_features`).
     """
+    features = default_features(examples) if features is None else features
     usable = [ex for ex in examples if len(ex.table)]
     n_positive = int(sum(ex.labels.sum() for ex in usable))
     if len(usable) < min_cohorts or n_positive < min_positives:
@@ -210,7 +223,7 @@ def train_membership_model(
             f"needs at least {min_cohorts} cohorts and {min_positives} codes; add libraries "
             "(`python -m phenoforge build`) or use the adaptive cut-off"
         )
-    columns = [FEATURE_NAMES.index(name) for name in features]
+    columns = [ALL_FEATURE_NAMES.index(name) for name in features]
     groups = sorted({ex.group for ex in usable})
     # out-of-fold probabilities: by library group when there are several, else by cohort folds
     if rule is not None:
@@ -262,15 +275,26 @@ def build_learned(
     scored_library_id: str | None = None,
     scored_group: str | None = None,
     features: np.ndarray | None = None,
+    knowledge: KnowledgeView | None = None,
 ) -> BuiltSet:
-    """Codes the model keeps for one query. Refuses (``LeakageError``) to score its own training data."""
+    """Codes the model keeps for one query. Refuses (``LeakageError``) to score its own training data.
+
+    ``knowledge`` (curated cohorts of other library groups) feeds the transfer features and names the
+    best-matching cohort in each kept code's provenance; it refuses to include the scored group.
+    """
     model.check_may_score(scored_library_id, scored_group)
+    if knowledge is not None:
+        family = library_group({"library_id": scored_library_id}) if scored_library_id else None
+        knowledge.check_excludes([scored_group, family])
     out = SetAssembler(hierarchy, METHOD, table.query)
     out.result.trained_on = list(model.manifest.training_libraries)
     if not len(table):
         out.result.notes.append("no candidates: " + ("; ".join(table.notes) or "the retrievers found nothing"))
         return out.finish()
-    matrix = features if features is not None else candidate_features(hierarchy, table)
+    if features is None:
+        features = np.hstack([candidate_features(hierarchy, table), transfer_features(hierarchy, table, knowledge)])
+    matrix = features
+    match, in_match = top_match_note(table, knowledge)
     probabilities = model.probabilities(matrix)
     kept = select(probabilities, model.manifest.rule, model.manifest.threshold)
     rule = model.manifest.rule
@@ -287,6 +311,11 @@ def build_learned(
             why = f"membership probability {p:.2f} >= {model.manifest.threshold:.2f}"
         else:
             why = f"membership probability {p:.2f}, within the expected list size"
+        if match is not None and in_match[j]:
+            why += (
+                f"; listed by curated cohort {match.cohort.library_id}/{match.cohort.cohort_id} "
+                f"'{match.cohort.cohort_name}' (name similarity {match.similarity:.2f})"
+            )
         out.add_node(
             table.ids[j],
             "model" if ok else "fallback",
@@ -359,7 +388,7 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
             f"{directory}: trained on vocabulary build {manifest.vocabulary_build_id}, the database is build "
             f"{vocabulary_build_id}; the model must be retrained"
         )
-    unknown = [name for name in manifest.features if name not in FEATURE_NAMES]
+    unknown = [name for name in manifest.features if name not in ALL_FEATURE_NAMES]
     if unknown:
         raise ModelError(f"{directory}: the model uses features this version does not compute ({unknown[:3]})")
     model_path = directory / manifest.model_file
@@ -380,7 +409,7 @@ def ensure_model(
     con: duckdb.DuckDBPyConnection,
     hierarchy: Hierarchy,
     examples: Sequence[Example],
-    features: Sequence[str] = FEATURE_NAMES,
+    features: Sequence[str] | None = None,
     with_dense: bool = True,
     directory: Path | None = None,
     min_cohorts: int = MIN_TRAINING_COHORTS,
@@ -392,6 +421,7 @@ def ensure_model(
     Returns the model and notes saying what happened (reused, or rebuilt and why). Raises
     ``TrainingDataTooSmall`` when the examples cannot train one.
     """
+    features = default_features(examples) if features is None else features
     libraries = sorted({ex.library_id for ex in examples})
     if directory is None:
         directory = models_dir() / model_name(libraries, features, with_dense, rule)

@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SET_BUILDERS = ("adaptive_cutoff", "subtree", "learned")
+SET_BUILDERS = ("adaptive_cutoff", "subtree", "learned", "curated_transfer")
 """The set builders' names: the registry's methods, ``search --method`` and the Assemble generators."""
 
-Source = Literal["hit", "rollup", "model", "fallback"]
+Source = Literal["hit", "rollup", "model", "fallback", "curated"]
 
 
 class CodeProvenance(BaseModel):
@@ -17,7 +17,8 @@ class CodeProvenance(BaseModel):
 
     ``source`` is ``hit`` (the code itself was retrieved and kept), ``rollup`` (a node above it was
     selected and expanded to its billable descendants), ``model`` (the membership model kept it)
-    or ``fallback`` (kept because nothing passed the builder's rule; the notes say so).
+    ``fallback`` (kept because nothing passed the builder's rule; the notes say so) or ``curated``
+    (listed by another library group's curated cohort whose name matches the query; ``rule`` names it).
     """
 
     source: Source

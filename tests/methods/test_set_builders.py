@@ -8,9 +8,11 @@ benchmark of each must use builders fitted on the *other* group only.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 
 from phenoforge.config import libraries_dir
@@ -18,11 +20,11 @@ from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import available_methods, set_building
-from phenoforge.setbuild import api
+from phenoforge.setbuild import api, learned, transfer
 from tests.fixture_library import write_icd_library
 from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
 
-BUILDERS = ["adaptive_cutoff", "subtree", "learned"]
+BUILDERS = ["adaptive_cutoff", "subtree", "learned", "curated_transfer"]
 HCC_ID = "cms-hcc-v28-fixture"
 ELIX_ID = "elixhauser-2026-fixture"
 TEST_ID = "charlson-fixture"
@@ -170,3 +172,122 @@ def test_an_empty_bm25_answer_says_why(fixture_con: duckdb.DuckDBPyConnection, t
     (result,) = report.results
     assert result.predicted_codes == []
     assert any(note.startswith("x: ") and "shares a word" in note for note in report.methods["bm25"].notes)
+
+
+def _visible_groups(view: transfer.KnowledgeView | None) -> set[str]:
+    return {group for cohort in (view.cohorts if view is not None else []) for group in cohort.groups}
+
+
+@pytest.mark.usefixtures("small_models")
+def test_no_cohort_is_informed_by_its_own_groups_curated_lists(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every transfer-feature computation, in training and in scoring, sees the other groups only.
+
+    Scoring Elixhauser: the model trains on the CMS-HCC cohorts, whose features may see neither
+    CMS-HCC (their own lists) nor Elixhauser (the held-out group); the scored cohorts may not see Elixhauser.
+    """
+    calls: list[tuple[str, set[str]]] = []
+    original = transfer.transfer_features
+
+    def spy(hierarchy, table, view):  # noqa: ANN001, ANN202
+        calls.append((table.query, _visible_groups(view)))
+        return original(hierarchy, table, view)
+
+    monkeypatch.setattr(transfer, "transfer_features", spy)
+    monkeypatch.setattr(learned, "transfer_features", spy)
+    report = _benchmark(fixture_con, installed[ELIX_ID], ["learned"])
+    assert report.results and report.methods["learned"].trained_on == [HCC_ID]
+    elix_names = {name for name, _codes, _desc in load_library_cohorts(installed[ELIX_ID])}
+    hcc_names = {name for name, _codes, _desc in TRAIN_COHORTS.values()}
+    training = [(query, groups) for query, groups in calls if query in hcc_names - elix_names]
+    scoring = [(query, groups) for query, groups in calls if query in elix_names - hcc_names]
+    assert training and scoring, "the transfer features were never computed"
+    for query, groups in calls:
+        assert "elixhauser" not in groups, (query, groups)
+    for query, groups in training:
+        assert "cms-hcc" not in groups, (query, groups)
+        assert "charlson" in groups, (query, groups)
+    assert all("cms-hcc" in groups for _query, groups in scoring), "the scored group saw no other group"
+
+
+def load_library_cohorts(path: Path) -> list[tuple[str, list[str], bool]]:
+    library = load_library(path)
+    return [(library.cohort(cid).cohort_name, [], True) for cid in library.cohort_ids]
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_knowledge_view_that_ignores_the_exclusions_never_scores(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The no-leakage pin for the curated knowledge: a view that forgets its exclusions (a bug) is refused."""
+
+    def leaky_view(self: transfer.CuratedKnowledge, excluded: object) -> transfer.KnowledgeView:
+        return transfer.KnowledgeView(self, frozenset(), np.ones(len(self.cohorts), dtype=bool))
+
+    monkeypatch.setattr(transfer.CuratedKnowledge, "view", leaky_view)
+    report = _benchmark(fixture_con, installed[ELIX_ID], BUILDERS)
+    assert not report.results, "a builder informed by the scored group's own curated lists produced scores"
+    for name in BUILDERS:
+        notes = " ".join(report.methods[name].notes)
+        assert "skipped" in notes and "own library group" in notes, notes
+
+
+@pytest.mark.usefixtures("small_models")
+def test_learned_codes_name_the_other_groups_cohort_that_lists_them(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path]
+) -> None:
+    report = _benchmark(fixture_con, installed[ELIX_ID], ["learned"])
+    (chf,) = [r for r in report.results if r.cohort_id == "x-hf"]
+    whys = [why for code in chf.predicted_codes for why in chf.provenance.get(code, [])]
+    listed = [why for why in whys if "listed by curated cohort" in why]
+    assert listed, whys
+    assert all(f"{HCC_ID}/hf" in why or f"{TEST_ID}/hf" in why for why in listed), listed
+    assert not any(ELIX_ID in why for why in whys)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_an_imported_library_is_scored_with_every_bundled_group_as_knowledge(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path]
+) -> None:
+    imported = write_icd_library(
+        libraries_dir() / "mine", {"hf": TRAIN_COHORTS["hf"]}, library_id="my-heart-lists", group="mine"
+    )
+    manifest = json.loads((imported / "manifest.json").read_text(encoding="utf-8"))
+    manifest["report"] = {"build": {"imported_from": "/tmp/my-heart-lists.csv"}}
+    (imported / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    libraries = [load_library(path) for path in [*installed.values(), imported]]
+    fitted = api.fit_builders(fixture_con, None, "mine", libraries)
+    assert fitted.knowledge is not None
+    assert {"cms-hcc", "elixhauser", "charlson"} <= _visible_groups(fitted.knowledge)
+    assert all(cohort.library_id != "my-heart-lists" for cohort in fitted.knowledge.knowledge.cohorts)
+    # a bundled library's builders never see their own group
+    elix = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert elix.knowledge is not None
+    assert "elixhauser" not in _visible_groups(elix.knowledge)
+    assert {"cms-hcc", "charlson"} <= _visible_groups(elix.knowledge)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_curated_transfer_takes_a_matched_list_with_its_source_else_the_learned_set(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path]
+) -> None:
+    libraries = [load_library(path) for path in installed.values()]
+    fitted = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    hierarchy = get_hierarchy(fixture_con)
+    fitted.transfer = transfer.TransferParams(min_similarity=0.7, trained_on=[HCC_ID])
+    ranking = [("I50.9", 3.0), ("I50", 2.0)]
+    built = api.build_set(
+        hierarchy, "curated_transfer", "Congestive heart failure", ranking, None, fitted, ELIX_ID, "elixhauser"
+    )
+    assert built.code_list and all(code.startswith("I50") for code in built.code_list)
+    sources = {item.provenance.rule.split(" '")[0] for item in built.codes}
+    assert sources <= {f"listed by curated cohort {HCC_ID}/hf", f"listed by curated cohort {TEST_ID}/hf"}, sources
+    assert all(item.provenance.source == "curated" for item in built.codes)
+    # nothing matches "Xylophonia": the learned set answers, and says why
+    learned_set = api.build_set(hierarchy, "learned", "Xylophonia", [("J45", 1.0)], None, fitted, ELIX_ID, "elixhauser")
+    fallback = api.build_set(
+        hierarchy, "curated_transfer", "Xylophonia", [("J45", 1.0)], None, fitted, ELIX_ID, "elixhauser"
+    )
+    assert fallback.code_list == learned_set.code_list
+    assert any("the learned set" in note for note in fallback.notes)

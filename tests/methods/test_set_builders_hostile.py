@@ -23,7 +23,7 @@ from phenoforge.setbuild import api
 from tests.fixture_library import write_icd_library
 from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
 
-BUILDERS = ["adaptive_cutoff", "subtree", "learned"]
+BUILDERS = ["adaptive_cutoff", "subtree", "learned", "curated_transfer"]
 HCC_ID = "cms-hcc-v28-fixture"
 ELIX_ID = "elixhauser-2026-fixture"
 SMALL = {"min_cohorts": 3, "min_positives": 5}

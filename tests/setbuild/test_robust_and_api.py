@@ -100,7 +100,7 @@ def test_fit_builders_holds_out_the_scored_group_and_build_set_enforces_it(
         scored_group="fixture-other",
     )
     assert built.codes and built.trained_on == ["fixture-train"]
-    for method in ("adaptive_cutoff", "subtree", "learned"):
+    for method in ("adaptive_cutoff", "subtree", "learned", "curated_transfer"):
         with pytest.raises(LeakageError):
             build_set(hierarchy, method, "Asthma", ranking, None, fitted, scored_library_id="fixture-train")
     again = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)

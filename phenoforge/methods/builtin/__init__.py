@@ -3,6 +3,7 @@
 from phenoforge.methods.builtin import (  # noqa: F401
     adaptive_cutoff,
     bm25,
+    curated_transfer,
     dense,
     expand_descendants,
     hybrid,

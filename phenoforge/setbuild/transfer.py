@@ -1,0 +1,437 @@
+"""Cross-library curated evidence: the curated cohorts of *other* library groups as a knowledge source.
+
+For a query such as Elixhauser's "Congestive heart failure", the CMS-HCC heart-failure cohort is
+a curated list of the same condition. This module matches the query's name against the cohort
+names of a :class:`KnowledgeView` (dense cosine of the names when an embedding is available, and
+word overlap) and turns the best matches into candidate features for the learned builder, and into
+provenance ("in curated cohort <library>/<cohort>").
+
+Leakage is excluded by construction: a view is the knowledge minus a set of library groups, and
+callers exclude the scored group (and, for a training cohort, its own group too). A view refuses to
+serve a query for a group it contains (:meth:`KnowledgeView.check_excludes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import duckdb
+import numpy as np
+from pydantic import BaseModel, Field
+
+from phenoforge.engine.curated import Library, load_curated_concept_set
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.engine.query import tokenize
+from phenoforge.errors import LibraryError, PhenoforgeError
+from phenoforge.setbuild.assemble import SetAssembler, mean_objective
+from phenoforge.setbuild.candidates import CandidateTable
+from phenoforge.setbuild.corpus import Example
+from phenoforge.setbuild.features import FEATURE_NAMES, hierarchy_stats
+from phenoforge.setbuild.groups import library_group
+from phenoforge.setbuild.models import BuiltSet
+
+TRANSFER_VERSION = "2"
+"""Bumped when the transfer features change: fitted models that read them are then refitted."""
+TRANSFER_FEATURES = ["tr_top_sim", "tr_in_top", "tr_best_sim", "tr_n_match", "tr_cat_in_top"]
+"""Per candidate: the best-matching other-group cohort's name similarity, whether that cohort lists
+the candidate, the best similarity among cohorts listing it, how many cohorts matching at
+``MATCH_FLOOR`` list it, and the share of its category the best-matching cohort lists.
+Query-level extras (second-best margin, retrieval agreement, list size, coverage) were measured on
+the development libraries and dropped: out of sample they cost 0.01 hierarchical on CMS-HCC."""
+MATCH_DEPTH = 8
+"""Best-matching cohorts per query whose membership becomes features (the rest match too weakly)."""
+MATCH_FLOOR = 0.5
+"""Name similarity at which an other-group cohort counts as naming the query's condition."""
+POLARITY_WORDS = frozenset({"without", "uncomplicated", "no", "not", "non", "except", "other"})
+"""Words that turn a name into its complement ("diabetes without complications"): two names that
+differ in them name different conditions however close their embeddings are."""
+POLARITY_PENALTY = 0.3
+
+EmbedFn = Callable[[list[str]], np.ndarray]
+
+
+class KnowledgeLeakError(PhenoforgeError):
+    """A knowledge view would show a scored cohort its own library group's curated lists."""
+
+
+@dataclass(frozen=True)
+class KnownCohort:
+    """One curated cohort of a bundled library, as knowledge."""
+
+    library_id: str
+    groups: frozenset[str]
+    cohort_id: str
+    cohort_name: str
+    ids: np.ndarray
+    """sorted concept ids of its curated codes"""
+    categories: Counter[int]
+    """category concept id -> how many of its curated codes sit under it"""
+    words: frozenset[str]
+    polarity: frozenset[str] = frozenset()
+
+
+def name_words(name: str) -> frozenset[str]:
+    return frozenset(tokenize(name))
+
+
+def polarity(name: str) -> frozenset[str]:
+    """The complement-making words of a name (tokenize drops some of them as stop words)."""
+    return frozenset(name.lower().replace(",", " ").replace("-", " ").split()) & POLARITY_WORDS
+
+
+def dice(a: frozenset[str], b: frozenset[str]) -> float:
+    return 2 * len(a & b) / (len(a) + len(b)) if a and b else 0.0
+
+
+def library_groups(library: Library) -> frozenset[str]:
+    """Every group name a library answers to: its declared group and its id's family (as ``groups_of``)."""
+    return frozenset({library_group(library.manifest), library_group({"library_id": library.library_id})})
+
+
+@dataclass
+class CuratedKnowledge:
+    """Curated cohorts of bundled libraries, with their names embedded once (when an embedding exists)."""
+
+    cohorts: list[KnownCohort]
+    vectors: np.ndarray | None = None
+    embed: EmbedFn | None = None
+    digest: str = ""
+    problems: list[str] = field(default_factory=list)
+    _query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def view(self, excluded_groups: Iterable[str]) -> KnowledgeView:
+        excluded = frozenset(g for g in excluded_groups if g)
+        keep = np.array([not (c.groups & excluded) for c in self.cohorts], dtype=bool)
+        return KnowledgeView(self, excluded, keep)
+
+    def query_vector(self, query: str) -> np.ndarray | None:
+        if self.embed is None or self.vectors is None:
+            return None
+        with self._lock:
+            cached = self._query_vectors.get(query)
+        if cached is None:
+            cached = np.asarray(self.embed([query]), dtype=np.float32)[0]
+            with self._lock:
+                self._query_vectors[query] = cached
+        return cached
+
+    def warm(self, queries: Sequence[str]) -> None:
+        """Embed many queries in one model call (training embeds every cohort name at once)."""
+        if self.embed is None or self.vectors is None:
+            return
+        missing = [q for q in dict.fromkeys(queries) if q not in self._query_vectors]
+        if missing:
+            vectors = np.asarray(self.embed(missing), dtype=np.float32)
+            with self._lock:
+                self._query_vectors.update(zip(missing, vectors, strict=True))
+
+
+@dataclass
+class Match:
+    cohort: KnownCohort
+    similarity: float
+
+
+@dataclass
+class KnowledgeView:
+    """The knowledge minus ``excluded`` groups: what one scored (or training) cohort may see."""
+
+    knowledge: CuratedKnowledge
+    excluded: frozenset[str]
+    keep: np.ndarray
+
+    @property
+    def cohorts(self) -> list[KnownCohort]:
+        return [c for c, k in zip(self.knowledge.cohorts, self.keep.tolist(), strict=True) if k]
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted({g for c in self.cohorts for g in c.groups})
+
+    def check_excludes(self, groups: Iterable[str | None]) -> None:
+        """Raise ``KnowledgeLeakError`` when a cohort of one of ``groups`` is visible in this view."""
+        wanted = {g for g in groups if g}
+        for cohort in self.cohorts:
+            if cohort.groups & wanted:
+                raise KnowledgeLeakError(
+                    f"curated cohort {cohort.library_id}/{cohort.cohort_id} would inform a query of its own "
+                    f"library group ({', '.join(sorted(cohort.groups & wanted))}): refused"
+                )
+
+    def similarities(self, query: str) -> np.ndarray:
+        """Name similarity of ``query`` to every cohort of the view: mean of dense cosine and word Dice
+        when names are embedded, word Dice alone otherwise, less ``POLARITY_PENALTY`` when one name is
+        a complement ("without ...") and the other not; -1 for cohorts outside the view."""
+        words = name_words(query)
+        out = np.array([dice(words, c.words) for c in self.knowledge.cohorts], dtype=np.float64)
+        vector = self.knowledge.query_vector(query)
+        if vector is not None and self.knowledge.vectors is not None:
+            out = 0.5 * out + 0.5 * (self.knowledge.vectors @ vector).astype(np.float64)
+        sign = polarity(query)
+        out -= POLARITY_PENALTY * np.array([c.polarity != sign for c in self.knowledge.cohorts], dtype=np.float64)
+        out[~self.keep] = -1.0
+        return out
+
+    def matches(self, query: str, depth: int = MATCH_DEPTH) -> list[Match]:
+        """The ``depth`` best-matching cohorts of the view, best first."""
+        if not self.keep.any():
+            return []
+        sims = self.similarities(query)
+        order = np.argsort(-sims, kind="stable")[: min(depth, int(self.keep.sum()))]
+        return [Match(self.knowledge.cohorts[i], float(sims[i])) for i in order]
+
+
+def transfer_features(hierarchy: Hierarchy, table: CandidateTable, view: KnowledgeView | None) -> np.ndarray:
+    """One row of ``TRANSFER_FEATURES`` per candidate (zeros without a view or a match)."""
+    rows = np.zeros((len(table), len(TRANSFER_FEATURES)), dtype=np.float64)
+    if view is None or not len(table):
+        return rows
+    found = view.matches(table.query)
+    if not found:
+        return rows
+    ids = np.asarray(table.ids, dtype=np.int64)
+    member = np.stack([np.isin(ids, m.cohort.ids, assume_unique=False) for m in found])
+    sims = np.array([m.similarity for m in found])
+    top = found[0]
+    col = {name: i for i, name in enumerate(TRANSFER_FEATURES)}
+    rows[:, col["tr_top_sim"]] = sims[0]
+    rows[:, col["tr_in_top"]] = member[0]
+    rows[:, col["tr_best_sim"]] = np.where(member.any(0), (member * sims[:, None]).max(0), 0.0)
+    rows[:, col["tr_n_match"]] = (member & (sims[:, None] >= MATCH_FLOOR)).sum(0)
+    stats = hierarchy_stats(hierarchy)
+    categories = [hierarchy.ancestor_of_kind(node, "category") for node in table.ids]
+    share: dict[int | None, float] = {None: 0.0}
+    for cat in set(categories):
+        if cat is not None:
+            share[cat] = top.cohort.categories.get(cat, 0) / max(stats.billable_count(cat), 1)
+    rows[:, col["tr_cat_in_top"]] = [share[c] for c in categories]
+    return rows
+
+
+def top_match_note(table: CandidateTable, view: KnowledgeView | None) -> tuple[Match | None, np.ndarray]:
+    """The best-matching other-group cohort of ``table``'s query and which candidates it lists."""
+    if view is None or not len(table):
+        return None, np.zeros(len(table), dtype=bool)
+    found = view.matches(table.query, depth=1)
+    if not found:
+        return None, np.zeros(len(table), dtype=bool)
+    return found[0], np.isin(np.asarray(table.ids, dtype=np.int64), found[0].cohort.ids)
+
+
+# -- building the knowledge from installed libraries ------------------------------------------
+
+_KNOWLEDGE: dict[tuple[object, ...], CuratedKnowledge] = {}
+_KNOWLEDGE_LOCK = threading.Lock()
+
+
+def _library_cohorts(con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, library: Library) -> list[KnownCohort]:
+    groups = library_groups(library)
+    out = []
+    for entry in library.manifest.cohorts:
+        curated = load_curated_concept_set(con, Path(library.path), entry.cohort_id)
+        ids = sorted({node for node in map(hierarchy.resolve, curated.codes) if node is not None})
+        if not ids:
+            continue
+        categories: Counter[int] = Counter()
+        for node in ids:
+            cat = hierarchy.ancestor_of_kind(node, "category")
+            if cat is not None:
+                categories[cat] += 1
+        out.append(
+            KnownCohort(
+                library_id=library.library_id,
+                groups=groups,
+                cohort_id=entry.cohort_id,
+                cohort_name=curated.cohort_name,
+                ids=np.asarray(ids, dtype=np.int64),
+                categories=categories,
+                words=name_words(curated.cohort_name),
+                polarity=polarity(curated.cohort_name),
+            )
+        )
+    return out
+
+
+def curated_knowledge(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    libraries: Sequence[Library],
+    stamp: Callable[[Library], str],
+    embed: EmbedFn | None = None,
+) -> CuratedKnowledge:
+    """The knowledge of ``libraries`` (bundled ones; the caller leaves user imports out), cached per process.
+
+    A library whose cohort files cannot be read is left out and named in ``problems``.
+    """
+    stamps = sorted((lib.library_id, stamp(lib)) for lib in libraries)
+    key = (hierarchy.build_id, json.dumps(stamps), embed is not None)
+    with _KNOWLEDGE_LOCK:
+        cached = _KNOWLEDGE.get(key)
+    if cached is not None:
+        return cached
+    cohorts: list[KnownCohort] = []
+    problems: list[str] = []
+    for library in libraries:
+        try:
+            cohorts += _library_cohorts(con, hierarchy, library)
+        except LibraryError as error:
+            problems.append(f"{library.library_id} left out of the curated knowledge ({error})")
+    vectors = None
+    if embed is not None and cohorts:
+        vectors = np.asarray(embed([c.cohort_name for c in cohorts]), dtype=np.float32)
+    digest = hashlib.sha1(json.dumps([stamps, embed is not None, TRANSFER_VERSION]).encode()).hexdigest()[:12]
+    knowledge = CuratedKnowledge(cohorts, vectors, embed if vectors is not None else None, digest, problems)
+    with _KNOWLEDGE_LOCK:
+        _KNOWLEDGE[key] = knowledge
+    return knowledge
+
+
+def embed_fn_of(dense: object | None) -> EmbedFn | None:
+    """The dense retriever's embedding function (None without a dense index)."""
+    return getattr(dense, "embed_fn", None) if dense is not None else None
+
+
+def excluded_for(library_id: str, group: str, held_out: Iterable[str | None] = ()) -> set[str]:
+    """Groups a cohort of ``library_id`` may not see: its own (declared and by id) and the held-out ones."""
+    return {g for g in (group, library_group({"library_id": library_id}), *held_out) if g}
+
+
+def with_transfer_features(
+    hierarchy: Hierarchy,
+    examples: Sequence[Example],
+    knowledge: CuratedKnowledge | None,
+    held_out: Iterable[str | None] = (),
+) -> list[Example]:
+    """Copies of ``examples`` whose feature matrix gains the transfer columns.
+
+    Each example sees the knowledge minus its own group and minus ``held_out`` (the group the fitted
+    model will score): a training cohort never sees its own list, its near-duplicate library's list,
+    or the held-out group's.
+    """
+    held = [g for g in held_out if g]
+    if knowledge is not None:
+        knowledge.warm([ex.table.query for ex in examples])
+    out = []
+    for ex in examples:
+        if ex.features.shape[1] != len(FEATURE_NAMES):
+            raise ValueError(f"{ex.key}: transfer features are added once, to the base candidate features")
+        view = None
+        if knowledge is not None:
+            excluded = excluded_for(ex.library_id, ex.group, held)
+            view = knowledge.view(excluded)
+            view.check_excludes(excluded)
+        extra = transfer_features(hierarchy, ex.table, view)
+        out.append(replace(ex, features=np.hstack([ex.features, extra])))
+    return out
+
+
+# -- curated_transfer: take a strongly matching other-group cohort's list, else the learned set ----
+
+TRANSFER_METHOD = "curated_transfer"
+TRANSFER_THRESHOLDS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+NEVER = 1.01
+"""A similarity no match reaches: the tuned rule when transferring never beat the fallback."""
+
+
+class TransferParams(BaseModel):
+    """When ``curated_transfer`` takes a matched cohort's list instead of the learned set."""
+
+    min_similarity: float = NEVER
+    trained_on: list[str] = Field(default_factory=list, description="libraries the threshold was tuned on")
+    chosen_on: str = "default (untuned): never transfer"
+
+
+def tune_transfer(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    examples: Sequence[Example],
+    knowledge: CuratedKnowledge | None,
+    held_out: Iterable[str | None],
+    fallback: Callable[[Example], list[str]],
+) -> TransferParams:
+    """The name-similarity threshold above which transferring a matched list beats ``fallback``.
+
+    Chosen on ``examples`` (training cohorts of groups other than the scored one), each matched
+    against the knowledge without its own group and without ``held_out``: the threshold with the
+    largest summed gain of (hierarchical + exact F1) / 2 over the fallback, or never when none gains.
+    """
+    trained_on = sorted({ex.library_id for ex in examples})
+    if knowledge is None or not examples:
+        return TransferParams(trained_on=trained_on)
+    held = [g for g in held_out if g]
+    knowledge.warm([ex.table.query for ex in examples])
+    gains: list[tuple[float, float]] = []
+    for ex in examples:
+        excluded = excluded_for(ex.library_id, ex.group, held)
+        view = knowledge.view(excluded)
+        view.check_excludes(excluded)
+        found = view.matches(ex.table.query, depth=1)
+        if not found:
+            continue
+        moved = _objective(con, ex, [hierarchy.code[i] for i in found[0].cohort.ids.tolist()])
+        gains.append((found[0].similarity, moved - _objective(con, ex, fallback(ex))))
+    best_gain, best = 0.0, NEVER
+    for threshold in TRANSFER_THRESHOLDS:
+        gain = sum(g for sim, g in gains if sim >= threshold)
+        if gain > best_gain:
+            best_gain, best = gain, threshold
+    n_matched = sum(1 for sim, _g in gains if sim >= best)
+    return TransferParams(
+        min_similarity=best,
+        trained_on=trained_on,
+        chosen_on=f"largest gain over the fallback on {len(examples)} training cohorts ({n_matched} transferred)",
+    )
+
+
+def _objective(con: duckdb.DuckDBPyConnection, ex: Example, codes: list[str]) -> float:
+    hierarchical, exact = mean_objective(con, [(ex.cohort_id, ex.cohort_name, ex.truth)], lambda _i: codes)
+    return (hierarchical + exact) / 2
+
+
+def build_transfer(
+    hierarchy: Hierarchy, query: str, view: KnowledgeView | None, params: TransferParams, fallback: BuiltSet
+) -> BuiltSet:
+    """The best-matching other-group cohort's codes when its name matches at ``params.min_similarity``
+    or more, each code naming that library and cohort; else ``fallback`` (the learned set) as is."""
+    found = view.matches(query, depth=1) if view is not None else []
+    if not found or found[0].similarity < params.min_similarity:
+        built = fallback.model_copy(deep=True)
+        built.method = TRANSFER_METHOD
+        best = f"best match '{found[0].cohort.cohort_name}' at {found[0].similarity:.2f}" if found else "no cohort"
+        built.notes.append(
+            f"no other group's curated cohort matches at {params.min_similarity:.2f} ({best}): the learned set"
+        )
+        return built
+    match = found[0]
+    out = SetAssembler(hierarchy, TRANSFER_METHOD, query)
+    out.result.trained_on = list(params.trained_on)
+    rule = (
+        f"listed by curated cohort {match.cohort.library_id}/{match.cohort.cohort_id} '{match.cohort.cohort_name}' "
+        f"(name similarity {match.similarity:.2f} >= {params.min_similarity:.2f}, tuned on "
+        f"{', '.join(params.trained_on) or 'nothing'})"
+    )
+    for node in match.cohort.ids.tolist():
+        out.add_node(int(node), "curated", match.similarity, rule)
+    return out.finish()
+
+
+__all__ = [
+    "TRANSFER_FEATURES",
+    "CuratedKnowledge",
+    "KnowledgeLeakError",
+    "KnowledgeView",
+    "curated_knowledge",
+    "embed_fn_of",
+    "transfer_features",
+    "TransferParams",
+    "build_transfer",
+    "tune_transfer",
+    "with_transfer_features",
+]

@@ -1,0 +1,86 @@
+"""Cross-library curated evidence: name matching, the per-candidate features and the group exclusions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from phenoforge.engine.curated import load_library
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.setbuild.api import library_stamp
+from phenoforge.setbuild.corpus import Example
+from phenoforge.setbuild.features import FEATURE_NAMES
+from phenoforge.setbuild.transfer import (
+    TRANSFER_FEATURES,
+    CuratedKnowledge,
+    KnowledgeLeakError,
+    curated_knowledge,
+    transfer_features,
+    with_transfer_features,
+)
+
+
+@pytest.fixture
+def knowledge(fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, libraries_root: Path) -> CuratedKnowledge:
+    libraries = [load_library(libraries_root / "train"), load_library(libraries_root / "other")]
+    return curated_knowledge(fixture_con, hierarchy, libraries, library_stamp)
+
+
+def test_a_view_never_shows_an_excluded_group_and_refuses_a_leaky_one(knowledge: CuratedKnowledge) -> None:
+    view = knowledge.view({"fixture-train"})
+    assert view.cohorts and all(c.library_id == "fixture-other" for c in view.cohorts)
+    view.check_excludes(["fixture-train"])
+    with pytest.raises(KnowledgeLeakError, match="own library group"):
+        knowledge.view(set()).check_excludes(["fixture-train"])
+
+
+def test_names_match_by_words_and_a_complement_does_not(knowledge: CuratedKnowledge) -> None:
+    view = knowledge.view({"fixture-other"})
+    best = view.matches("Heart failure, congestive", depth=1)[0]
+    assert best.cohort.cohort_id == "hf"
+    plain = {m.cohort.cohort_id: m.similarity for m in view.matches("Type 2 diabetes mellitus", depth=10)}
+    negated = {m.cohort.cohort_id: m.similarity for m in view.matches("Type 2 diabetes mellitus without", depth=10)}
+    assert plain["dm2"] == pytest.approx(1.0)
+    assert negated["dm2"] < plain["dm2"] - 0.2
+
+
+def test_candidates_listed_by_the_matched_cohort_are_marked(
+    hierarchy: Hierarchy, knowledge: CuratedKnowledge, other_examples: list[Example]
+) -> None:
+    (chf,) = [ex for ex in other_examples if ex.cohort_id == "x-hf"]
+    rows = transfer_features(hierarchy, chf.table, knowledge.view({"fixture-other"}))
+    col = {name: i for i, name in enumerate(TRANSFER_FEATURES)}
+    listed = {hierarchy.code[node] for node in chf.table.ids if hierarchy.code[node].startswith("I50")}
+    assert listed
+    for i, node in enumerate(chf.table.ids):
+        in_hf = hierarchy.code[node] in listed
+        assert rows[i, col["tr_in_top"]] == float(in_hf), hierarchy.code[node]
+        assert (rows[i, col["tr_best_sim"]] > 0) == in_hf or not in_hf
+    assert np.all(rows[:, col["tr_top_sim"]] == rows[0, col["tr_top_sim"]]) and rows[0, col["tr_top_sim"]] > 0.5
+    assert not transfer_features(hierarchy, chf.table, None).any()
+
+
+def test_a_training_cohort_never_sees_its_own_or_the_held_out_groups_lists(
+    fixture_con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    knowledge: CuratedKnowledge,
+    libraries_root: Path,
+    train_examples: list[Example],
+) -> None:
+    """Its transfer columns are what a knowledge without its own library gives; with the other
+    library held out too, nothing is left to see."""
+    extended = with_transfer_features(hierarchy, train_examples, knowledge, ["fixture-other"])
+    for ex in extended:
+        assert ex.features.shape[1] == len(FEATURE_NAMES) + len(TRANSFER_FEATURES)
+        assert not ex.features[:, len(FEATURE_NAMES) :].any(), ex.key
+    seen = with_transfer_features(hierarchy, train_examples, knowledge, [])
+    other_only = curated_knowledge(fixture_con, hierarchy, [load_library(libraries_root / "other")], library_stamp)
+    expected = with_transfer_features(hierarchy, train_examples, other_only, [])
+    assert any(ex.features[:, len(FEATURE_NAMES) :].any() for ex in seen), "the other library matched nothing"
+    for got, want in zip(seen, expected, strict=True):
+        np.testing.assert_array_equal(got.features, want.features, err_msg=got.key)
+    with pytest.raises(ValueError, match="added once"):
+        with_transfer_features(hierarchy, extended, knowledge, [])
