@@ -111,7 +111,8 @@ class _Prepared:
     dense: list[tuple[str, float]] | None
     table: CandidateTable
     learned: BuiltSet | None = None
-    """the learned set, kept for curated_transfer's fallback (its features are the costly part)"""
+    """the learned set, built once per query for both ``learned`` and curated_transfer's fallback
+    (its features are the costly part); whichever of the two runs first builds it"""
 
 
 def _prepare(context: MethodContext, query: str) -> _Prepared:
@@ -138,6 +139,8 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     if problem is not None:
         return BuiltSet(method=builder, query=str(query)[:200], notes=[f"no results: {problem}"])
     prepared = _prepare(context, query)
+    if builder == "learned" and prepared.learned is not None:
+        return prepared.learned  # curated_transfer built it first as its fallback
     fallback = None
     if builder == TRANSFER_METHOD:
         fallback = prepared.learned or build_for(context, "learned", query, fitted)
@@ -157,7 +160,7 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
         fallback=fallback,
     )
     if builder == "learned":
-        prepared.learned = built.model_copy(deep=True)
+        prepared.learned = built  # shared, read-only: whoever changes a set copies it first
     return built
 
 

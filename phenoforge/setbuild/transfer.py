@@ -402,13 +402,10 @@ def build_transfer(
     or more, each code naming that library and cohort; else ``fallback`` (the learned set) as is."""
     found = view.matches(query, depth=1) if view is not None else []
     if not found or found[0].similarity < params.min_similarity:
-        built = fallback.model_copy(deep=True)
-        built.method = TRANSFER_METHOD
         best = f"best match '{found[0].cohort.cohort_name}' at {found[0].similarity:.2f}" if found else "no cohort"
-        built.notes.append(
-            f"no other group's curated cohort matches at {params.min_similarity:.2f} ({best}): the learned set"
-        )
-        return built
+        note = f"no other group's curated cohort matches at {params.min_similarity:.2f} ({best}): the learned set"
+        # a shallow copy with its own notes: the fallback's codes are shared, never changed
+        return fallback.model_copy(update={"method": TRANSFER_METHOD, "notes": [*fallback.notes, note]})
     match = found[0]
     out = SetAssembler(hierarchy, TRANSFER_METHOD, query)
     out.result.trained_on = list(params.trained_on)

@@ -291,3 +291,29 @@ def test_curated_transfer_takes_a_matched_list_with_its_source_else_the_learned_
     )
     assert fallback.code_list == learned_set.code_list
     assert any("the learned set" in note for note in fallback.notes)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_learned_and_curated_transfer_build_the_learned_set_once_per_cohort(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A benchmark with both ran the learned features twice per cohort (half its set-building time);
+    sharing the set must not change either method's answer, in either order."""
+    library = installed[ELIX_ID]
+    alone = {name: _benchmark(fixture_con, library, [name]) for name in ("learned", "curated_transfer")}
+    calls: list[str] = []
+    counted = learned.build_learned
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(args[1] if len(args) > 1 else "")
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(api, "build_learned", counting)
+    for order in (["curated_transfer", "learned"], ["learned", "curated_transfer"]):
+        calls.clear()
+        both = _benchmark(fixture_con, library, order)
+        cohorts = len(load_library(library).cohort_ids)
+        assert 0 < len(calls) <= cohorts, (order, len(calls), cohorts)
+        for name, report in alone.items():
+            mine = [(r.cohort_id, r.predicted_codes, r.provenance) for r in both.results if r.method == name]
+            assert mine == [(r.cohort_id, r.predicted_codes, r.provenance) for r in report.results], (order, name)
