@@ -8,6 +8,7 @@ with the reviewer's name, and the app-state database must hold the same two rows
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +81,20 @@ def _choose(driver: Any, code: str, choice: str) -> None:
     option = f'{_keyed(f"as_dec_{code}")}//label[@data-testid="stRadioOption"][normalize-space()="{choice}"]'
     WebDriverWait(driver, web.WAIT).until(ec.element_to_be_clickable((By.XPATH, option))).click()
     WebDriverWait(driver, web.WAIT, poll_frequency=0.2).until(lambda d: _chosen(d, code) == choice)
+
+
+def _settled_choice(driver: Any, code: str, expected: str) -> str | None:
+    """Wait (up to ``web.WAIT``) for the ``code`` radio to show ``expected``, then report what it shows.
+
+    After a restart the page re-renders once the server's indexes are loaded (faster since BM25 is
+    read from disk), so a radio read straight after the first render can be stale or not yet drawn.
+    """
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with contextlib.suppress(TimeoutException):
+        WebDriverWait(driver, web.WAIT, poll_frequency=0.2).until(lambda d: _chosen(d, code) == expected)
+    return _chosen(driver, code)
 
 
 def _chosen(driver: Any, code: str) -> str | None:
@@ -188,9 +203,11 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     )
     web.wait_idle(driver)
     web.no_exception(driver)
-    assert _chosen(driver, ACCEPTED) == "accept"
-    assert _chosen(driver, rejected) == "reject"
-    assert all(_chosen(driver, code) == "pending" for code in codes if code not in {ACCEPTED, rejected})
+    assert _settled_choice(driver, ACCEPTED, "accept") == "accept"
+    assert _settled_choice(driver, rejected, "reject") == "reject"
+    assert all(
+        _settled_choice(driver, code, "pending") == "pending" for code in codes if code not in {ACCEPTED, rejected}
+    )
     after = _audit_trail(driver, 2, *rows)
     assert after.count(REVIEWER) == 2
     web.shot(driver, "assemble-after-restart")
