@@ -293,6 +293,23 @@ def curated_knowledge(
     return knowledge
 
 
+def copied_groups(
+    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, knowledge: CuratedKnowledge, library: Library
+) -> set[str]:
+    """Groups of the knowledge's libraries that list a cohort with exactly the codes of one of ``library``'s.
+
+    A user's import is never knowledge and declares its own group, so a copy of a bundled library
+    under another id and group would otherwise be scored with the very lists it copies.
+    """
+    scored = {tuple(c.ids.tolist()) for c in _library_cohorts(con, hierarchy, library)}
+    return {
+        group
+        for cohort in knowledge.cohorts
+        if cohort.library_id != library.library_id and tuple(cohort.ids.tolist()) in scored
+        for group in cohort.groups
+    }
+
+
 def embed_fn_of(dense: object | None) -> EmbedFn | None:
     """The dense retriever's embedding function (None without a dense index)."""
     return getattr(dense, "embed_fn", None) if dense is not None else None
@@ -427,6 +444,7 @@ __all__ = [
     "CuratedKnowledge",
     "KnowledgeLeakError",
     "KnowledgeView",
+    "copied_groups",
     "curated_knowledge",
     "embed_fn_of",
     "transfer_features",

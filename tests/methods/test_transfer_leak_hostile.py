@@ -1,0 +1,114 @@
+"""curated_transfer attacked: paths by which a scored cohort could see its own curated list."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from phenoforge.config import libraries_dir
+from phenoforge.engine.curated import load_library
+from phenoforge.engine.expansion import get_hierarchy
+from phenoforge.eval.harness import run_benchmark
+from phenoforge.methods import set_building
+from phenoforge.methods.base import MethodContext
+from phenoforge.methods.retrieval import Retrieval
+from phenoforge.setbuild import api
+from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
+from tests.fixture_library import write_icd_library
+from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
+
+HCC_ID = "cms-hcc-v28-fixture"
+ELIX_ID = "elixhauser-2026-fixture"
+SMALL = {"min_cohorts": 3, "min_positives": 5}
+ELIX_COHORTS = {**OTHER_COHORTS, "dm2": TRAIN_COHORTS["dm2"], "af": TRAIN_COHORTS["af"]}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_building.clear_fitted()
+    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+
+
+def _install_development_libraries() -> dict[str, Path]:
+    root = libraries_dir()
+    return {
+        HCC_ID: write_icd_library(root / "hcc", TRAIN_COHORTS, library_id=HCC_ID, group="cms-hcc"),
+        ELIX_ID: write_icd_library(root / "elix", ELIX_COHORTS, library_id=ELIX_ID, group="elixhauser"),
+    }
+
+
+def _mark_imported(path: Path) -> None:
+    library = load_library(path)
+    library.manifest.report = {"build": {"imported_from": f"/home/me/{library.library_id}.csv"}}
+    (path / "manifest.json").write_text(library.manifest.model_dump_json(indent=1), encoding="utf-8")
+
+
+def _context(con: duckdb.DuckDBPyConnection, library: Path) -> MethodContext:
+    manifest = load_library(library).manifest
+    return MethodContext(
+        con=con,
+        hierarchy=get_hierarchy(con),
+        retrieval=Retrieval(con, None, RETRIEVAL_DEPTH),
+        library_id=manifest.library_id,
+        library_group=manifest.group or manifest.library_id,
+        library_path=str(library),
+    )
+
+
+def _transferred_from(con: duckdb.DuckDBPyConnection, library: Path, query: str) -> set[str]:
+    """The libraries whose curated lists curated_transfer's answer for ``query`` names."""
+    context = _context(con, library)
+    built = set_building.build_for(context, "curated_transfer", query, set_building.fitted_for(context))
+    return {
+        item.provenance.rule.split("curated cohort ")[1].split("/")[0]
+        for item in built.codes
+        if "curated cohort" in item.provenance.rule
+    }
+
+
+def test_a_user_import_copying_a_bundled_library_under_another_id_never_sees_its_lists(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """Scored as 'my-conditions' (its own group), the copy must not be answered with CMS-HCC's identical lists."""
+    _install_development_libraries()
+    copy = write_icd_library(libraries_dir() / "mine", TRAIN_COHORTS, library_id="my-conditions")
+    _mark_imported(copy)
+    fitted = set_building.fitted_for(_context(fixture_con, copy))
+    assert fitted.knowledge is not None
+    assert HCC_ID not in {c.library_id for c in fitted.knowledge.cohorts}
+    assert any("my-conditions lists cohorts with exactly their codes" in n for n in fitted.notes)
+    assert HCC_ID not in _transferred_from(fixture_con, copy, "Heart failure")
+
+
+def test_a_library_directory_outside_the_installed_ones_copying_a_bundled_one_never_sees_its_lists(
+    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    """Not installed, not marked imported, no group declared: its copied lists are still hidden."""
+    _install_development_libraries()
+    copy = write_icd_library(tmp_path / "elsewhere", ELIX_COHORTS, library_id="my-elix")
+    fitted = set_building.fitted_for(_context(fixture_con, copy))
+    assert fitted.knowledge is not None
+    assert ELIX_ID not in {c.library_id for c in fitted.knowledge.cohorts}
+    assert ELIX_ID not in _transferred_from(fixture_con, copy, "Congestive heart failure")
+
+
+def test_a_bundled_library_keeps_another_groups_identical_list_as_knowledge(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """The copy check is for libraries outside the knowledge: Elixhauser scored still sees CMS-HCC's heart failure."""
+    installed = _install_development_libraries()
+    fitted = set_building.fitted_for(_context(fixture_con, installed[ELIX_ID]))
+    assert fitted.knowledge is not None
+    assert {c.library_id for c in fitted.knowledge.cohorts} == {HCC_ID}
+
+
+def test_a_benchmark_of_a_copy_says_which_groups_its_knowledge_hides(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    """Through the harness: the copied heart-failure cohort is not answered by the list it copies."""
+    _install_development_libraries()
+    copy = write_icd_library(libraries_dir() / "mine", TRAIN_COHORTS, library_id="my-conditions")
+    _mark_imported(copy)
+    report = run_benchmark(fixture_con, copy, ["hf"], methods=["curated_transfer"])
+    assert any("exactly their codes" in n for n in report.methods["curated_transfer"].notes)
