@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -80,9 +81,17 @@ def name_words(name: str) -> frozenset[str]:
     return frozenset(tokenize(name))
 
 
+_LETTERS = re.compile(r"[a-z]+")
+
+
 def polarity(name: str) -> frozenset[str]:
-    """The complement-making words of a name (tokenize drops some of them as stop words)."""
-    return frozenset(name.lower().replace(",", " ").replace("-", " ").split()) & POLARITY_WORDS
+    """The complement-making words of a name (tokenize drops some of them as stop words).
+
+    Words are runs of letters, so "(without complications)" and "w/o complications" count as
+    "without"; splitting on spaces alone missed a word beside a bracket or slash.
+    """
+    text = re.sub(r"\bw/o\b", "without", name.lower())
+    return frozenset(_LETTERS.findall(text)) & POLARITY_WORDS
 
 
 def dice(a: frozenset[str], b: frozenset[str]) -> float:
