@@ -100,6 +100,17 @@ def test_assemble_with_a_set_builder_generator_runs_cold(data: Path) -> None:
     assert "concept set:" in result.stdout and "saved" in result.stdout
 
 
+def test_a_library_without_cohorts_benchmarks_to_an_empty_table_not_a_traceback(data: Path) -> None:
+    """The table's column width was ``max(20, *widths)``: with no method scored, ``max(20)`` raised."""
+    write_icd_library(data / "libraries" / "empty", {}, library_id="empty-lib")
+    try:
+        result = _cli(data, "benchmark", "--library", "empty-lib", "--methods", "bm25", "--no-dense")
+    finally:
+        shutil.rmtree(data / "libraries" / "empty")
+    assert result.returncode == 0, result.stderr
+    assert "(empty-lib): 0 cohorts" in result.stdout and "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
