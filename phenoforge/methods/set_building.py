@@ -74,6 +74,7 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
         context.library_id,
         context.has_dense,
         tuple(sorted((lib.library_id, str(lib.path), library_stamp(lib)) for lib in libraries)),
+        _scored_stamp(context),  # the copy check reads the scored library's lists
     )
     with _LOCK:
         if key not in _FITTED:
@@ -84,6 +85,15 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
             _FITTED[key] = fitted
         context.options["set-building:fitted"] = _FITTED[key]
         return _FITTED[key]
+
+
+def _scored_stamp(context: MethodContext) -> tuple[str, str]:
+    if not context.library_path:
+        return "", ""
+    try:
+        return context.library_path, library_stamp(load_library(Path(context.library_path)))
+    except LibraryError:
+        return context.library_path, "unreadable"
 
 
 def without_copied_lists(context: MethodContext, fitted: FittedBuilders) -> FittedBuilders:

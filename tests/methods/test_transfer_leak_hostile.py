@@ -112,3 +112,22 @@ def test_a_benchmark_of_a_copy_says_which_groups_its_knowledge_hides(fixture_con
     _mark_imported(copy)
     report = run_benchmark(fixture_con, copy, ["hf"], methods=["curated_transfer"])
     assert any("exactly their codes" in n for n in report.methods["curated_transfer"].notes)
+
+
+def test_a_copy_scored_after_an_honest_library_of_the_same_id_is_not_served_the_cached_fit(
+    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    """Same library id, two directories (or one edited in place): the process cache must not reuse the
+    first one's knowledge for the copy."""
+    _install_development_libraries()
+    honest = write_icd_library(
+        tmp_path / "honest", {"own": ("Obesity and asthma", ["E66", "J45"], True)}, library_id="my-lists"
+    )
+    first = set_building.fitted_for(_context(fixture_con, honest))
+    assert first.knowledge is not None and HCC_ID in {c.library_id for c in first.knowledge.cohorts}
+    copy = write_icd_library(tmp_path / "copy", TRAIN_COHORTS, library_id="my-lists")
+    fitted = set_building.fitted_for(_context(fixture_con, copy))
+    assert fitted.knowledge is not None and HCC_ID not in {c.library_id for c in fitted.knowledge.cohorts}
+    write_icd_library(honest, TRAIN_COHORTS, library_id="my-lists")  # edited in place into a copy
+    edited = set_building.fitted_for(_context(fixture_con, honest))
+    assert edited.knowledge is not None and HCC_ID not in {c.library_id for c in edited.knowledge.cohorts}
