@@ -131,3 +131,24 @@ def test_a_copy_scored_after_an_honest_library_of_the_same_id_is_not_served_the_
     write_icd_library(honest, TRAIN_COHORTS, library_id="my-lists")  # edited in place into a copy
     edited = set_building.fitted_for(_context(fixture_con, honest))
     assert edited.knowledge is not None and HCC_ID not in {c.library_id for c in edited.knowledge.cohorts}
+
+
+def test_editing_a_library_that_is_only_knowledge_refits_the_builders(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    """A non-development library never trains, but its lists are transfer features: editing one in place
+    must not reuse the bundle fitted with its old lists."""
+    installed = _install_development_libraries()
+    knowledge_only = write_icd_library(
+        libraries_dir() / "charlson", {"chf": ("Congestive heart failure", ["I50"], True)}, library_id="charlson-x"
+    )
+    libraries = [load_library(path) for path in [*installed.values(), knowledge_only]]
+    first = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert any(note.startswith("reused the builders") for note in again.notes)
+    write_icd_library(knowledge_only, {"chf": ("Congestive heart failure", ["I50.2"], True)}, library_id="charlson-x")
+    libraries = [load_library(path) for path in [*installed.values(), knowledge_only]]
+    edited = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert not any(note.startswith("reused the builders") for note in edited.notes)
+    assert edited.knowledge is not None and first.knowledge is not None
+    (before,) = [c for c in first.knowledge.cohorts if c.library_id == "charlson-x"]
+    (after,) = [c for c in edited.knowledge.cohorts if c.library_id == "charlson-x"]
+    assert len(after.ids) < len(before.ids)
