@@ -240,11 +240,18 @@ _KNOWLEDGE: dict[tuple[object, ...], CuratedKnowledge] = {}
 _KNOWLEDGE_LOCK = threading.Lock()
 
 
-def _library_cohorts(con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, library: Library) -> list[KnownCohort]:
+def _library_cohorts(
+    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, library: Library, skip_unreadable: bool = False
+) -> list[KnownCohort]:
     groups = library_groups(library)
     out = []
     for entry in library.manifest.cohorts:
-        curated = load_curated_concept_set(con, Path(library.path), entry.cohort_id)
+        try:
+            curated = load_curated_concept_set(con, Path(library.path), entry.cohort_id)
+        except LibraryError:
+            if skip_unreadable:
+                continue
+            raise
         ids = sorted({node for node in map(hierarchy.resolve, curated.codes) if node is not None})
         if not ids:
             continue
@@ -310,7 +317,7 @@ def copied_groups(
     A user's import is never knowledge and declares its own group, so a copy of a bundled library
     under another id and group would otherwise be scored with the very lists it copies.
     """
-    scored = {tuple(c.ids.tolist()) for c in _library_cohorts(con, hierarchy, library)}
+    scored = {tuple(c.ids.tolist()) for c in _library_cohorts(con, hierarchy, library, skip_unreadable=True)}
     return {
         group
         for cohort in knowledge.cohorts

@@ -152,3 +152,19 @@ def test_editing_a_library_that_is_only_knowledge_refits_the_builders(fixture_co
     (before,) = [c for c in first.knowledge.cohorts if c.library_id == "charlson-x"]
     (after,) = [c for c in edited.knowledge.cohorts if c.library_id == "charlson-x"]
     assert len(after.ids) < len(before.ids)
+
+
+def test_a_copy_with_one_unreadable_cohort_file_still_has_its_copied_lists_hidden(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """The copy check reads the scored library cohort by cohort: one broken file neither stops the
+    benchmark of the others nor lets them see the lists they copy."""
+    _install_development_libraries()
+    copy = write_icd_library(libraries_dir() / "mine", TRAIN_COHORTS, library_id="my-conditions")
+    _mark_imported(copy)
+    (copy / "cohorts" / "pvd.json").write_text("{ broken", encoding="utf-8")
+    fitted = set_building.fitted_for(_context(fixture_con, copy))
+    assert fitted.knowledge is not None
+    assert HCC_ID not in {c.library_id for c in fitted.knowledge.cohorts}
+    report = run_benchmark(fixture_con, copy, ["hf", "af"], methods=["curated_transfer"])
+    assert {r.cohort_id for r in report.results} == {"hf", "af"}
