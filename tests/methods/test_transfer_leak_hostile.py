@@ -168,3 +168,20 @@ def test_a_copy_with_one_unreadable_cohort_file_still_has_its_copied_lists_hidde
     assert HCC_ID not in {c.library_id for c in fitted.knowledge.cohorts}
     report = run_benchmark(fixture_con, copy, ["hf", "af"], methods=["curated_transfer"])
     assert {r.cohort_id for r in report.results} == {"hf", "af"}
+
+
+@pytest.mark.parametrize("declared", ["CMS-HCC", " cms-hcc ", "cms_hcc", None])
+def test_a_near_duplicate_with_a_misspelt_group_is_held_out_with_its_group(
+    fixture_con: duckdb.DuckDBPyConnection, declared: str | None
+) -> None:
+    """A second CMS-HCC version whose manifest spells the group otherwise: the builders that score it
+    must neither be trained on nor see the lists of the other CMS-HCC version. "CMS-HCC" and "cms_hcc"
+    used to refuse every set builder ("would inform a query of its own library group")."""
+    _install_development_libraries()
+    v24 = write_icd_library(libraries_dir() / "v24", TRAIN_COHORTS, library_id="cms-hcc-v24-fixture", group=declared)
+    report = run_benchmark(fixture_con, v24, ["hf", "af"], methods=["learned", "curated_transfer"])
+    for method in ("learned", "curated_transfer"):
+        record = report.methods[method]
+        scored = [r for r in report.results if r.method == method]
+        assert {r.cohort_id for r in scored} == {"hf", "af"}, report.skipped  # held out, not refused
+        assert record.trained_on == [ELIX_ID], (method, record.trained_on)

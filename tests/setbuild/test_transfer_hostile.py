@@ -118,16 +118,17 @@ def test_duplicate_cohort_names_in_two_groups_are_both_known_and_hidden_separate
         knowledge.view({"lib-a"}).check_excludes(["lib-b"])
 
 
-def test_a_misspelt_declared_group_is_still_hidden_with_its_id_family(
+def test_a_misspelt_declared_group_is_still_hidden_with_its_group(
     fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, tmp_path: Path
 ) -> None:
-    """A CMS-HCC copy declaring 'cms_hcc' answers to 'cms-hcc' through its id; one with no group to its id."""
-    typo = write_icd_library(tmp_path / "t", OTHER_COHORTS, library_id="cms-hcc-v28-typo", group="cms_hcc")
+    """'CMS_HCC' is read as 'cms-hcc' (and the id family says so too); a library with no group answers to its id."""
+    typo = write_icd_library(tmp_path / "t", OTHER_COHORTS, library_id="cms-hcc-v28-typo", group="CMS_HCC")
+    other_id = write_icd_library(tmp_path / "o", OTHER_COHORTS, library_id="my-hcc-copy", group="Cms Hcc")
     bare = write_icd_library(tmp_path / "u", OTHER_COHORTS, library_id="no-group-lib")
-    knowledge = _knowledge(fixture_con, hierarchy, typo, bare)
+    knowledge = _knowledge(fixture_con, hierarchy, typo, other_id, bare)
     assert {c.library_id for c in knowledge.view({"cms-hcc"}).cohorts} == {"no-group-lib"}
-    assert {c.library_id for c in knowledge.view({"cms_hcc", "no-group-lib"}).cohorts} == set()
-    knowledge.view({"cms-hcc", "no-group-lib"}).check_excludes(["cms_hcc", "cms-hcc", "no-group-lib"])
+    assert {c.library_id for c in knowledge.view({"cms-hcc", "no-group-lib"}).cohorts} == set()
+    knowledge.view({"cms-hcc", "no-group-lib"}).check_excludes(["cms-hcc", "no-group-lib"])
 
 
 def test_a_cohort_file_edited_in_place_gives_new_knowledge_not_the_cached_one(
