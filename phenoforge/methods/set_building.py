@@ -79,7 +79,10 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
     with _LOCK:
         if key not in _FITTED:
             progress = context.options.get("progress")
-            fitted = fit_builders(context.con, context.dense, held_out, libraries, progress)
+            family = library_group({"library_id": context.library_id}) if context.library_id else ""
+            # a library declaring a group other than its id's family (cms-hcc-v28-old as "old") is held out with both
+            extra = [family] if family not in ("", held_out, context.library_id.lower()) else []
+            fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
             fitted = without_copied_lists(context, fitted)
             _FITTED[key] = fitted

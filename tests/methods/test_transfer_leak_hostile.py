@@ -185,3 +185,19 @@ def test_a_near_duplicate_with_a_misspelt_group_is_held_out_with_its_group(
         scored = [r for r in report.results if r.method == method]
         assert {r.cohort_id for r in scored} == {"hf", "af"}, report.skipped  # held out, not refused
         assert record.trained_on == [ELIX_ID], (method, record.trained_on)
+
+
+def test_a_development_copy_declaring_another_group_is_scored_held_out_with_its_family(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """'cms-hcc-v28-old' declaring group 'old': its builders are fitted without 'old' and without CMS-HCC,
+    so they score it (every set builder was refused: the fit held out 'old' alone)."""
+    _install_development_libraries()
+    old = write_icd_library(libraries_dir() / "old", TRAIN_COHORTS, library_id="cms-hcc-v28-old", group="old")
+    report = run_benchmark(fixture_con, old, ["hf", "af"], ["subtree", "learned", "curated_transfer"])
+    assert report.skipped == []
+    for method in ("subtree", "learned", "curated_transfer"):
+        assert report.methods[method].trained_on == [ELIX_ID], (method, report.methods[method])
+    fitted = set_building.fitted_for(_context(fixture_con, old))
+    assert fitted.knowledge is not None and {"old", "cms-hcc"} <= fitted.knowledge.excluded
+    assert HCC_ID not in {c.library_id for c in fitted.knowledge.cohorts}
