@@ -263,7 +263,7 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
 
     columns = [measure(key) for key in measures]
     heads = [f"{m.label} {'↑' if m.higher_is_better else '↓'}" for m in columns]
-    width = max(20, *(len(method) + 2 for method in report.mean_hierarchical_score_by_method))
+    width = max([20, *(len(method) + 2 for method in report.mean_hierarchical_score_by_method)])
     lines = [f"{'method':<{width}}{'cohorts':>8}" + "".join(f"{h:>{len(h) + 2}}" for h in heads)]
     counts: dict[str, int] = {}
     for result in report.results:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -144,9 +145,18 @@ def _file_digests(folder: Path) -> dict[str, str]:
     }
 
 
+_SAFE_FOLDER = re.compile(r"[0-9A-Za-z_-][0-9A-Za-z._-]{0,63}")
+
+
 def index_cache_dir(build: str) -> Path:
-    """Where the BM25 index of vocabulary build ``build`` is kept between processes."""
-    return data_dir() / "bm25" / build
+    """Where the BM25 index of vocabulary build ``build`` is kept between processes.
+
+    Always one folder directly under ``<data>/bm25``: a build id that is no plain file name (empty,
+    ``..``, a path, too long; a foreign database may hold anything) is named by its digest instead,
+    since saving removes the folder's siblings.
+    """
+    name = build if _SAFE_FOLDER.fullmatch(build) else "id-" + hashlib.sha256(build.encode()).hexdigest()[:32]
+    return data_dir() / "bm25" / name
 
 
 def _expected_manifest(build: str, documents: list[tuple[str, str, str]]) -> dict[str, object]:

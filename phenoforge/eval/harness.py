@@ -212,6 +212,7 @@ def run_methods(
         dense_weight=dense_weight,
         library_id=qrels.library_id,
         library_group=qrels.group,
+        library_path=qrels.library_path,
         dense_problem=dense_problem if dense is None else None,
         options={"progress": progress} if progress is not None else {},
     )

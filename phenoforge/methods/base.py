@@ -51,6 +51,8 @@ class MethodContext:
     dense_weight: float = 0.5
     library_id: str = ""
     library_group: str = ""
+    library_path: str = ""
+    """The scored library's directory (set builders compare its lists with the curated knowledge's)."""
     dense_problem: str | None = None
     """Why there is no dense retriever ('not built', 'corrupt: ...'), when there is none."""
     options: dict[str, Any] = field(default_factory=dict)

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import duckdb
 
 from phenoforge.config import ProgressCallback
-from phenoforge.engine.curated import list_libraries
+from phenoforge.engine.curated import list_libraries, load_library
 from phenoforge.engine.query import query_problem
+from phenoforge.errors import LibraryError
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.base import CohortTask, Method, MethodContext, MethodSetup, SkipMethod
 from phenoforge.setbuild.api import (
@@ -25,6 +27,7 @@ from phenoforge.setbuild.api import (
     build_set,
     candidate_table,
     fit_builders,
+    is_user_import,
     library_stamp,
     robust_query,
 )
@@ -32,7 +35,7 @@ from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH, CandidateTable
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet, CodeProvenance
-from phenoforge.setbuild.transfer import TRANSFER_METHOD, KnowledgeLeakError
+from phenoforge.setbuild.transfer import TRANSFER_METHOD, KnowledgeLeakError, copied_groups
 
 FITTED_DENSE_WEIGHT = 0.5
 """The fusion weight the builders are fitted and run at (their features read the fused ranking)."""
@@ -71,15 +74,56 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
         context.library_id,
         context.has_dense,
         tuple(sorted((lib.library_id, str(lib.path), library_stamp(lib)) for lib in libraries)),
+        _scored_stamp(context),  # the copy check reads the scored library's lists
     )
     with _LOCK:
         if key not in _FITTED:
             progress = context.options.get("progress")
-            fitted = fit_builders(context.con, context.dense, held_out, libraries, progress)
+            family = library_group({"library_id": context.library_id}) if context.library_id else ""
+            # a library declaring a group other than its id's family (cms-hcc-v28-old as "old") is held out with both
+            extra = [family] if family not in ("", held_out, context.library_id.lower()) else []
+            fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
+            fitted = without_copied_lists(context, fitted)
             _FITTED[key] = fitted
         context.options["set-building:fitted"] = _FITTED[key]
         return _FITTED[key]
+
+
+def _scored_stamp(context: MethodContext) -> tuple[str, str]:
+    if not context.library_path:
+        return "", ""
+    try:
+        return context.library_path, library_stamp(load_library(Path(context.library_path)))
+    except LibraryError:
+        return context.library_path, "unreadable"
+
+
+def without_copied_lists(context: MethodContext, fitted: FittedBuilders) -> FittedBuilders:
+    """``fitted`` whose curated knowledge also hides every group listing a cohort the scored library copies.
+
+    Only for a scored library outside the knowledge (a user's import, a directory not installed): it
+    declares its own group, so a copy of a bundled library under another id would be scored with the
+    lists it copies. A bundled library's identical lists in another group stay (that is the transfer).
+    """
+    if fitted.knowledge is None or not context.library_path:
+        return fitted
+    try:
+        library = load_library(Path(context.library_path))
+    except LibraryError:
+        return fitted
+    view = fitted.knowledge
+    known = {cohort.library_id for cohort in view.knowledge.cohorts}
+    if library.library_id in known and not is_user_import(library):
+        return fitted
+    copied = copied_groups(context.con, context.hierarchy, view.knowledge, library) - view.excluded
+    if not copied:
+        return fitted
+    note = (
+        f"curated knowledge without group(s) {', '.join(sorted(copied))}: "
+        f"{library.library_id} lists cohorts with exactly their codes"
+    )
+    return replace(fitted, knowledge=view.knowledge.view(view.excluded | copied), notes=[*fitted.notes, note])
 
 
 def clear_fitted() -> None:

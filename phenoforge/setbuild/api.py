@@ -104,26 +104,29 @@ def fit_builders(
     held_out_group: str | None = None,
     libraries: Sequence[Library] | None = None,
     progress: ProgressCallback | None = None,
+    also_held_out: Sequence[str] = (),
 ) -> FittedBuilders:
     """Fit or reuse the builders on development libraries outside ``held_out_group``.
 
     ``held_out_group=None`` trains on every development library (for a user's imported library or
-    a free query). A too-small training set leaves ``model=None`` and says so in ``notes``.
+    a free query). ``also_held_out`` names further groups of the scored library (its id's family
+    when it declares another group). A too-small training set leaves ``model=None`` and says so in ``notes``.
     """
     progress = progress or no_progress
     hierarchy = get_hierarchy(con)
     broken: list[str] = []
     libraries = list(libraries) if libraries is not None else list_libraries(errors=broken)
+    held_out = sorted({g for g in [held_out_group, *also_held_out] if g})
     train_libraries = [
         lib
         for lib in libraries
-        if is_development_library(lib.manifest) and not is_user_import(lib) and held_out_group not in groups_of(lib)
+        if is_development_library(lib.manifest) and not is_user_import(lib) and not groups_of(lib) & set(held_out)
     ]
     knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
     broken += knowledge.problems
-    held_out = [held_out_group] if held_out_group else []
     view = knowledge.view(held_out)
-    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge, held_out_group)
+    held_key = held_out_group if held_out == ([held_out_group] if held_out_group else []) else ",".join(held_out)
+    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge, held_key)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     examples: list[Example] = []
     if stored is None:
@@ -136,7 +139,7 @@ def fit_builders(
                 continue
             readable.append(lib)
         if len(readable) != len(train_libraries):  # what is left may have been fitted before
-            names, groups, signature = _fit_identity(hierarchy, readable, dense, knowledge, held_out_group)
+            names, groups, signature = _fit_identity(hierarchy, readable, dense, knowledge, held_key)
             stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is not None:
         stored.notes += [f"not used for fitting: {problem}" for problem in broken]
@@ -151,7 +154,7 @@ def fit_builders(
     # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
     model_directory = (
         f"{model_name(names, ALL_FEATURE_NAMES, dense is not None)}-{_examples_digest(examples)}"
-        f"-k{_knowledge_key(knowledge, held_out_group)}"
+        f"-k{_knowledge_key(knowledge, held_key)}"
     )
     try:
         # each training cohort sees the curated knowledge without its own group and without the held-out one

@@ -6,17 +6,23 @@ group and the Elixhauser libraries another, and every other library is its own g
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from phenoforge.engine.curated import LibraryManifest
 
 
 def library_group(manifest: LibraryManifest | dict[str, Any]) -> str:
-    """The group a library belongs to: its manifest's ``group`` when declared, else the fallback rule."""
+    """The group a library belongs to: its manifest's ``group`` when declared, else the fallback rule.
+
+    A declared group is compared in one spelling (case folded, spaces and underscores as hyphens):
+    a manifest declaring "CMS-HCC" or "cms_hcc" is the "cms-hcc" group, not a group of its own
+    whose near-duplicates would then refuse (or, by a weaker check, inform) its builders.
+    """
     raw = manifest if isinstance(manifest, dict) else manifest.model_dump()
     declared = raw.get("group") or (raw.get("report") or {}).get("group")
     if isinstance(declared, str) and declared.strip():
-        return declared.strip()
+        return re.sub(r"[\s_]+", "-", declared.strip().casefold())
     library_id = str(raw.get("library_id", "")).lower()
     if library_id.startswith("cms-hcc"):
         return "cms-hcc"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -80,9 +81,17 @@ def name_words(name: str) -> frozenset[str]:
     return frozenset(tokenize(name))
 
 
+_LETTERS = re.compile(r"[a-z]+")
+
+
 def polarity(name: str) -> frozenset[str]:
-    """The complement-making words of a name (tokenize drops some of them as stop words)."""
-    return frozenset(name.lower().replace(",", " ").replace("-", " ").split()) & POLARITY_WORDS
+    """The complement-making words of a name (tokenize drops some of them as stop words).
+
+    Words are runs of letters, so "(without complications)" and "w/o complications" count as
+    "without"; splitting on spaces alone missed a word beside a bracket or slash.
+    """
+    text = re.sub(r"\bw/o\b", "without", name.lower())
+    return frozenset(_LETTERS.findall(text)) & POLARITY_WORDS
 
 
 def dice(a: frozenset[str], b: frozenset[str]) -> float:
@@ -231,11 +240,18 @@ _KNOWLEDGE: dict[tuple[object, ...], CuratedKnowledge] = {}
 _KNOWLEDGE_LOCK = threading.Lock()
 
 
-def _library_cohorts(con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, library: Library) -> list[KnownCohort]:
+def _library_cohorts(
+    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, library: Library, skip_unreadable: bool = False
+) -> list[KnownCohort]:
     groups = library_groups(library)
     out = []
     for entry in library.manifest.cohorts:
-        curated = load_curated_concept_set(con, Path(library.path), entry.cohort_id)
+        try:
+            curated = load_curated_concept_set(con, Path(library.path), entry.cohort_id)
+        except LibraryError:
+            if skip_unreadable:
+                continue
+            raise
         ids = sorted({node for node in map(hierarchy.resolve, curated.codes) if node is not None})
         if not ids:
             continue
@@ -291,6 +307,23 @@ def curated_knowledge(
     with _KNOWLEDGE_LOCK:
         _KNOWLEDGE[key] = knowledge
     return knowledge
+
+
+def copied_groups(
+    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, knowledge: CuratedKnowledge, library: Library
+) -> set[str]:
+    """Groups of the knowledge's libraries that list a cohort with exactly the codes of one of ``library``'s.
+
+    A user's import is never knowledge and declares its own group, so a copy of a bundled library
+    under another id and group would otherwise be scored with the very lists it copies.
+    """
+    scored = {tuple(c.ids.tolist()) for c in _library_cohorts(con, hierarchy, library, skip_unreadable=True)}
+    return {
+        group
+        for cohort in knowledge.cohorts
+        if cohort.library_id != library.library_id and tuple(cohort.ids.tolist()) in scored
+        for group in cohort.groups
+    }
 
 
 def embed_fn_of(dense: object | None) -> EmbedFn | None:
@@ -424,6 +457,7 @@ __all__ = [
     "CuratedKnowledge",
     "KnowledgeLeakError",
     "KnowledgeView",
+    "copied_groups",
     "curated_knowledge",
     "embed_fn_of",
     "transfer_features",

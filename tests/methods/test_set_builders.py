@@ -90,7 +90,7 @@ def test_builders_fitted_on_the_scored_library_never_score_it(
     """The no-leakage pin: a fit that ignores the held-out group (a bug) must not produce scores."""
     leaky = functools.partial(api.fit_builders, held_out_group=None)
 
-    def fit_ignoring_the_held_out_group(con, dense, held_out_group=None, libraries=None, progress=None):  # noqa: ANN001, ANN202
+    def fit_ignoring_the_held_out_group(con, dense, held_out_group=None, libraries=None, progress=None, **_ignored):  # noqa: ANN001, ANN003, ANN202
         return leaky(con, dense, libraries=libraries, progress=progress)
 
     monkeypatch.setattr(set_building, "fit_builders", fit_ignoring_the_held_out_group)

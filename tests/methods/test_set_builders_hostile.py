@@ -305,8 +305,9 @@ def test_an_import_declaring_a_bundled_group_or_taking_a_bundled_id_is_never_sco
     # a copy that took the bundled library's id (so `list_libraries` skips it) and declares its own group
     clash = write_icd_library(libraries_dir() / "zz-clash", TRAIN_COHORTS, library_id=HCC_ID, group="mine")
     report = run_benchmark(fixture_con, clash, load_library(clash).cohort_ids, methods=BUILDERS)
-    assert not report.results, "a fit that saw the library id it scores produced scores"
-    assert all("may not score" in " ".join(report.methods[name].notes) for name in BUILDERS)
+    # its id's family (cms-hcc) is held out beside its declared group: scored by builders fitted without it
+    assert report.results, report.skipped
+    assert all(report.methods[name].trained_on == [ELIX_ID] for name in BUILDERS), report.methods
     assert installed
 
 

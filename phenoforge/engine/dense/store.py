@@ -603,11 +603,25 @@ def _write_index(
         for tmp in tmp_files:
             tmp.unlink(missing_ok=True)
     keep = {path.name for path in written}
-    for pattern in ("vectors-*.npy", "codes-*.json", "ann-*.usearch", "coarse-*.npy", "distinct-*.npz"):
+    for pattern in INDEX_FILE_PATTERNS:
         for old in index_dir.glob(pattern):
             if old.name not in keep:
                 old.unlink(missing_ok=True)
+    _remove_temporaries(index_dir)
     return manifest
+
+
+INDEX_FILE_PATTERNS = ("vectors-*.npy", "codes-*.json", "ann-*.usearch", "coarse-*.npy", "distinct-*.npz")
+
+
+def _remove_temporaries(index_dir: Path) -> None:
+    """Remove the half-written files of a writer that was killed (SIGKILL skips its clean-up).
+
+    Only called by a writer holding the build lock, so no other writer's temporary is live.
+    """
+    for pattern in (*INDEX_FILE_PATTERNS, f"{MANIFEST_NAME}.*"):
+        for leftover in index_dir.glob(f".{pattern}.tmp"):
+            leftover.unlink(missing_ok=True)
 
 
 def add_coarse(index_dir: Path, loaded: _Loaded) -> DenseManifest:
@@ -645,6 +659,7 @@ def add_coarse(index_dir: Path, loaded: _Loaded) -> DenseManifest:
     for old in index_dir.glob("coarse-*.npy"):
         if old.name != coarse_file:
             old.unlink(missing_ok=True)
+    _remove_temporaries(index_dir)
     return upgraded
 
 
@@ -715,6 +730,7 @@ def add_distinct(
     for old in index_dir.glob("distinct-*.npz"):
         if old.name != distinct_file:
             old.unlink(missing_ok=True)
+    _remove_temporaries(index_dir)
     return upgraded
 
 
