@@ -103,6 +103,10 @@ def library_groups(library: Library) -> frozenset[str]:
     return frozenset({library_group(library.manifest), library_group({"library_id": library.library_id})})
 
 
+QUERY_CACHE_SIZE = 4096
+"""Query vectors a knowledge keeps (a benchmark of every bundled cohort needs 287)."""
+
+
 @dataclass
 class CuratedKnowledge:
     """Curated cohorts of bundled libraries, with their names embedded once (when an embedding exists)."""
@@ -128,7 +132,7 @@ class CuratedKnowledge:
         if cached is None:
             cached = np.asarray(self.embed([query]), dtype=np.float32)[0]
             with self._lock:
-                self._query_vectors[query] = cached
+                self._remember({query: cached})
         return cached
 
     def warm(self, queries: Sequence[str]) -> None:
@@ -139,7 +143,14 @@ class CuratedKnowledge:
         if missing:
             vectors = np.asarray(self.embed(missing), dtype=np.float32)
             with self._lock:
-                self._query_vectors.update(zip(missing, vectors, strict=True))
+                self._remember(dict(zip(missing, vectors, strict=True)))
+
+    def _remember(self, vectors: dict[str, np.ndarray]) -> None:
+        """Keep at most ``QUERY_CACHE_SIZE`` query vectors, dropping the oldest (a dashboard runs for days)."""
+        self._query_vectors.update(vectors)
+        excess = len(self._query_vectors) - QUERY_CACHE_SIZE
+        for stale in list(self._query_vectors)[: max(0, excess)]:
+            del self._query_vectors[stale]
 
 
 @dataclass

@@ -84,3 +84,26 @@ def test_a_training_cohort_never_sees_its_own_or_the_held_out_groups_lists(
         np.testing.assert_array_equal(got.features, want.features, err_msg=got.key)
     with pytest.raises(ValueError, match="added once"):
         with_transfer_features(hierarchy, extended, knowledge, [])
+
+
+def test_the_query_vector_cache_is_bounded_and_keeps_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-running dashboard embeds every query a user types: the cache must not grow without end."""
+    from phenoforge.setbuild import transfer
+
+    monkeypatch.setattr(transfer, "QUERY_CACHE_SIZE", 3)
+    calls: list[list[str]] = []
+
+    def embed(texts: list[str]) -> np.ndarray:
+        calls.append(list(texts))
+        return np.ones((len(texts), 4), np.float32)
+
+    known = CuratedKnowledge(cohorts=[], vectors=np.ones((1, 4), np.float32), embed=embed)
+    for query in ("a", "b", "c", "d"):
+        assert known.query_vector(query) is not None
+    known.warm(["e", "f"])
+    assert list(known._query_vectors) == ["d", "e", "f"]
+    before = len(calls)
+    known.query_vector("f")
+    assert len(calls) == before  # the newest are still served from the cache
+    known.query_vector("a")
+    assert len(calls) == before + 1  # the oldest was dropped and is embedded again
