@@ -13,10 +13,11 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import duckdb
 import numpy as np
@@ -624,43 +625,62 @@ def _remove_temporaries(index_dir: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def add_coarse(index_dir: Path, loaded: _Loaded) -> DenseManifest:
-    """Give a verified index written without an int8 copy one: quantize its vectors, write the copy
-    under a fresh name and swap in a manifest that names it (the vectors and codes are kept as they
-    are). Seconds, against minutes for a rebuild; the caller holds the build lock."""
-    manifest = loaded.manifest
+def _attach_side_file(
+    index_dir: Path,
+    manifest: DenseManifest,
+    prefix: str,
+    extension: str,
+    write: Callable[[BinaryIO], None],
+    update: Callable[[str], dict[str, object]],
+) -> DenseManifest:
+    """Write a side file of a verified index under a fresh name (``<prefix>-<token>.<extension>``,
+    through a synced temporary), swap in ``manifest`` updated by ``update(file name)``, then remove
+    the older files of that kind. A failure leaves the old manifest and no new file; the caller
+    holds the build lock."""
     token = uuid.uuid4().hex[:12]
-    coarse_file = f"coarse-{token}.npy"
-    matrix, scales = quantize_coarse(loaded.vectors)
-    tmp = index_dir / f".{coarse_file}.tmp"
+    side_file = f"{prefix}-{token}.{extension}"
+    tmp = index_dir / f".{side_file}.tmp"
     manifest_tmp = index_dir / f".{MANIFEST_NAME}.{token}.tmp"
     try:
         with open(tmp, "wb") as handle:
-            np.save(handle, matrix, allow_pickle=False)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, index_dir / coarse_file)
-        upgraded = manifest.model_copy(
-            update={
-                "coarse_file": coarse_file,
-                "coarse_sha256": _sha256(index_dir / coarse_file),
-                "coarse_kind": COARSE_KIND,
-                "coarse_scales": scales,
-            }
-        )
+        os.replace(tmp, index_dir / side_file)
+        upgraded = manifest.model_copy(update=update(side_file))
         manifest_tmp.write_text(upgraded.model_dump_json(indent=2), encoding="utf-8")
         os.replace(manifest_tmp, index_dir / MANIFEST_NAME)
     except BaseException:
-        (index_dir / coarse_file).unlink(missing_ok=True)
+        (index_dir / side_file).unlink(missing_ok=True)
         raise
     finally:
         tmp.unlink(missing_ok=True)
         manifest_tmp.unlink(missing_ok=True)
-    for old in index_dir.glob("coarse-*.npy"):
-        if old.name != coarse_file:
+    for old in index_dir.glob(f"{prefix}-*.{extension}"):
+        if old.name != side_file:
             old.unlink(missing_ok=True)
     _remove_temporaries(index_dir)
     return upgraded
+
+
+def add_coarse(index_dir: Path, loaded: _Loaded) -> DenseManifest:
+    """Give a verified index written without an int8 copy one: quantize its vectors, write the copy
+    under a fresh name and swap in a manifest that names it (the vectors and codes are kept as they
+    are). Seconds, against minutes for a rebuild; the caller holds the build lock."""
+    matrix, scales = quantize_coarse(loaded.vectors)
+    return _attach_side_file(
+        index_dir,
+        loaded.manifest,
+        "coarse",
+        "npy",
+        lambda handle: np.save(handle, matrix, allow_pickle=False),
+        lambda name: {
+            "coarse_file": name,
+            "coarse_sha256": _sha256(index_dir / name),
+            "coarse_kind": COARSE_KIND,
+            "coarse_scales": scales,
+        },
+    )
 
 
 def main_directions(rows: np.ndarray, k: int) -> np.ndarray:
@@ -688,10 +708,6 @@ def add_distinct(
     projection = main_directions(distinct, min(DISTINCT_DIMS, distinct.shape[1]))
     coarse, scales = quantize_coarse(distinct @ projection, DISTINCT_LEVELS)
     del distinct
-    token = uuid.uuid4().hex[:12]
-    distinct_file = f"distinct-{token}.npz"
-    tmp = index_dir / f".{distinct_file}.tmp"
-    manifest_tmp = index_dir / f".{MANIFEST_NAME}.{token}.tmp"
     arrays = {
         "distinct_row": layout.distinct_row.astype(np.int32),
         "stems": layout.stems.astype(np.float32),
@@ -703,35 +719,21 @@ def add_distinct(
         "coarse": coarse,
         "scales": np.asarray(scales, np.float32),
     }
-    try:
-        with open(tmp, "wb") as handle:
-            np.savez(handle, allow_pickle=False, **arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, index_dir / distinct_file)
-        upgraded = manifest.model_copy(
-            update={
-                "format_version": FORMAT_VERSION,
-                "distinct_file": distinct_file,
-                "distinct_sha256": _sha256(index_dir / distinct_file),
-                "distinct_kind": DISTINCT_KIND,
-                "distinct_count": len(layout.distinct_row),
-                "distinct_max_error": error,
-            }
-        )
-        manifest_tmp.write_text(upgraded.model_dump_json(indent=2), encoding="utf-8")
-        os.replace(manifest_tmp, index_dir / MANIFEST_NAME)
-    except BaseException:
-        (index_dir / distinct_file).unlink(missing_ok=True)
-        raise
-    finally:
-        tmp.unlink(missing_ok=True)
-        manifest_tmp.unlink(missing_ok=True)
-    for old in index_dir.glob("distinct-*.npz"):
-        if old.name != distinct_file:
-            old.unlink(missing_ok=True)
-    _remove_temporaries(index_dir)
-    return upgraded
+    return _attach_side_file(
+        index_dir,
+        manifest,
+        "distinct",
+        "npz",
+        lambda handle: np.savez(handle, allow_pickle=False, **arrays),
+        lambda name: {
+            "format_version": FORMAT_VERSION,
+            "distinct_file": name,
+            "distinct_sha256": _sha256(index_dir / name),
+            "distinct_kind": DISTINCT_KIND,
+            "distinct_count": len(layout.distinct_row),
+            "distinct_max_error": error,
+        },
+    )
 
 
 def dense_index_status(
