@@ -25,7 +25,7 @@ from phenoforge.engine.models import Hit, Provenance, SearchResult
 from phenoforge.engine.query import query_problem, tokenize
 from phenoforge.engine.schema import ICD10CM, RETRIEVABLE_KINDS, SEARCHABLE_NOTE_TYPES
 from phenoforge.engine.topk import top_indices
-from phenoforge.storage import remove_stale_temporaries, temporary_sibling
+from phenoforge.storage import remove_stale_temporaries, sha256_file, temporary_sibling
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +138,7 @@ def _documents_digest(documents: list[tuple[str, str, str]]) -> str:
 
 
 def _file_digests(folder: Path) -> dict[str, str]:
-    return {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.iterdir())
-        if path.name != _MANIFEST
-    }
+    return {path.name: sha256_file(path) for path in sorted(folder.iterdir()) if path.name != _MANIFEST}
 
 
 _SAFE_FOLDER = re.compile(r"[0-9A-Za-z_-][0-9A-Za-z._-]{0,63}")

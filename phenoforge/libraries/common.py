@@ -6,7 +6,6 @@ normalises it against the vocabulary into the one library format (``phenoforge.e
 
 from __future__ import annotations
 
-import hashlib
 import re
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
@@ -93,14 +92,6 @@ def package_file(module: str, distribution: str, pinned: str, *parts: str) -> Pa
             f"reinstall it with `pip install --force-reinstall {distribution}=={pinned}`"
         )
     return path
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cell_text(value: Any) -> str:

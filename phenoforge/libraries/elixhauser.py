@@ -20,8 +20,8 @@ from phenoforge.libraries.common import (
     cell_text,
     package_file,
     package_version,
-    sha256_file,
 )
+from phenoforge.storage import sha256_file
 
 ELIXHAUSER_PACKAGE = "elixhauser-ahrq"
 ELIXHAUSER_PINNED = "2026.1.3"

@@ -26,8 +26,9 @@ from phenoforge.engine.curated import Citation
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.errors import LibraryError
 from phenoforge.libraries.cms_hcc import _csv_dicts
-from phenoforge.libraries.common import SourceCohort, SourceLibrary, package_file, package_version, sha256_file
+from phenoforge.libraries.common import SourceCohort, SourceLibrary, package_file, package_version
 from phenoforge.libraries.elixhauser import ELIXHAUSER_GROUP
+from phenoforge.storage import sha256_file
 
 PYCOMORB_PACKAGE = "pycomorb"
 PYCOMORB_PINNED = "1.20261001.1"

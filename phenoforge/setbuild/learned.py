@@ -35,6 +35,7 @@ from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES, KnowledgeView, top_match_note, transfer_features
+from phenoforge.storage import sha256_file
 
 if TYPE_CHECKING:  # scikit-learn (with scipy, seconds to import) loads only when a model is fitted or read
     from sklearn.ensemble import HistGradientBoostingClassifier
@@ -347,10 +348,6 @@ def model_name(
     return f"membership-{digest}"
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def save_model(model: MembershipModel, directory: Path) -> Path:
     """Write model and manifest atomically (a temporary sibling, then a rename)."""
     directory = Path(directory)
@@ -360,7 +357,7 @@ def save_model(model: MembershipModel, directory: Path) -> Path:
     try:
         tmp.mkdir(parents=True)
         (tmp / MODEL_FILE).write_bytes(pickle.dumps(model.estimator))
-        model.manifest.sha256 = _sha256(tmp / MODEL_FILE)
+        model.manifest.sha256 = sha256_file(tmp / MODEL_FILE)
         (tmp / MANIFEST_FILE).write_text(model.manifest.model_dump_json(indent=1), encoding="utf-8")
         if directory.exists():
             os.replace(directory, old)
@@ -392,7 +389,7 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
     if unknown:
         raise ModelError(f"{directory}: the model uses features this version does not compute ({unknown[:3]})")
     model_path = directory / manifest.model_file
-    if not model_path.is_file() or _sha256(model_path) != manifest.sha256:
+    if not model_path.is_file() or sha256_file(model_path) != manifest.sha256:
         raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)")
     from sklearn.ensemble import HistGradientBoostingClassifier
 

@@ -14,6 +14,7 @@ from phenoforge.engine.dense import DenseRetriever, dense_index_status, ensure_d
 from phenoforge.engine.dense import retriever as dense_retriever
 from phenoforge.engine.dense import store as dense_store
 from phenoforge.engine.dense import texts as dense_texts
+from phenoforge.storage import sha256_file
 from tests.engine.fake_embedder import FakeEmbedder
 
 SITES = ["femur", "tibia", "fibula", "patella", "radius", "ulna", "humerus", "clavicle", "scapula", "pelvis"]
@@ -207,7 +208,7 @@ def _rewrite_layout(index_dir: Path, **changes: np.ndarray) -> None:
     arrays.update(changes)
     with open(path, "wb") as handle:
         np.savez(handle, **arrays)
-    manifest["distinct_sha256"] = dense_store._sha256_uncached(path)
+    manifest["distinct_sha256"] = sha256_file(path)
     _write_manifest(index_dir, manifest)
 
 

@@ -16,6 +16,7 @@ from phenoforge.engine.dense import DenseRetriever, dense_index_status, ensure_d
 from phenoforge.engine.dense import retriever as dense_retriever
 from phenoforge.engine.dense import store as dense_store
 from phenoforge.engine.dense import texts as dense_texts
+from phenoforge.storage import sha256_file
 from tests.engine.fake_embedder import FakeEmbedder
 from tests.engine.test_dense_distinct import QUERIES, _as_format_2, _manifest, _vocab
 
@@ -59,7 +60,7 @@ def _resign(index_dir: Path) -> None:
     """Make the manifest's checksum agree with a damaged layout file: only the content checks remain."""
     manifest = _manifest(index_dir)
     path = index_dir / manifest["distinct_file"]
-    manifest["distinct_sha256"] = dense_store._sha256_uncached(path)
+    manifest["distinct_sha256"] = sha256_file(path)
     (index_dir / "manifest.json").write_text(json.dumps(manifest))
 
 

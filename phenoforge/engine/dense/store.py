@@ -8,7 +8,6 @@ afterwards, so a reader sees the old index or the new one, never half of one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -28,6 +27,7 @@ from phenoforge.engine.db import read_metadata
 from phenoforge.engine.dense.model import DEFAULT_MODEL_NAME
 from phenoforge.engine.dense.texts import LAYOUT_TOLERANCE, TEXT_RECIPE_VERSION, BuildMode, DistinctLayout
 from phenoforge.locks import file_lock
+from phenoforge.storage import sha256_file
 
 FORMAT_VERSION = 3
 """2: vectors memory-mapped, optional nearest-neighbour graph (``ann_file``) and int8 search copy
@@ -137,18 +137,10 @@ def _sha256(path: Path) -> str:
     key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
     if key in _SHA_CACHE:
         return _SHA_CACHE[key]
-    digest = _sha256_uncached(path)
+    digest = sha256_file(path)
     if time.time_ns() - stat.st_mtime_ns > 5_000_000_000:
         _SHA_CACHE[key] = digest
     return digest
-
-
-def _sha256_uncached(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _vocabulary_identity(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
