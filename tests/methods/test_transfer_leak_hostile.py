@@ -18,26 +18,20 @@ from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import api
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
 from tests.fixture_library import write_icd_library
-from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
-
-HCC_ID = "cms-hcc-v28-fixture"
-ELIX_ID = "elixhauser-2026-fixture"
-SMALL = {"min_cohorts": 3, "min_positives": 5}
-ELIX_COHORTS = {**OTHER_COHORTS, "dm2": TRAIN_COHORTS["dm2"], "af": TRAIN_COHORTS["af"]}
+from tests.methods.test_set_builders_hostile import (
+    ELIX_COHORTS,
+    ELIX_ID,
+    HCC_ID,
+    SMALL,
+    _install_development_libraries,
+)
+from tests.setbuild.conftest import TRAIN_COHORTS
 
 
 @pytest.fixture(autouse=True)
 def _fresh_process_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     set_building.clear_fitted()
     monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
-
-
-def _install_development_libraries() -> dict[str, Path]:
-    root = libraries_dir()
-    return {
-        HCC_ID: write_icd_library(root / "hcc", TRAIN_COHORTS, library_id=HCC_ID, group="cms-hcc"),
-        ELIX_ID: write_icd_library(root / "elix", ELIX_COHORTS, library_id=ELIX_ID, group="elixhauser"),
-    }
 
 
 def _mark_imported(path: Path) -> None:
