@@ -8,36 +8,15 @@ import os
 import zipfile
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
 from phenoforge.engine.dense import DenseRetriever, dense_index_status, ensure_dense_index
-from phenoforge.engine.dense import retriever as dense_retriever
 from phenoforge.engine.dense import store as dense_store
-from phenoforge.engine.dense import texts as dense_texts
 from phenoforge.storage import sha256_file
+from tests.engine.dense.conftest import QUERIES
+from tests.engine.dense.test_distinct import _as_format_2, _manifest
 from tests.engine.fake_embedder import FakeEmbedder
-from tests.engine.test_dense_distinct import QUERIES, _as_format_2, _manifest, _vocab
-
-
-@pytest.fixture
-def con(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    monkeypatch.setattr(dense_texts, "OFFSET_SAMPLES", 4)
-    connection = duckdb.connect(str(_vocab(tmp_path / "v.duckdb")), read_only=True)
-    yield connection
-    connection.close()
-
-
-@pytest.fixture
-def index_dir(tmp_path: Path) -> Path:
-    return tmp_path / "dense"
-
-
-@pytest.fixture
-def built(con: duckdb.DuckDBPyConnection, index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> DenseRetriever:
-    monkeypatch.setattr(dense_retriever, "COARSE_CANDIDATES", 10)
-    return ensure_dense_index(con, FakeEmbedder(), index_dir)
 
 
 def _replace_member(path: Path, member: str, payload: bytes) -> None:
