@@ -39,13 +39,6 @@ def servers() -> Iterator[list[web.Server]]:
         server.stop()
 
 
-@pytest.fixture
-def driver(tmp_path: Path) -> Iterator[Any]:
-    driver = web.make_driver(tmp_path / "profile")
-    yield driver
-    driver.quit()
-
-
 def _slug(key: str) -> str:
     """Streamlit's ``st-key-<key>`` class replaces characters such as the dots of codes with '-'."""
     return re.sub(r"[^a-zA-Z0-9_-]", "-", key)

@@ -15,23 +15,9 @@ import duckdb
 import pytest
 
 from tests.browser import support as web
-from tests.dashboard.fixture_data import FIXTURE_COHORTS, LIBRARY_DIR, build_dashboard_data
+from tests.dashboard.fixture_data import FIXTURE_COHORTS, LIBRARY_DIR
 
 pytestmark = [pytest.mark.browser, web.requires_browser]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_dashboard_data(tmp_path_factory.mktemp("browser") / "data")
-
-
-@pytest.fixture(scope="module")
-def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    running = web.start_server(data_dir, tmp_path_factory.mktemp("server") / "streamlit.log")
-    try:
-        yield running.url
-    finally:
-        running.stop()
 
 
 @pytest.fixture

@@ -13,30 +13,8 @@ import pytest
 
 from phenoforge.agent import audit, nodes
 from tests.browser import support as web
-from tests.dashboard.fixture_data import build_dashboard_data
 
 pytestmark = [pytest.mark.browser, web.requires_browser]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_dashboard_data(tmp_path_factory.mktemp("browser-reliability") / "data")
-
-
-@pytest.fixture(scope="module")
-def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    running = web.start_server(data_dir, tmp_path_factory.mktemp("server") / "streamlit.log")
-    try:
-        yield running.url
-    finally:
-        running.stop()
-
-
-@pytest.fixture
-def driver(tmp_path: Path) -> Iterator[Any]:
-    driver = web.make_driver(tmp_path / "profile")
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture
