@@ -83,6 +83,14 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
             # a library declaring a group other than its id's family (cms-hcc-v28-old as "old") is held out with both
             extra = [family] if family not in ("", held_out, context.library_id.lower()) else []
             fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
+            copied = sorted(_copied_groups(context, fitted) & set(fitted.training_groups))
+            if copied:  # a copy of a development library: its model and parameters were fitted on these cohorts
+                extra += copied
+                fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
+                fitted.notes.append(
+                    f"fitted and curated knowledge without group(s) {', '.join(copied)}: "
+                    f"{context.library_id or 'the scored library'} lists cohorts with exactly their codes"
+                )
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
             fitted = without_copied_lists(context, fitted)
             _FITTED[key] = fitted
@@ -99,29 +107,36 @@ def _scored_stamp(context: MethodContext) -> tuple[str, str]:
         return context.library_path, "unreadable"
 
 
-def without_copied_lists(context: MethodContext, fitted: FittedBuilders) -> FittedBuilders:
-    """``fitted`` whose curated knowledge also hides every group listing a cohort the scored library copies.
+def _copied_groups(context: MethodContext, fitted: FittedBuilders) -> set[str]:
+    """Groups listing a cohort with exactly the codes of one of the scored library's, not yet hidden.
 
     Only for a scored library outside the knowledge (a user's import, a directory not installed): it
     declares its own group, so a copy of a bundled library under another id would be scored with the
     lists it copies. A bundled library's identical lists in another group stay (that is the transfer).
     """
     if fitted.knowledge is None or not context.library_path:
-        return fitted
+        return set()
     try:
         library = load_library(Path(context.library_path))
     except LibraryError:
-        return fitted
+        return set()
     view = fitted.knowledge
     known = {cohort.library_id for cohort in view.knowledge.cohorts}
     if library.library_id in known and not is_user_import(library):
+        return set()
+    return copied_groups(context.con, context.hierarchy, view.knowledge, library) - view.excluded
+
+
+def without_copied_lists(context: MethodContext, fitted: FittedBuilders) -> FittedBuilders:
+    """``fitted`` whose curated knowledge also hides every group listing a cohort the scored library copies."""
+    copied = _copied_groups(context, fitted)
+    if not copied or fitted.knowledge is None:
         return fitted
-    copied = copied_groups(context.con, context.hierarchy, view.knowledge, library) - view.excluded
-    if not copied:
-        return fitted
+    view = fitted.knowledge
+    library_id = context.library_id or "the scored library"
     note = (
         f"curated knowledge without group(s) {', '.join(sorted(copied))}: "
-        f"{library.library_id} lists cohorts with exactly their codes"
+        f"{library_id} lists cohorts with exactly their codes"
     )
     return replace(fitted, knowledge=view.knowledge.view(view.excluded | copied), notes=[*fitted.notes, note])
 

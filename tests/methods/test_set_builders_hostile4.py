@@ -1,0 +1,50 @@
+"""The set builders attacked a fourth time: copies that train the model, false reasons, broken model stores.
+
+Each test pins one way a set builder scored a cohort it was fitted on, told the user something
+untrue about why a code is in its list, or crashed where it should have said what went wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from phenoforge.config import libraries_dir
+from phenoforge.engine.curated import load_library
+from phenoforge.eval.harness import run_benchmark
+from phenoforge.methods import set_building
+from phenoforge.setbuild import api
+from tests.fixture_library import write_icd_library
+from tests.methods.test_set_builders_hostile import BUILDERS, ELIX_ID, SMALL, _install_development_libraries
+from tests.setbuild.conftest import TRAIN_COHORTS
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_building.clear_fitted()
+    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+
+
+def _mark_imported(path: Path) -> None:
+    library = load_library(path)
+    library.manifest.report = {"build": {"imported_from": f"/home/me/{library.library_id}.csv"}}
+    (path / "manifest.json").write_text(library.manifest.model_dump_json(indent=1), encoding="utf-8")
+
+
+def test_an_imported_copy_of_a_development_library_is_not_scored_by_builders_fitted_on_it(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """Hiding the copied lists from the knowledge is not enough: the model and the tuned parameters
+    were fitted on those very cohorts, so they must be fitted without the copied library's group too."""
+    _install_development_libraries()
+    only_hcc = {cid: TRAIN_COHORTS[cid] for cid in ("pvd", "femur", "obesity")}  # no Elixhauser cohort lists these
+    copy = write_icd_library(libraries_dir() / "mine", only_hcc, library_id="my-conditions")
+    _mark_imported(copy)
+    report = run_benchmark(fixture_con, copy, load_library(copy).cohort_ids, methods=BUILDERS)
+    for name in BUILDERS:
+        record = report.methods[name]
+        assert record.trained_on == [ELIX_ID], (name, record.trained_on)
+        assert any("cms-hcc" in note and "exactly their codes" in note for note in record.notes), record.notes
