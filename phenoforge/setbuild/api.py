@@ -55,7 +55,7 @@ from phenoforge.setbuild.transfer import (
     tune_transfer,
     with_transfer_features,
 )
-from phenoforge.storage import temporary_sibling
+from phenoforge.storage import remove_stale_temporaries, temporary_sibling
 
 METHODS = SET_BUILDERS
 FIT_FORMAT_VERSION = 1
@@ -354,6 +354,7 @@ def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> N
 def _write_atomically(path: Path, text: str) -> None:
     """Write through a temporary file unique to this writer: two threads or processes fitting one
     group at once would otherwise share one temporary name, and the second rename would fail."""
+    remove_stale_temporaries(path.parent)  # what a killed writer left behind
     tmp = temporary_sibling(path)
     try:
         tmp.write_text(text, encoding="utf-8")

@@ -14,7 +14,6 @@ import json
 import os
 import pickle
 import shutil
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +27,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 from phenoforge.config import data_dir
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.errors import PhenoforgeError
+from phenoforge.locks import file_lock
 from phenoforge.setbuild.assemble import SetAssembler, mean_objective
 from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.corpus import Example
@@ -35,7 +35,7 @@ from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES, KnowledgeView, top_match_note, transfer_features
-from phenoforge.storage import sha256_file
+from phenoforge.storage import remove_stale_temporaries, sha256_file, temporary_sibling
 
 if TYPE_CHECKING:  # scikit-learn (with scipy, seconds to import) loads only when a model is fitted or read
     from sklearn.ensemble import HistGradientBoostingClassifier
@@ -308,8 +308,10 @@ def build_learned(
     for j, ok in zip(kept.tolist(), passed.tolist(), strict=True):
         p = float(probabilities[j])
         origin = table.origin[j]
-        if rule == "threshold":
+        if rule == "threshold" and ok:
             why = f"membership probability {p:.2f} >= {model.manifest.threshold:.2f}"
+        elif rule == "threshold":
+            why = f"membership probability {p:.2f}, below {model.manifest.threshold:.2f}: kept as the most probable"
         else:
             why = f"membership probability {p:.2f}, within the expected list size"
         if match is not None and in_match[j]:
@@ -349,11 +351,15 @@ def model_name(
 
 
 def save_model(model: MembershipModel, directory: Path) -> Path:
-    """Write model and manifest atomically (a temporary sibling, then a rename)."""
+    """Write model and manifest atomically (a temporary sibling, then a rename).
+
+    Both siblings name this process, so the next writer removes what a killed one left behind.
+    """
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.with_name(f".{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    old = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:8]}.old")
+    remove_stale_temporaries(directory.parent)
+    tmp = temporary_sibling(directory)
+    old = temporary_sibling(directory, "old")
     try:
         tmp.mkdir(parents=True)
         (tmp / MODEL_FILE).write_bytes(pickle.dumps(model.estimator))
@@ -423,6 +429,25 @@ def ensure_model(
     if directory is None:
         directory = models_dir() / model_name(libraries, features, with_dense, rule)
     directory = Path(directory)
+    # one writer per model across threads and processes: the second finds the first one's model and reuses it
+    with file_lock(directory.with_name(f"{directory.name}.lock")):
+        return _ensure_model_locked(
+            con, hierarchy, examples, features, with_dense, directory, min_cohorts, min_positives, rule, libraries
+        )
+
+
+def _ensure_model_locked(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    examples: Sequence[Example],
+    features: Sequence[str],
+    with_dense: bool,
+    directory: Path,
+    min_cohorts: int,
+    min_positives: int,
+    rule: tuple[str, float] | None,
+    libraries: list[str],
+) -> tuple[MembershipModel, list[str]]:
     notes: list[str] = []
     try:
         model = load_model(directory, hierarchy.build_id)

@@ -7,6 +7,8 @@ untrue about why a code is in its list, or crashed where it should have said wha
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -17,6 +19,7 @@ from phenoforge.engine.curated import load_library
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import set_building
 from phenoforge.setbuild import api
+from phenoforge.setbuild.learned import TrainingDataTooSmall
 from tests.fixture_library import write_icd_library
 from tests.methods.test_set_builders_hostile import BUILDERS, ELIX_ID, SMALL, _install_development_libraries
 from tests.setbuild.conftest import TRAIN_COHORTS
@@ -48,3 +51,28 @@ def test_an_imported_copy_of_a_development_library_is_not_scored_by_builders_fit
         record = report.methods[name]
         assert record.trained_on == [ELIX_ID], (name, record.trained_on)
         assert any("cms-hcc" in note and "exactly their codes" in note for note in record.notes), record.notes
+
+
+def test_a_fitted_bundle_half_written_by_a_killed_process_is_removed_by_the_next_fit(
+    fixture_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL skips ``finally``: the tuned parameters' and the bundle's temporaries stayed forever
+    (a fit without a membership model to store never passed the model writer's clean-up)."""
+
+    def too_small(*_args: object, **_kwargs: object) -> None:
+        raise TrainingDataTooSmall("too few cohorts")
+
+    monkeypatch.setattr(api, "ensure_model", too_small)
+    installed = _install_development_libraries()
+    models = libraries_dir().parent / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftovers = [
+        models / f".fitted-0123456789abcdef.json.{int(child.stdout)}.0123abcd.tmp",
+        models / f".builder-params-0123456789ab.json.{int(child.stdout)}.4567cdef.tmp",
+    ]
+    for leftover in leftovers:
+        leftover.write_text('{"signature": "half', encoding="utf-8")
+    api.fit_builders(fixture_con, None, "elixhauser", [load_library(path) for path in installed.values()])
+    assert not [leftover for leftover in leftovers if leftover.exists()]
+    assert list(models.glob("fitted-*.json")) and list(models.glob("builder-params-*.json"))
