@@ -38,6 +38,7 @@ from phenoforge.setbuild.learned import (
     load_model,
     model_name,
     models_dir,
+    not_stored,
 )
 from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
 from phenoforge.setbuild.learned import RECIPE as LEARNED_RECIPE
@@ -308,6 +309,8 @@ def _load_fitted(
         return None, None
     except (ValidationError, ValueError, UnicodeDecodeError):
         return None, f"{path.name} is corrupt: refitted"
+    except OSError as error:  # data/models is a file, or not readable
+        return None, f"{path.name} cannot be read ({error.strerror or error}): refitted"
     if stored.signature != signature or stored.training_libraries != names:
         return None, f"{path.name} was fitted on other libraries: refitted"
     model: MembershipModel | None = None
@@ -346,9 +349,16 @@ def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> N
         notes=[note for note in fitted.notes if note.startswith(("learned builder falls back", "curated_transfer:"))],
         transfer=fitted.transfer,
     )
-    path = _fit_path(signature)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(path, stored.model_dump_json(indent=1))
+    _store(_fit_path(signature), stored.model_dump_json(indent=1), fitted.notes)
+
+
+def _store(path: Path, text: str, notes: list[str]) -> None:
+    """Write a fitted piece; a data/models that cannot be written is a note (fitted for this run only), not a crash."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, text)
+    except OSError as error:
+        notes.append(not_stored(path, error))
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -387,18 +397,20 @@ def _fit_params(
         pass
     except (ValidationError, ValueError, UnicodeDecodeError):
         notes.append(f"{path.name} is corrupt: retuned")
+    except OSError as error:
+        notes.append(f"{path.name} cannot be read ({error.strerror or error}): retuned")
     if not examples:
         notes.append("no development library to tune on: default parameters (untuned)")
         return CutoffParams(), SubtreeParams()
     cases = [(ex.cohort_id, ex.cohort_name, ex.truth, ex.table) for ex in examples]
     cutoff = tune_cutoff(con, hierarchy, cases, names)
     subtree = tune_subtree(con, hierarchy, cases, names)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(
+    _store(
         path,
         _StoredParams(
             vocabulary_build_id=hierarchy.build_id, training_cohorts=keys, cutoff=cutoff, subtree=subtree
         ).model_dump_json(indent=1),
+        notes,
     )
     notes.append(f"tuned parameters on {', '.join(names)}")
     return cutoff, subtree

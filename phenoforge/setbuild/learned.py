@@ -15,6 +15,7 @@ import os
 import pickle
 import shutil
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -382,6 +383,8 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
         manifest = ModelManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ModelError(f"{manifest_path}: no stored model") from None
+    except OSError as error:  # data/models is a file, or not readable
+        raise ModelError(f"{manifest_path}: cannot be read ({error.strerror or error})") from None
     except (ValidationError, UnicodeDecodeError, ValueError) as error:
         raise ModelError(f"{manifest_path}: corrupt model manifest ({str(error).splitlines()[0]})") from None
     if manifest.format_version != FORMAT_VERSION:
@@ -395,7 +398,11 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
     if unknown:
         raise ModelError(f"{directory}: the model uses features this version does not compute ({unknown[:3]})")
     model_path = directory / manifest.model_file
-    if not model_path.is_file() or sha256_file(model_path) != manifest.sha256:
+    try:
+        intact = model_path.is_file() and sha256_file(model_path) == manifest.sha256
+    except OSError as error:
+        raise ModelError(f"{model_path}: cannot be read ({error.strerror or error})") from None
+    if not intact:
         raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)")
     from sklearn.ensemble import HistGradientBoostingClassifier
 
@@ -430,7 +437,7 @@ def ensure_model(
         directory = models_dir() / model_name(libraries, features, with_dense, rule)
     directory = Path(directory)
     # one writer per model across threads and processes: the second finds the first one's model and reuses it
-    with file_lock(directory.with_name(f"{directory.name}.lock")):
+    with _writer_lock(directory.with_name(f"{directory.name}.lock")):
         return _ensure_model_locked(
             con, hierarchy, examples, features, with_dense, directory, min_cohorts, min_positives, rule, libraries
         )
@@ -466,6 +473,28 @@ def _ensure_model_locked(
         if (directory / MANIFEST_FILE).exists():
             notes.append(f"stored model unusable, retrained: {error}")
     model = train_membership_model(con, hierarchy, examples, features, with_dense, min_cohorts, min_positives, rule)
-    save_model(model, directory)
     notes.append(f"trained model {directory.name} on {', '.join(libraries)} ({model.manifest.n_rows} candidates)")
+    try:
+        save_model(model, directory)
+    except OSError as error:
+        notes.append(not_stored(directory, error))
     return model, notes
+
+
+def not_stored(path: Path, error: OSError) -> str:
+    """The note for a fitted piece that could not be written: it serves this run, and is fitted again next time."""
+    return (
+        f"{path.name} not stored ({error.strerror or error}): fitted for this run only; "
+        f"make {path.parent} a writable folder to keep it"
+    )
+
+
+def _writer_lock(lock_path: Path) -> AbstractContextManager[None]:
+    """The model's writer lock; none when data/models cannot be written (nothing will be stored then)."""
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a"):
+            pass
+    except OSError:
+        return nullcontext()
+    return file_lock(lock_path)

@@ -6,9 +6,11 @@ untrue about why a code is in its list, or crashed where it should have said wha
 
 from __future__ import annotations
 
+import errno
 import functools
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -21,7 +23,7 @@ from phenoforge.methods import set_building
 from phenoforge.setbuild import api
 from phenoforge.setbuild.learned import TrainingDataTooSmall
 from tests.fixture_library import write_icd_library
-from tests.methods.test_set_builders_hostile import BUILDERS, ELIX_ID, SMALL, _install_development_libraries
+from tests.methods.test_set_builders_hostile import BUILDERS, ELIX_ID, HCC_ID, SMALL, _install_development_libraries
 from tests.setbuild.conftest import TRAIN_COHORTS
 
 
@@ -76,3 +78,39 @@ def test_a_fitted_bundle_half_written_by_a_killed_process_is_removed_by_the_next
     api.fit_builders(fixture_con, None, "elixhauser", [load_library(path) for path in installed.values()])
     assert not [leftover for leftover in leftovers if leftover.exists()]
     assert list(models.glob("fitted-*.json")) and list(models.glob("builder-params-*.json"))
+
+
+def _models_folder_is_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    models = libraries_dir().parent / "models"
+    models.parent.mkdir(parents=True, exist_ok=True)
+    models.write_text("not a folder", encoding="utf-8")
+
+
+def _models_folder_is_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a read-only mount (or another user's folder) does to every write under data/models."""
+    original = Path.write_text
+
+    def refuse(self: Path, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if self.parent.name == "models" or self.parent.parent.name == "models":
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    monkeypatch.setattr(Path, "write_bytes", refuse)
+
+
+@pytest.mark.parametrize("break_store", [_models_folder_is_a_file, _models_folder_is_read_only])
+def test_a_models_folder_that_cannot_be_written_fits_in_memory_and_says_so(
+    fixture_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch, break_store: Callable[..., None]
+) -> None:
+    """data/models unreadable or unwritable raised NotADirectoryError/OSError out of the whole benchmark
+    (hybrid included); the builders can still be fitted for the run, and the report says nothing was kept."""
+    installed = _install_development_libraries()
+    break_store(monkeypatch)
+    report = run_benchmark(fixture_con, installed[ELIX_ID], ["x-hf"], methods=["hybrid", *BUILDERS])
+    assert {r.method for r in report.results} == {"hybrid", *BUILDERS}
+    for name in BUILDERS:
+        record = report.methods[name]
+        assert record.trained_on == [HCC_ID], (name, record)
+        assert any("not stored" in note for note in record.notes), (name, record.notes)
+    assert report.methods["learned"].degraded is None or "membership model" not in report.methods["learned"].degraded
