@@ -437,7 +437,7 @@ def ensure_model(
         directory = models_dir() / model_name(libraries, features, with_dense, rule)
     directory = Path(directory)
     # one writer per model across threads and processes: the second finds the first one's model and reuses it
-    with _writer_lock(directory.with_name(f"{directory.name}.lock")):
+    with _writer_lock(directory.with_name(f".{directory.name}.lock")):
         return _ensure_model_locked(
             con, hierarchy, examples, features, with_dense, directory, min_cohorts, min_positives, rule, libraries
         )
