@@ -18,6 +18,7 @@ import duckdb
 
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.curated import list_libraries, load_library
+from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import query_problem
 from phenoforge.errors import LibraryError
 from phenoforge.eval.runs import RunEntry
@@ -197,6 +198,12 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     problem = query_problem(query)
     if problem is not None:
         return BuiltSet(method=builder, query=str(query)[:200], notes=[f"no results: {problem}"])
+    typed_code = code_typed_as_query(context.hierarchy, query)
+    if typed_code is not None:  # its digits would match unrelated codes as words: build from its name
+        code, name = typed_code
+        built = build_for(context, builder, name, fitted)
+        note = f"the query is the code {code}: built from its name '{name}'"
+        return built.model_copy(update={"query": query, "notes": [note, *built.notes]})
     prepared = _prepare(context, query)
     if builder == "learned" and prepared.learned is not None:
         return prepared.learned  # curated_transfer built it first as its fallback
@@ -221,6 +228,15 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     if builder == "learned":
         prepared.learned = built  # shared, read-only: whoever changes a set copies it first
     return built
+
+
+def code_typed_as_query(hierarchy: Hierarchy, query: str) -> tuple[str, str] | None:
+    """(code, name) when the whole query is one ICD-10-CM code of the vocabulary (``I50.9``, `` i509 ``)."""
+    typed = query.strip()
+    if not typed or any(ch.isspace() for ch in typed) or not any(ch.isdigit() for ch in typed):
+        return None
+    node = hierarchy.resolve(typed)
+    return (hierarchy.code[node], hierarchy.name[node]) if node is not None and hierarchy.name.get(node) else None
 
 
 def searched_as_of(query: str, searched: str) -> str | None:

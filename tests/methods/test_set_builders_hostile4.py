@@ -18,6 +18,7 @@ import pytest
 
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_library
+from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import set_building
 from phenoforge.setbuild import api
@@ -114,3 +115,20 @@ def test_a_models_folder_that_cannot_be_written_fits_in_memory_and_says_so(
         assert record.trained_on == [HCC_ID], (name, record)
         assert any("not stored" in note for note in record.notes), (name, record.notes)
     assert report.methods["learned"].degraded is None or "membership model" not in report.methods["learned"].degraded
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_a_code_typed_as_the_query_builds_the_set_of_its_name_and_says_so(
+    fixture_con: duckdb.DuckDBPyConnection, builder: str
+) -> None:
+    """'I50.9' searched as text matched hypertensive heart disease and BMI codes (the digits), silently."""
+    _install_development_libraries()
+    hierarchy = get_hierarchy(fixture_con)
+    for typed in ["I50", " i50.2 ", "I502"]:
+        name = hierarchy.name[hierarchy.resolve(typed.strip())]
+        by_code = set_building.build_for_free_query(fixture_con, builder, typed)
+        by_name = set_building.build_for_free_query(fixture_con, builder, name)
+        assert by_code.code_list and by_code.code_list == by_name.code_list, (typed, by_code.code_list)
+        assert by_code.query == typed
+        assert any("is the code" in note and name in note for note in by_code.notes), by_code.notes
+        assert not any("is the code" in note for note in by_name.notes)
