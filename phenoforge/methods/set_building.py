@@ -313,8 +313,9 @@ def build_for_free_query(
     )
     fitted = fitted_for(context)
     built = build_for(context, builder, query, fitted)
-    built.trained_on = list(fitted.training_libraries)
-    return built
+    # a fit that could not be stored is redone on every search: say so where the search prints its notes
+    unkept = [note for note in fitted.notes if " not stored (" in note]
+    return built.model_copy(update={"trained_on": list(fitted.training_libraries), "notes": [*built.notes, *unkept]})
 
 
 def fit_for_installed_libraries(

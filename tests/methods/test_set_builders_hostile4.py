@@ -115,6 +115,10 @@ def test_a_models_folder_that_cannot_be_written_fits_in_memory_and_says_so(
         assert record.trained_on == [HCC_ID], (name, record)
         assert any("not stored" in note for note in record.notes), (name, record.notes)
     assert report.methods["learned"].degraded is None or "membership model" not in report.methods["learned"].degraded
+    # `search` prints the set's notes, not the fit's: a search refitting minutes each time must say why
+    set_building.clear_fitted()
+    built = set_building.build_for_free_query(fixture_con, "learned", "heart failure")
+    assert built.code_list and any("not stored" in note for note in built.notes), built.notes
 
 
 @pytest.mark.parametrize("builder", BUILDERS)
