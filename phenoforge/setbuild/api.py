@@ -134,10 +134,14 @@ def fit_builders(
         readable: list[Library] = []
         for lib in train_libraries:
             try:
-                examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
+                found = _library_examples_cached(con, hierarchy, lib, dense, progress)
             except PhenoforgeError as error:  # an unreadable cohort file: leave the library out, say so
                 broken.append(f"{lib.library_id} ({error})")
                 continue
+            if not found:  # it teaches nothing: it may not be reported as trained on
+                broken.append(f"{lib.library_id} (no cohort with a code in this vocabulary)")
+                continue
+            examples += found
             readable.append(lib)
         if len(readable) != len(train_libraries):  # what is left may have been fitted before
             names, groups, signature = _fit_identity(hierarchy, readable, dense, knowledge, held_key)

@@ -136,3 +136,22 @@ def test_a_code_typed_as_the_query_builds_the_set_of_its_name_and_says_so(
         assert by_code.query == typed
         assert any("is the code" in note and name in note for note in by_code.notes), by_code.notes
         assert not any("is the code" in note for note in by_name.notes)
+
+
+def test_a_development_library_that_gave_no_training_cohort_is_not_reported_as_trained_on(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """A development library none of whose codes resolve taught the builders nothing: the report said
+    'trained on' it (and the rule builders looked tuned) while the notes said 'default parameters (untuned)'."""
+    write_icd_library(
+        libraries_dir() / "hcc", {"z": ("Heart failure", ["Q99.99"], True)}, library_id=HCC_ID, group="cms-hcc"
+    )
+    scored = write_icd_library(
+        libraries_dir() / "scored", {"hf": TRAIN_COHORTS["hf"]}, library_id=ELIX_ID, group="elixhauser"
+    )
+    report = run_benchmark(fixture_con, scored, ["hf"], methods=BUILDERS)
+    for name in BUILDERS:
+        record = report.methods[name]
+        assert record.trained_on == [], (name, record.trained_on)
+        assert record.degraded and "untuned" in record.degraded, (name, record.degraded)
+        assert any(HCC_ID in note and "not used for fitting" in note for note in record.notes), record.notes
