@@ -155,3 +155,21 @@ def test_a_development_library_that_gave_no_training_cohort_is_not_reported_as_t
         assert record.trained_on == [], (name, record.trained_on)
         assert record.degraded and "untuned" in record.degraded, (name, record.degraded)
         assert any(HCC_ID in note and "not used for fitting" in note for note in record.notes), record.notes
+
+
+def test_an_imported_library_reuses_the_fit_every_free_query_uses(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    """Holding out a group no installed library or curated cohort belongs to changes nothing, yet each
+    imported library was fitted (and its membership model trained) again: minutes per import on the
+    bundled data, and again for each re-import."""
+    installed = _install_development_libraries()
+    mine = write_icd_library(libraries_dir() / "mine", {"own": ("Obesity", ["E66"], True)}, library_id="my-import")
+    _mark_imported(mine)
+    libraries = [load_library(path) for path in [*installed.values(), mine]]
+    free = api.fit_builders(fixture_con, None, None, libraries)
+    assert free.model is not None
+    imported = api.fit_builders(fixture_con, None, "my-import", libraries, also_held_out=["my-family"])
+    assert any(note.startswith("reused the builders") for note in imported.notes), imported.notes
+    assert imported.training_libraries == free.training_libraries
+    imported.check_may_score("my-import", "my-import")
+    held = api.fit_builders(fixture_con, None, "cms-hcc", libraries)  # a group that is installed still refits
+    assert held.training_libraries == [ELIX_ID]
