@@ -9,6 +9,7 @@ once per group and never scores a cohort with a model that saw it.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -204,9 +205,15 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
         built = build_for(context, builder, name, fitted)
         note = f"the query is the code {code}: built from its name '{name}'"
         return built.model_copy(update={"query": query, "notes": [note, *built.notes]})
+    if _CODE_LIKE.match(query.strip()):
+        note = (
+            f"no results: {query.strip()!r} looks like a code but is not an ICD-10-CM code of this vocabulary "
+            "(an ICD-9 code?): type the condition's name, or look a code up with `python -m phenoforge lookup`"
+        )
+        return BuiltSet(method=builder, query=query, notes=[note])
     prepared = _prepare(context, query)
     if builder == "learned" and prepared.learned is not None:
-        return prepared.learned  # curated_transfer built it first as its fallback
+        return _with_ignored_words(query, prepared.learned)  # curated_transfer built it first as its fallback
     fallback = None
     if builder == TRANSFER_METHOD:
         fallback = prepared.learned or build_for(context, "learned", query, fitted)
@@ -227,7 +234,24 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     )
     if builder == "learned":
         prepared.learned = built  # shared, read-only: whoever changes a set copies it first
-    return built
+    return _with_ignored_words(query, built)
+
+
+def _with_ignored_words(query: str, built: BuiltSet) -> BuiltSet:
+    """``built`` naming the query's words the retrievers dropped (another script): it answers the rest alone."""
+    ignored = [word for word in query.split() if _letters_but_none_english(word)]
+    if not ignored:
+        return built
+    note = f"ignored {', '.join(repr(word) for word in ignored)} (no English letters: ICD-10-CM text is English)"
+    return built.model_copy(update={"notes": [note, *built.notes]})
+
+
+_CODE_LIKE = re.compile(r"^(?:[A-Za-z]\d\d\.?[0-9A-Za-z]{0,4}|\d{3}(?:\.\d{1,2})?|[Ee]\d{3}(?:\.\d)?)$")
+"""An ICD-10-CM-shaped code (``Z99.999``), an ICD-9 code (``428.0``) or an ICD-9 E code (``E849.0``)."""
+
+
+def _letters_but_none_english(word: str) -> bool:
+    return any(ch.isalpha() for ch in word) and not any(ch.isascii() and ch.isalpha() for ch in word)
 
 
 def code_typed_as_query(hierarchy: Hierarchy, query: str) -> tuple[str, str] | None:

@@ -21,7 +21,10 @@ from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import set_building
+from phenoforge.methods.base import MethodContext
+from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import api
+from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
 from phenoforge.setbuild.learned import TrainingDataTooSmall
 from tests.fixture_library import write_icd_library
 from tests.methods.test_set_builders_hostile import BUILDERS, ELIX_ID, HCC_ID, SMALL, _install_development_libraries
@@ -173,3 +176,30 @@ def test_an_imported_library_reuses_the_fit_every_free_query_uses(fixture_con: d
     imported.check_may_score("my-import", "my-import")
     held = api.fit_builders(fixture_con, None, "cms-hcc", libraries)  # a group that is installed still refits
     assert held.training_libraries == [ELIX_ID]
+
+
+@pytest.mark.parametrize("typed", ["Z99.999", "z99999", "428.0", "E849.0"])
+def test_a_code_the_vocabulary_lacks_answers_nothing_and_says_why(
+    fixture_con: duckdb.DuckDBPyConnection, typed: str
+) -> None:
+    """An ICD-9 code or a mistyped ICD-10-CM code matched score codes (NIHSS, BMI) by its digits, silently."""
+    for builder in BUILDERS:
+        built = set_building.build_for_free_query(fixture_con, builder, typed)
+        assert not built.codes, (builder, built.code_list)
+        assert built.notes and "not an ICD-10-CM code" in built.notes[0], built.notes
+
+
+def test_words_in_another_script_beside_english_ones_are_named_as_ignored(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """'heart недостаточность' was answered as 'heart' alone (330 heart-injury codes on the bundled data), silently."""
+    context = MethodContext(
+        con=fixture_con, hierarchy=get_hierarchy(fixture_con), retrieval=Retrieval(fixture_con, None, RETRIEVAL_DEPTH)
+    )
+    fitted = set_building.fitted_for(context)
+    for builder in ["subtree", "curated_transfer", "learned"]:  # learned after transfer: served the shared set
+        built = set_building.build_for(context, builder, "Heart failure сердечная", fitted)
+        assert built.codes, builder
+        assert any("сердечная" in note and "ignored" in note for note in built.notes), (builder, built.notes)
+    plain = set_building.build_for_free_query(fixture_con, "subtree", "Heart failure")
+    assert not any("ignored" in note for note in plain.notes), plain.notes
