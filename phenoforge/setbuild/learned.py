@@ -412,6 +412,12 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
         raise ModelError(f"{model_path}: cannot be read ({type(error).__name__})") from None
     if not isinstance(estimator, HistGradientBoostingClassifier):
         raise ModelError(f"{model_path}: holds a {type(estimator).__name__}, not a membership model")
+    fitted_width = getattr(estimator, "n_features_in_", None)
+    if fitted_width != len(manifest.features):  # the checksum covers the pickle, not the manifest
+        raise ModelError(
+            f"{manifest_path}: lists {len(manifest.features)} features, "
+            f"the stored estimator was fitted on {fitted_width}"
+        )
     return MembershipModel(manifest, estimator)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,13 @@ from phenoforge.engine.expansion import Hierarchy
 from phenoforge.setbuild import learned
 from phenoforge.setbuild.candidates import Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example
-from phenoforge.setbuild.learned import MembershipModel, build_learned, ensure_model, train_membership_model
+from phenoforge.setbuild.learned import (
+    MembershipModel,
+    ModelError,
+    build_learned,
+    ensure_model,
+    train_membership_model,
+)
 
 SMALL = {"min_cohorts": 3, "min_positives": 5}
 
@@ -110,3 +117,28 @@ def test_two_writers_of_one_model_both_succeed_and_the_second_reuses_it(
         thread.join(timeout=120)
     assert not errors, errors
     assert sorted(note[0].split()[0] for note in notes) == ["reused", "trained"], notes
+
+
+def test_a_manifest_whose_features_do_not_fit_the_stored_estimator_is_refused(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example], tmp_path: Path
+) -> None:
+    """The checksum covers the pickle, not the manifest: a manifest edited to list fewer features loaded,
+    then every prediction raised ValueError (X has 19 features, expecting 20) out of the whole benchmark."""
+    directory = tmp_path / "models" / "membership-x"
+    ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    manifest["features"] = manifest["features"][:-1]
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(ModelError, match="features"):
+        learned.load_model(directory, hierarchy.build_id)
+    model, notes = ensure_model(
+        fixture_con,
+        hierarchy,
+        train_examples,
+        with_dense=False,
+        features=manifest["features"],
+        directory=directory,
+        **SMALL,
+    )
+    assert any("unusable, retrained" in note for note in notes), notes
+    assert model.probabilities(train_examples[0].features).shape == (len(train_examples[0].table),)
