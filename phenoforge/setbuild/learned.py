@@ -10,6 +10,7 @@ features, vocabulary build, version, checksum) and reused until it is stale or c
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
@@ -407,7 +408,9 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     try:
-        estimator = pickle.loads(model_path.read_bytes())  # noqa: S301 - our own file, checksum verified
+        estimator = _ModelUnpickler(io.BytesIO(model_path.read_bytes())).load()
+    except ModelError as error:
+        raise ModelError(f"{model_path}: {error}") from None
     except Exception as error:  # an unreadable pickle is a corrupt model, whatever the exception
         raise ModelError(f"{model_path}: cannot be read ({type(error).__name__})") from None
     if not isinstance(estimator, HistGradientBoostingClassifier):
@@ -419,6 +422,40 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
             f"the stored estimator was fitted on {fitted_width}"
         )
     return MembershipModel(manifest, estimator)
+
+
+_MODEL_GLOBALS = {
+    ("numpy", "dtype"),
+    ("numpy", "ndarray"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy.random._pcg64", "PCG64"),
+    ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random.bit_generator", "SeedSequence"),
+    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+    ("sklearn._loss._loss", "CyHalfBinomialLoss"),
+    ("sklearn._loss.link", "Interval"),
+    ("sklearn._loss.link", "LogitLink"),
+    ("sklearn._loss.loss", "HalfBinomialLoss"),
+    ("sklearn.ensemble._hist_gradient_boosting.binning", "_BinMapper"),
+    ("sklearn.ensemble._hist_gradient_boosting.gradient_boosting", "HistGradientBoostingClassifier"),
+    ("sklearn.ensemble._hist_gradient_boosting.predictor", "TreePredictor"),
+    ("sklearn.preprocessing._label", "LabelEncoder"),
+}
+"""Every global a pickled HistGradientBoostingClassifier refers to. The checksum only says the manifest
+and the pickle agree (anyone who can write data/models can re-sign a pickle), so unpickling may build
+nothing else: a pickle naming ``os.system`` is refused before it runs. Another scikit-learn's layout
+is refused too, and the model is retrained."""
+
+
+class _ModelUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in _MODEL_GLOBALS:
+            raise ModelError(f"refers to {module}.{name}, which a membership model never holds")
+        return super().find_class(module, name)
 
 
 def ensure_model(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -142,3 +143,30 @@ def test_a_manifest_whose_features_do_not_fit_the_stored_estimator_is_refused(
     )
     assert any("unusable, retrained" in note for note in notes), notes
     assert model.probabilities(train_examples[0].features).shape == (len(train_examples[0].table),)
+
+
+class _RunsACommand:
+    """What a tampered model.pkl can hold: unpickling it calls ``os.system``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_model_file_replaced_with_a_pickle_that_runs_code_is_refused_before_it_runs(
+    model: MembershipModel, hierarchy: Hierarchy, tmp_path: Path
+) -> None:
+    """The checksum only says the manifest and the pickle agree: whoever can write data/models (a shared
+    or copied data folder) can re-sign any pickle, and loading it ran their code."""
+    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
+    marker = tmp_path / "ran"
+    (directory / "model.pkl").write_bytes(pickle.dumps(_RunsACommand(marker)))
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    manifest["sha256"] = learned.sha256_file(directory / "model.pkl")
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(ModelError, match="system"):
+        learned.load_model(directory, hierarchy.build_id)
+    assert not marker.exists()
+    assert learned.load_model(learned.save_model(model, tmp_path / "models" / "again"), hierarchy.build_id)
