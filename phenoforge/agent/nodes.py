@@ -473,7 +473,8 @@ def _generate_set(
             "candidate_codes": built.code_list,
             "search_degraded": dense is None,
             "note": f"{state.generator}: {len(built.codes)} billable codes, fitted on "
-            f"{', '.join(built.trained_on) or 'nothing'}" + (f"; {built.fallback}" if built.fallback else ""),
+            f"{', '.join(built.trained_on) or 'nothing'}"
+            + "".join(f"; {said}" for said in [*built.notes, *([built.fallback] if built.fallback else [])]),
         }
     )
 

@@ -9,6 +9,7 @@ once per group and never scores a cohort with a model that saw it.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -18,6 +19,7 @@ import duckdb
 
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.curated import list_libraries, load_library
+from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import query_problem
 from phenoforge.errors import LibraryError
 from phenoforge.eval.runs import RunEntry
@@ -83,6 +85,14 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
             # a library declaring a group other than its id's family (cms-hcc-v28-old as "old") is held out with both
             extra = [family] if family not in ("", held_out, context.library_id.lower()) else []
             fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
+            copied = sorted(_copied_groups(context, fitted) & set(fitted.training_groups))
+            if copied:  # a copy of a development library: its model and parameters were fitted on these cohorts
+                extra += copied
+                fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
+                fitted.notes.append(
+                    f"fitted and curated knowledge without group(s) {', '.join(copied)}: "
+                    f"{context.library_id or 'the scored library'} lists cohorts with exactly their codes"
+                )
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
             fitted = without_copied_lists(context, fitted)
             _FITTED[key] = fitted
@@ -99,29 +109,36 @@ def _scored_stamp(context: MethodContext) -> tuple[str, str]:
         return context.library_path, "unreadable"
 
 
-def without_copied_lists(context: MethodContext, fitted: FittedBuilders) -> FittedBuilders:
-    """``fitted`` whose curated knowledge also hides every group listing a cohort the scored library copies.
+def _copied_groups(context: MethodContext, fitted: FittedBuilders) -> set[str]:
+    """Groups listing a cohort with exactly the codes of one of the scored library's, not yet hidden.
 
     Only for a scored library outside the knowledge (a user's import, a directory not installed): it
     declares its own group, so a copy of a bundled library under another id would be scored with the
     lists it copies. A bundled library's identical lists in another group stay (that is the transfer).
     """
     if fitted.knowledge is None or not context.library_path:
-        return fitted
+        return set()
     try:
         library = load_library(Path(context.library_path))
     except LibraryError:
-        return fitted
+        return set()
     view = fitted.knowledge
     known = {cohort.library_id for cohort in view.knowledge.cohorts}
     if library.library_id in known and not is_user_import(library):
+        return set()
+    return copied_groups(context.con, context.hierarchy, view.knowledge, library) - view.excluded
+
+
+def without_copied_lists(context: MethodContext, fitted: FittedBuilders) -> FittedBuilders:
+    """``fitted`` whose curated knowledge also hides every group listing a cohort the scored library copies."""
+    copied = _copied_groups(context, fitted)
+    if not copied or fitted.knowledge is None:
         return fitted
-    copied = copied_groups(context.con, context.hierarchy, view.knowledge, library) - view.excluded
-    if not copied:
-        return fitted
+    view = fitted.knowledge
+    library_id = context.library_id or "the scored library"
     note = (
         f"curated knowledge without group(s) {', '.join(sorted(copied))}: "
-        f"{library.library_id} lists cohorts with exactly their codes"
+        f"{library_id} lists cohorts with exactly their codes"
     )
     return replace(fitted, knowledge=view.knowledge.view(view.excluded | copied), notes=[*fitted.notes, note])
 
@@ -182,9 +199,21 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     problem = query_problem(query)
     if problem is not None:
         return BuiltSet(method=builder, query=str(query)[:200], notes=[f"no results: {problem}"])
+    typed_code = code_typed_as_query(context.hierarchy, query)
+    if typed_code is not None:  # its digits would match unrelated codes as words: build from its name
+        code, name = typed_code
+        built = build_for(context, builder, name, fitted)
+        note = f"the query is the code {code}: built from its name '{name}'"
+        return built.model_copy(update={"query": query, "notes": [note, *built.notes]})
+    if _CODE_LIKE.match(query.strip()):
+        note = (
+            f"no results: {query.strip()!r} looks like a code but is not an ICD-10-CM code of this vocabulary "
+            "(an ICD-9 code?): type the condition's name, or look a code up with `python -m phenoforge lookup`"
+        )
+        return BuiltSet(method=builder, query=query, notes=[note])
     prepared = _prepare(context, query)
     if builder == "learned" and prepared.learned is not None:
-        return prepared.learned  # curated_transfer built it first as its fallback
+        return _with_ignored_words(query, prepared.learned)  # curated_transfer built it first as its fallback
     fallback = None
     if builder == TRANSFER_METHOD:
         fallback = prepared.learned or build_for(context, "learned", query, fitted)
@@ -205,7 +234,33 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     )
     if builder == "learned":
         prepared.learned = built  # shared, read-only: whoever changes a set copies it first
-    return built
+    return _with_ignored_words(query, built)
+
+
+def _with_ignored_words(query: str, built: BuiltSet) -> BuiltSet:
+    """``built`` naming the query's words the retrievers dropped (another script): it answers the rest alone."""
+    ignored = [word for word in query.split() if _letters_but_none_english(word)]
+    if not ignored:
+        return built
+    note = f"ignored {', '.join(repr(word) for word in ignored)} (no English letters: ICD-10-CM text is English)"
+    return built.model_copy(update={"notes": [note, *built.notes]})
+
+
+_CODE_LIKE = re.compile(r"^(?:[A-Za-z]\d\d\.?[0-9A-Za-z]{0,4}|\d{3}(?:\.\d{1,2})?|[Ee]\d{3}(?:\.\d)?)$")
+"""An ICD-10-CM-shaped code (``Z99.999``), an ICD-9 code (``428.0``) or an ICD-9 E code (``E849.0``)."""
+
+
+def _letters_but_none_english(word: str) -> bool:
+    return any(ch.isalpha() for ch in word) and not any(ch.isascii() and ch.isalpha() for ch in word)
+
+
+def code_typed_as_query(hierarchy: Hierarchy, query: str) -> tuple[str, str] | None:
+    """(code, name) when the whole query is one ICD-10-CM code of the vocabulary (``I50.9``, `` i509 ``)."""
+    typed = query.strip()
+    if not typed or any(ch.isspace() for ch in typed) or not any(ch.isdigit() for ch in typed):
+        return None
+    node = hierarchy.resolve(typed)
+    return (hierarchy.code[node], hierarchy.name[node]) if node is not None and hierarchy.name.get(node) else None
 
 
 def searched_as_of(query: str, searched: str) -> str | None:
@@ -282,8 +337,9 @@ def build_for_free_query(
     )
     fitted = fitted_for(context)
     built = build_for(context, builder, query, fitted)
-    built.trained_on = list(fitted.training_libraries)
-    return built
+    # a fit that could not be stored is redone on every search: say so where the search prints its notes
+    unkept = [note for note in fitted.notes if " not stored (" in note]
+    return built.model_copy(update={"trained_on": list(fitted.training_libraries), "notes": [*built.notes, *unkept]})
 
 
 def fit_for_installed_libraries(

@@ -38,6 +38,7 @@ from phenoforge.setbuild.learned import (
     load_model,
     model_name,
     models_dir,
+    not_stored,
 )
 from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
 from phenoforge.setbuild.learned import RECIPE as LEARNED_RECIPE
@@ -55,7 +56,7 @@ from phenoforge.setbuild.transfer import (
     tune_transfer,
     with_transfer_features,
 )
-from phenoforge.storage import temporary_sibling
+from phenoforge.storage import remove_stale_temporaries, temporary_sibling
 
 METHODS = SET_BUILDERS
 FIT_FORMAT_VERSION = 1
@@ -125,7 +126,11 @@ def fit_builders(
     knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
     broken += knowledge.problems
     view = knowledge.view(held_out)
-    held_key = held_out_group if held_out == ([held_out_group] if held_out_group else []) else ",".join(held_out)
+    # a held-out group no installed library or curated cohort belongs to (an import's own) changes nothing:
+    # the fit is stored and reused under the key of the groups that do, so an import reuses the free-query fit
+    touched = {g for lib in train_libraries for g in groups_of(lib)} | {g for c in knowledge.cohorts for g in c.groups}
+    touched |= {g for lib in libraries if is_development_library(lib.manifest) for g in groups_of(lib)}
+    held_key = ",".join(g for g in held_out if g in touched) or None
     names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge, held_key)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     examples: list[Example] = []
@@ -133,10 +138,14 @@ def fit_builders(
         readable: list[Library] = []
         for lib in train_libraries:
             try:
-                examples += _library_examples_cached(con, hierarchy, lib, dense, progress)
+                found = _library_examples_cached(con, hierarchy, lib, dense, progress)
             except PhenoforgeError as error:  # an unreadable cohort file: leave the library out, say so
                 broken.append(f"{lib.library_id} ({error})")
                 continue
+            if not found:  # it teaches nothing: it may not be reported as trained on
+                broken.append(f"{lib.library_id} (no cohort with a code in this vocabulary)")
+                continue
+            examples += found
             readable.append(lib)
         if len(readable) != len(train_libraries):  # what is left may have been fitted before
             names, groups, signature = _fit_identity(hierarchy, readable, dense, knowledge, held_key)
@@ -308,6 +317,8 @@ def _load_fitted(
         return None, None
     except (ValidationError, ValueError, UnicodeDecodeError):
         return None, f"{path.name} is corrupt: refitted"
+    except OSError as error:  # data/models is a file, or not readable
+        return None, f"{path.name} cannot be read ({error.strerror or error}): refitted"
     if stored.signature != signature or stored.training_libraries != names:
         return None, f"{path.name} was fitted on other libraries: refitted"
     model: MembershipModel | None = None
@@ -346,14 +357,22 @@ def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> N
         notes=[note for note in fitted.notes if note.startswith(("learned builder falls back", "curated_transfer:"))],
         transfer=fitted.transfer,
     )
-    path = _fit_path(signature)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(path, stored.model_dump_json(indent=1))
+    _store(_fit_path(signature), stored.model_dump_json(indent=1), fitted.notes)
+
+
+def _store(path: Path, text: str, notes: list[str]) -> None:
+    """Write a fitted piece; a data/models that cannot be written is a note (fitted for this run only), not a crash."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, text)
+    except OSError as error:
+        notes.append(not_stored(path, error))
 
 
 def _write_atomically(path: Path, text: str) -> None:
     """Write through a temporary file unique to this writer: two threads or processes fitting one
     group at once would otherwise share one temporary name, and the second rename would fail."""
+    remove_stale_temporaries(path.parent)  # what a killed writer left behind
     tmp = temporary_sibling(path)
     try:
         tmp.write_text(text, encoding="utf-8")
@@ -386,18 +405,20 @@ def _fit_params(
         pass
     except (ValidationError, ValueError, UnicodeDecodeError):
         notes.append(f"{path.name} is corrupt: retuned")
+    except OSError as error:
+        notes.append(f"{path.name} cannot be read ({error.strerror or error}): retuned")
     if not examples:
         notes.append("no development library to tune on: default parameters (untuned)")
         return CutoffParams(), SubtreeParams()
     cases = [(ex.cohort_id, ex.cohort_name, ex.truth, ex.table) for ex in examples]
     cutoff = tune_cutoff(con, hierarchy, cases, names)
     subtree = tune_subtree(con, hierarchy, cases, names)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(
+    _store(
         path,
         _StoredParams(
             vocabulary_build_id=hierarchy.build_id, training_cohorts=keys, cutoff=cutoff, subtree=subtree
         ).model_dump_json(indent=1),
+        notes,
     )
     notes.append(f"tuned parameters on {', '.join(names)}")
     return cutoff, subtree

@@ -10,12 +10,13 @@ features, vocabulary build, version, checksum) and reused until it is stale or c
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
 import shutil
-import uuid
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from threadpoolctl import ThreadpoolController, threadpool_limits
 from phenoforge.config import data_dir
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.errors import PhenoforgeError
+from phenoforge.locks import file_lock
 from phenoforge.setbuild.assemble import SetAssembler, mean_objective
 from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.corpus import Example
@@ -35,7 +37,7 @@ from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES, KnowledgeView, top_match_note, transfer_features
-from phenoforge.storage import sha256_file
+from phenoforge.storage import remove_stale_temporaries, sha256_file, temporary_sibling
 
 if TYPE_CHECKING:  # scikit-learn (with scipy, seconds to import) loads only when a model is fitted or read
     from sklearn.ensemble import HistGradientBoostingClassifier
@@ -308,8 +310,10 @@ def build_learned(
     for j, ok in zip(kept.tolist(), passed.tolist(), strict=True):
         p = float(probabilities[j])
         origin = table.origin[j]
-        if rule == "threshold":
+        if rule == "threshold" and ok:
             why = f"membership probability {p:.2f} >= {model.manifest.threshold:.2f}"
+        elif rule == "threshold":
+            why = f"membership probability {p:.2f}, below {model.manifest.threshold:.2f}: kept as the most probable"
         else:
             why = f"membership probability {p:.2f}, within the expected list size"
         if match is not None and in_match[j]:
@@ -349,11 +353,15 @@ def model_name(
 
 
 def save_model(model: MembershipModel, directory: Path) -> Path:
-    """Write model and manifest atomically (a temporary sibling, then a rename)."""
+    """Write model and manifest atomically (a temporary sibling, then a rename).
+
+    Both siblings name this process, so the next writer removes what a killed one left behind.
+    """
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.with_name(f".{directory.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    old = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:8]}.old")
+    remove_stale_temporaries(directory.parent)
+    tmp = temporary_sibling(directory)
+    old = temporary_sibling(directory, "old")
     try:
         tmp.mkdir(parents=True)
         (tmp / MODEL_FILE).write_bytes(pickle.dumps(model.estimator))
@@ -376,6 +384,8 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
         manifest = ModelManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ModelError(f"{manifest_path}: no stored model") from None
+    except OSError as error:  # data/models is a file, or not readable
+        raise ModelError(f"{manifest_path}: cannot be read ({error.strerror or error})") from None
     except (ValidationError, UnicodeDecodeError, ValueError) as error:
         raise ModelError(f"{manifest_path}: corrupt model manifest ({str(error).splitlines()[0]})") from None
     if manifest.format_version != FORMAT_VERSION:
@@ -389,17 +399,63 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
     if unknown:
         raise ModelError(f"{directory}: the model uses features this version does not compute ({unknown[:3]})")
     model_path = directory / manifest.model_file
-    if not model_path.is_file() or sha256_file(model_path) != manifest.sha256:
+    try:
+        intact = model_path.is_file() and sha256_file(model_path) == manifest.sha256
+    except OSError as error:
+        raise ModelError(f"{model_path}: cannot be read ({error.strerror or error})") from None
+    if not intact:
         raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)")
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     try:
-        estimator = pickle.loads(model_path.read_bytes())  # noqa: S301 - our own file, checksum verified
+        estimator = _ModelUnpickler(io.BytesIO(model_path.read_bytes())).load()
+    except ModelError as error:
+        raise ModelError(f"{model_path}: {error}") from None
     except Exception as error:  # an unreadable pickle is a corrupt model, whatever the exception
         raise ModelError(f"{model_path}: cannot be read ({type(error).__name__})") from None
     if not isinstance(estimator, HistGradientBoostingClassifier):
         raise ModelError(f"{model_path}: holds a {type(estimator).__name__}, not a membership model")
+    fitted_width = getattr(estimator, "n_features_in_", None)
+    if fitted_width != len(manifest.features):  # the checksum covers the pickle, not the manifest
+        raise ModelError(
+            f"{manifest_path}: lists {len(manifest.features)} features, "
+            f"the stored estimator was fitted on {fitted_width}"
+        )
     return MembershipModel(manifest, estimator)
+
+
+_MODEL_GLOBALS = {
+    ("numpy", "dtype"),
+    ("numpy", "ndarray"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy.random._pcg64", "PCG64"),
+    ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random.bit_generator", "SeedSequence"),
+    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+    ("sklearn._loss._loss", "CyHalfBinomialLoss"),
+    ("sklearn._loss.link", "Interval"),
+    ("sklearn._loss.link", "LogitLink"),
+    ("sklearn._loss.loss", "HalfBinomialLoss"),
+    ("sklearn.ensemble._hist_gradient_boosting.binning", "_BinMapper"),
+    ("sklearn.ensemble._hist_gradient_boosting.gradient_boosting", "HistGradientBoostingClassifier"),
+    ("sklearn.ensemble._hist_gradient_boosting.predictor", "TreePredictor"),
+    ("sklearn.preprocessing._label", "LabelEncoder"),
+}
+"""Every global a pickled HistGradientBoostingClassifier refers to. The checksum only says the manifest
+and the pickle agree (anyone who can write data/models can re-sign a pickle), so unpickling may build
+nothing else: a pickle naming ``os.system`` is refused before it runs. Another scikit-learn's layout
+is refused too, and the model is retrained."""
+
+
+class _ModelUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in _MODEL_GLOBALS:
+            raise ModelError(f"refers to {module}.{name}, which a membership model never holds")
+        return super().find_class(module, name)
 
 
 def ensure_model(
@@ -423,6 +479,25 @@ def ensure_model(
     if directory is None:
         directory = models_dir() / model_name(libraries, features, with_dense, rule)
     directory = Path(directory)
+    # one writer per model across threads and processes: the second finds the first one's model and reuses it
+    with _writer_lock(directory.with_name(f".{directory.name}.lock")):
+        return _ensure_model_locked(
+            con, hierarchy, examples, features, with_dense, directory, min_cohorts, min_positives, rule, libraries
+        )
+
+
+def _ensure_model_locked(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    examples: Sequence[Example],
+    features: Sequence[str],
+    with_dense: bool,
+    directory: Path,
+    min_cohorts: int,
+    min_positives: int,
+    rule: tuple[str, float] | None,
+    libraries: list[str],
+) -> tuple[MembershipModel, list[str]]:
     notes: list[str] = []
     try:
         model = load_model(directory, hierarchy.build_id)
@@ -441,6 +516,28 @@ def ensure_model(
         if (directory / MANIFEST_FILE).exists():
             notes.append(f"stored model unusable, retrained: {error}")
     model = train_membership_model(con, hierarchy, examples, features, with_dense, min_cohorts, min_positives, rule)
-    save_model(model, directory)
     notes.append(f"trained model {directory.name} on {', '.join(libraries)} ({model.manifest.n_rows} candidates)")
+    try:
+        save_model(model, directory)
+    except OSError as error:
+        notes.append(not_stored(directory, error))
     return model, notes
+
+
+def not_stored(path: Path, error: OSError) -> str:
+    """The note for a fitted piece that could not be written: it serves this run, and is fitted again next time."""
+    return (
+        f"{path.name} not stored ({error.strerror or error}): fitted for this run only; "
+        f"make {path.parent} a writable folder to keep it"
+    )
+
+
+def _writer_lock(lock_path: Path) -> AbstractContextManager[None]:
+    """The model's writer lock; none when data/models cannot be written (nothing will be stored then)."""
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a"):
+            pass
+    except OSError:
+        return nullcontext()
+    return file_lock(lock_path)

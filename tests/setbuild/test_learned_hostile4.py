@@ -1,0 +1,172 @@
+"""The membership model's store and reasons attacked: concurrent writers, killed writers, fallback wording."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.setbuild import learned
+from phenoforge.setbuild.candidates import Retrieval, build_candidates
+from phenoforge.setbuild.corpus import Example
+from phenoforge.setbuild.learned import (
+    MembershipModel,
+    ModelError,
+    build_learned,
+    ensure_model,
+    train_membership_model,
+)
+
+SMALL = {"min_cohorts": 3, "min_positives": 5}
+
+
+@pytest.fixture(scope="module")
+def model(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
+) -> MembershipModel:
+    return train_membership_model(fixture_con, hierarchy, train_examples, with_dense=False, **SMALL)
+
+
+def test_a_code_kept_below_the_threshold_is_not_said_to_have_reached_it(
+    model: MembershipModel, hierarchy: Hierarchy
+) -> None:
+    """The drilldown's 'why' for the most probable code kept as a fallback must not read 'p 0.02 >= 0.05'."""
+    unreachable = model.manifest.model_copy(update={"rule": "threshold", "threshold": 1.01})
+    strict = MembershipModel(unreachable, model.estimator)
+    table = build_candidates(hierarchy, Retrieval(query="Heart failure", bm25=[("I50", 5.0), ("I50.9", 4.0)]))
+    built = build_learned(hierarchy, table, strict, scored_library_id="fixture-other", scored_group="fixture-other")
+    assert built.fallback and built.codes
+    for item in built.codes:
+        assert item.provenance.source == "fallback"
+        assert ">=" not in item.provenance.rule and "below" in item.provenance.rule, item.provenance.rule
+
+
+def _dead_pid() -> int:
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(child.stdout)
+
+
+def test_what_a_killed_model_writer_left_is_removed_by_the_next_one(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example], tmp_path: Path
+) -> None:
+    """SIGKILL skips ``finally``: a half-written model folder (and a moved-aside old one) stayed forever."""
+    directory = tmp_path / "models" / "membership-x"
+    directory.parent.mkdir(parents=True)
+    pid = _dead_pid()
+    half_written = directory.parent / f".membership-x.{pid}.0123abcd.tmp"
+    half_written.mkdir()
+    (half_written / "model.pkl").write_bytes(b"half a pickle")
+    moved_aside = directory.parent / f".membership-x.{pid}.4567cdef.old"
+    moved_aside.mkdir()
+    live = directory.parent / f".membership-y.{os.getpid()}.89abcdef.tmp"  # a writer still running: kept
+    live.mkdir()
+    ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
+    assert not half_written.exists() and not moved_aside.exists()
+    assert live.exists()
+    assert sorted(p.name for p in directory.parent.iterdir() if not p.name.endswith(".lock")) == [
+        live.name,
+        "membership-x",
+    ]
+
+
+def test_two_writers_of_one_model_both_succeed_and_the_second_reuses_it(
+    fixture_con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    train_examples: list[Example],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two benchmarks (or a dashboard and a benchmark) storing the same model: the second rename found the
+    first one's folder in place and raised (a directory cannot replace a non-empty one)."""
+    directory = tmp_path / "models" / "membership-x"
+    barrier = threading.Barrier(2, timeout=3)
+    replace = os.replace
+
+    def replace_together(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if Path(dst) == directory and Path(src).name.endswith(".tmp"):
+            # both writers found no folder and are about to rename theirs into place; a broken barrier means
+            # the other writer is not here (it waits for this one, or already reused the model)
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()
+        replace(src, dst)
+
+    monkeypatch.setattr(learned.os, "replace", replace_together)
+    errors: list[BaseException] = []
+    notes: list[list[str]] = []
+
+    def store() -> None:
+        try:
+            cursor = fixture_con.cursor()
+            said = ensure_model(cursor, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)[1]
+            notes.append(said)
+        except BaseException as error:  # noqa: BLE001 - the test reports whatever a thread raised
+            errors.append(error)
+
+    threads = [threading.Thread(target=store) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert sorted(note[0].split()[0] for note in notes) == ["reused", "trained"], notes
+
+
+def test_a_manifest_whose_features_do_not_fit_the_stored_estimator_is_refused(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example], tmp_path: Path
+) -> None:
+    """The checksum covers the pickle, not the manifest: a manifest edited to list fewer features loaded,
+    then every prediction raised ValueError (X has 19 features, expecting 20) out of the whole benchmark."""
+    directory = tmp_path / "models" / "membership-x"
+    ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    manifest["features"] = manifest["features"][:-1]
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(ModelError, match="features"):
+        learned.load_model(directory, hierarchy.build_id)
+    model, notes = ensure_model(
+        fixture_con,
+        hierarchy,
+        train_examples,
+        with_dense=False,
+        features=manifest["features"],
+        directory=directory,
+        **SMALL,
+    )
+    assert any("unusable, retrained" in note for note in notes), notes
+    assert model.probabilities(train_examples[0].features).shape == (len(train_examples[0].table),)
+
+
+class _RunsACommand:
+    """What a tampered model.pkl can hold: unpickling it calls ``os.system``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_model_file_replaced_with_a_pickle_that_runs_code_is_refused_before_it_runs(
+    model: MembershipModel, hierarchy: Hierarchy, tmp_path: Path
+) -> None:
+    """The checksum only says the manifest and the pickle agree: whoever can write data/models (a shared
+    or copied data folder) can re-sign any pickle, and loading it ran their code."""
+    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
+    marker = tmp_path / "ran"
+    (directory / "model.pkl").write_bytes(pickle.dumps(_RunsACommand(marker)))
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    manifest["sha256"] = learned.sha256_file(directory / "model.pkl")
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(ModelError, match="system"):
+        learned.load_model(directory, hierarchy.build_id)
+    assert not marker.exists()
+    assert learned.load_model(learned.save_model(model, tmp_path / "models" / "again"), hierarchy.build_id)
