@@ -5,10 +5,13 @@
     python bench/bench_setbuilders.py --no-dense      # BM25 alone (what runs without the dense index)
 
 Per library: mean hierarchical score and exact F1 of hybrid@25 and each builder, every fitted piece
-trained on development libraries of *other* groups (CMS-HCC V24+V28 are one group, the Elixhauser
-libraries another). Development libraries are the three bundled ones; any other installed library
-(e.g. the Quan libraries) is a test library: scored, never fitted on. The ablation retrains the
-membership model without one feature family at a time and reports the out-of-sample change.
+trained on the bundled libraries of *other* groups (CMS-HCC V24+V28 are one group, the Elixhauser
+libraries another, Quan Charlson a third). Development libraries (Elixhauser 2026.1, CMS-HCC V24,
+V28) are what builders are designed on; the bundled Quan libraries are test libraries: they train
+other groups' builders but their own scores are only reported (``--development-only`` still fits
+on them, scores only the development libraries). ``--fit-on-development-only`` fits on the
+development libraries alone (the recipe before Quan joined the training data). The ablation retrains
+the membership model without one feature family at a time and reports the out-of-sample change.
 Timing: seconds per cohort to retrieve and build candidates, and per method to build and score.
 """
 
@@ -29,7 +32,7 @@ from phenoforge.engine.expansion import get_hierarchy  # noqa: E402
 from phenoforge.setbuild.corpus import library_examples  # noqa: E402
 from phenoforge.setbuild.evaluate import evaluate_library  # noqa: E402
 from phenoforge.setbuild.features import FEATURE_FAMILIES, FEATURE_NAMES  # noqa: E402
-from phenoforge.setbuild.groups import is_development_library  # noqa: E402
+from phenoforge.setbuild.groups import is_development_library, is_training_library  # noqa: E402
 from phenoforge.setbuild.learned import ALL_FEATURE_NAMES  # noqa: E402
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES  # noqa: E402
 
@@ -112,7 +115,14 @@ def main() -> None:
         help="the learned builder without the cross-library curated evidence (the other groups' cohorts)",
     )
     parser.add_argument(
-        "--development-only", action="store_true", help="skip the test libraries (while iterating on the builders)"
+        "--development-only",
+        action="store_true",
+        help="score only the development libraries (the test libraries still train other groups' builders)",
+    )
+    parser.add_argument(
+        "--fit-on-development-only",
+        action="store_true",
+        help="fit every builder on the development libraries alone (the recipe before the Quan libraries trained)",
     )
     args = parser.parse_args()
     con = connect()
@@ -129,8 +139,13 @@ def main() -> None:
     features = ALL_FEATURE_NAMES if knowledge is not None else FEATURE_NAMES
     families = {**FEATURE_FAMILIES, "transfer": TRANSFER_FEATURES} if knowledge is not None else FEATURE_FAMILIES
     development = {lib.library_id for lib in libraries if is_development_library(lib.manifest)}
-    if args.development_only:
-        libraries = [lib for lib in libraries if lib.library_id in development]
+    training = {lib.library_id for lib in libraries if is_training_library(lib.manifest)}
+    if args.fit_on_development_only:
+        training = set(development)
+    scored_libraries = [lib for lib in libraries if lib.library_id in development or not args.development_only]
+    scored_ids = {lib.library_id for lib in scored_libraries}
+    libraries = [lib for lib in libraries if lib.library_id in scored_ids | training]
+    print(f"training libraries (each scored group held out): {', '.join(sorted(training))}")
     examples = []
     for library in libraries:
         started = time.perf_counter()
@@ -138,6 +153,7 @@ def main() -> None:
         seconds = time.perf_counter() - started
         examples += found
         role = "development" if library.library_id in development else "test"
+        role += "" if library.library_id in scored_ids else ", training only"
         print(
             f"{library.library_id}: {len(found)} cohorts ({role}), retrieval+candidates "
             f"{seconds / max(len(found), 1):.2f} s/cohort"
@@ -147,13 +163,13 @@ def main() -> None:
     print("Out-of-sample mean hierarchical score / exact F1 (leave-one-library-group-out)")
     print(header)
     reports = []
-    for library in libraries:
+    for library in scored_libraries:
         report = evaluate_library(
             con,
             hierarchy,
             examples,
             library.library_id,
-            development,
+            training,
             METHODS,
             features=features,
             with_dense=dense is not None,
@@ -176,7 +192,8 @@ def main() -> None:
         fits = ", ".join(f"{m} {s:.1f} s" for m, s in report.fit_seconds.items())
         print(f"    fit (or reuse) per held-out group: {fits}")
     if not args.no_robustness:
-        robustness(con, hierarchy, dense, examples, reports, development)
+        scored_examples = [ex for ex in examples if ex.library_id in scored_ids]
+        robustness(con, hierarchy, dense, scored_examples, reports, development)
     if args.no_ablation:
         return
     print()
@@ -195,7 +212,7 @@ def main() -> None:
                 hierarchy,
                 examples,
                 report.library_id,
-                development,
+                training,
                 ("learned",),
                 features=kept,
                 with_dense=dense is not None,

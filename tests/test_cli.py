@@ -171,7 +171,7 @@ def test_benchmark_json_on_a_library_given_by_path(tmp_path: Path, capsys: pytes
         f"{cid}/dense: no dense retriever (switched off (--no-dense))" for cid in COHORTS
     )
     assert report["methods"]["hybrid"]["degraded"] == "no dense retriever (switched off (--no-dense))"
-    # no development library is installed here: the builders say they run untuned, learned that it has no model
+    # no bundled library is installed here: the builders say they run untuned, learned that it has no model
     learned = report["methods"]["learned"]
     assert learned["trained_on"] == [] and "no membership model" in learned["degraded"]
     assert "untuned" in report["methods"]["subtree"]["degraded"]

@@ -2,7 +2,7 @@
 
 A set builder answers with the list a researcher would run against claims (billable codes, each
 with the hit or roll-up that put it there) instead of a top-k ranking. Its fitted pieces (cut-off,
-subtree parameters, membership model) are trained on development libraries *outside the scored
+subtree parameters, membership model) are trained on bundled libraries *outside the scored
 library's group* and cached per group for the process, so a benchmark over several libraries fits
 once per group and never scores a cohort with a model that saw it.
 """
@@ -278,7 +278,7 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
         if builder == "learned" and fitted.model is None:
             degraded = "no membership model (too little training data): the adaptive cut-off answers instead"
         if not fitted.training_libraries:
-            degraded = "; ".join(filter(None, [degraded, "no development library to fit on: untuned defaults"]))
+            degraded = "; ".join(filter(None, [degraded, "no bundled library to fit on: untuned defaults"]))
         notes = list(fitted.notes)
         if context.dense_weight != FITTED_DENSE_WEIGHT:
             notes.append(
@@ -323,7 +323,7 @@ def build_for_free_query(
     dense: object | None = None,
     progress: ProgressCallback | None = None,
 ) -> BuiltSet:
-    """A set for a researcher's own query (no library is scored, so every development library trains it)."""
+    """A set for a researcher's own query (no library is scored, so every bundled library trains it)."""
     from phenoforge.engine.expansion import get_hierarchy
     from phenoforge.methods.retrieval import Retrieval
 

@@ -1,7 +1,7 @@
 """One entry point per builder for the method registry: fit once per held-out group, then build.
 
-``fit_builders`` fits (or reuses) everything a builder needs on the installed *development*
-libraries outside ``held_out_group``: the cut-off and subtree parameters and the membership model,
+``fit_builders`` fits (or reuses) everything a builder needs on the installed *bundled* libraries
+(development and test alike) outside ``held_out_group``: the cut-off and subtree parameters and the membership model,
 stored under ``data/models/`` keyed by vocabulary build and training cohorts. ``build_set`` then
 answers one query from the rankings the harness already has, refusing to score a library whose
 group the fitted pieces saw.
@@ -26,7 +26,7 @@ from phenoforge.errors import PhenoforgeError
 from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
-from phenoforge.setbuild.groups import is_development_library, library_group
+from phenoforge.setbuild.groups import is_training_library, library_group
 from phenoforge.setbuild.learned import (
     ALL_FEATURE_NAMES,
     LeakageError,
@@ -107,9 +107,9 @@ def fit_builders(
     progress: ProgressCallback | None = None,
     also_held_out: Sequence[str] = (),
 ) -> FittedBuilders:
-    """Fit or reuse the builders on development libraries outside ``held_out_group``.
+    """Fit or reuse the builders on the bundled libraries outside ``held_out_group``.
 
-    ``held_out_group=None`` trains on every development library (for a user's imported library or
+    ``held_out_group=None`` trains on every bundled library (for a user's imported library or
     a free query). ``also_held_out`` names further groups of the scored library (its id's family
     when it declares another group). A too-small training set leaves ``model=None`` and says so in ``notes``.
     """
@@ -121,7 +121,7 @@ def fit_builders(
     train_libraries = [
         lib
         for lib in libraries
-        if is_development_library(lib.manifest) and not is_user_import(lib) and not groups_of(lib) & set(held_out)
+        if is_training_library(lib.manifest) and not is_user_import(lib) and not groups_of(lib) & set(held_out)
     ]
     knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
     broken += knowledge.problems
@@ -212,7 +212,7 @@ def _fit_identity(
 
 
 def groups_of(library: Library) -> set[str]:
-    """The groups a development library is held out with: its declared one and its id's family.
+    """The groups a training library is held out with: its declared one and its id's family.
 
     A copy named ``cms-hcc-v28-old`` that declares group ``old`` is still a CMS-HCC library; holding
     it out only with ``old`` would let it train the builders that score CMS-HCC.
@@ -223,7 +223,7 @@ def groups_of(library: Library) -> set[str]:
 def is_user_import(library: Library) -> bool:
     """A library the user imported (``library import``): only ever scored, whatever its id says.
 
-    Development libraries are recognised by id, so a user's copy named ``cms-hcc-v28-mine`` would
+    Bundled libraries are recognised by id, so a user's copy named ``cms-hcc-v28-mine`` would
     otherwise train the builders, and score (say) Elixhauser with a model fitted on a copy of it.
     """
     build = library.manifest.report.get("build")
@@ -408,7 +408,7 @@ def _fit_params(
     except OSError as error:
         notes.append(f"{path.name} cannot be read ({error.strerror or error}): retuned")
     if not examples:
-        notes.append("no development library to tune on: default parameters (untuned)")
+        notes.append("no bundled library to tune on: default parameters (untuned)")
         return CutoffParams(), SubtreeParams()
     cases = [(ex.cohort_id, ex.cohort_name, ex.truth, ex.table) for ex in examples]
     cutoff = tune_cutoff(con, hierarchy, cases, names)

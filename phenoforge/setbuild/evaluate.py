@@ -1,7 +1,7 @@
 """Leave-one-library-group-out evaluation of the set builders.
 
 To score library L, every fitted piece (cut-off and subtree parameters, the membership model) is
-fitted on development libraries of *other* groups only, and the result records what it was fitted
+fitted on training libraries (the bundled ones) of *other* groups only, and the result records what it was fitted
 on. ``check_no_leakage`` is run on every fitted piece before it scores anything.
 """
 
@@ -41,9 +41,9 @@ from phenoforge.setbuild.transfer import (
 HYBRID_K = 25
 
 
-def training_examples(examples: Sequence[Example], target_group: str, development: set[str]) -> list[Example]:
-    """Examples a builder scoring ``target_group`` may be fitted on: development libraries of other groups."""
-    return [ex for ex in examples if ex.library_id in development and ex.group != target_group]
+def training_examples(examples: Sequence[Example], target_group: str, training: set[str]) -> list[Example]:
+    """Examples a builder scoring ``target_group`` may be fitted on: training libraries of other groups."""
+    return [ex for ex in examples if ex.library_id in training and ex.group != target_group]
 
 
 def check_no_leakage(trained_on: Sequence[str], training_groups: Sequence[str], scored: Sequence[Example]) -> None:
@@ -97,14 +97,14 @@ def evaluate_library(
     hierarchy: Hierarchy,
     examples: Sequence[Example],
     library_id: str,
-    development: set[str],
+    training: set[str],
     methods: Sequence[str] = ("hybrid@25", "adaptive_cutoff", "subtree", "learned"),
     features: Sequence[str] = FEATURE_NAMES,
     with_dense: bool = True,
     rule: tuple[str, float] | None = None,
     knowledge: CuratedKnowledge | None = None,
 ) -> LibraryScores:
-    """Out-of-sample scores of each method on one library (fitted on other groups' dev libraries).
+    """Out-of-sample scores of each method on one library (fitted on ``training`` libraries of other groups).
 
     ``rule`` fixes the learned model's selection rule instead of choosing it out of fold (ablations).
     ``knowledge`` adds the cross-library curated evidence: the scored cohorts see it without their
@@ -113,7 +113,7 @@ def evaluate_library(
     scored = [ex for ex in examples if ex.library_id == library_id]
     group = scored[0].group if scored else library_id
     out = LibraryScores(library_id=library_id, group=group, n_cohorts=len(scored))
-    train = training_examples(examples, group, development)
+    train = training_examples(examples, group, training)
     trained_on = sorted({ex.library_id for ex in train})
     train_groups = sorted({ex.group for ex in train})
     check_no_leakage(trained_on, train_groups, scored)
@@ -163,7 +163,7 @@ def evaluate_library(
         if TRANSFER_METHOD in methods and view is not None:
             started = time.perf_counter()
             params = tune_cutoff(con, hierarchy, cases, trained_on)
-            base_train = training_examples(examples, group, development)
+            base_train = training_examples(examples, group, training)
             transfer = tune_transfer(
                 con,
                 hierarchy,

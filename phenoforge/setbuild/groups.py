@@ -31,11 +31,38 @@ def library_group(manifest: LibraryManifest | dict[str, Any]) -> str:
     return library_id
 
 
+DEVELOPMENT_PREFIXES = ("elixhauser-2026", "cms-hcc-v24", "cms-hcc-v28")
+TEST_PREFIXES = ("charlson-quan", "elixhauser-quan")
+"""The bundled Quan libraries (``phenoforge.libraries.quan``): training data for other groups' builders."""
+
+
+def _library_id(manifest: LibraryManifest | dict[str, Any]) -> str:
+    raw = manifest if isinstance(manifest, dict) else manifest.model_dump()
+    return str(raw.get("library_id", "")).lower()
+
+
 def is_development_library(manifest: LibraryManifest | dict[str, Any]) -> bool:
     """The bundled Elixhauser 2026.1 and CMS-HCC libraries: what builders are designed and tuned on.
 
-    Everything else (the Quan libraries, a user's import, OHDSI) is only ever scored.
+    Their per-cohort results may be looked at while a builder is designed; the bundled test libraries'
+    (:func:`is_test_library`) may not.
     """
-    raw = manifest if isinstance(manifest, dict) else manifest.model_dump()
-    library_id = str(raw.get("library_id", "")).lower()
-    return library_id.startswith(("elixhauser-2026", "cms-hcc-v24", "cms-hcc-v28"))
+    return _library_id(manifest).startswith(DEVELOPMENT_PREFIXES)
+
+
+def is_test_library(manifest: LibraryManifest | dict[str, Any]) -> bool:
+    """The bundled Quan Charlson and Quan Elixhauser: a test set for design decisions.
+
+    They train the builders that score *other* groups (more cohorts to learn from), but no design
+    choice is made by their own scores, and only their summary lines are read.
+    """
+    return _library_id(manifest).startswith(TEST_PREFIXES)
+
+
+def is_training_library(manifest: LibraryManifest | dict[str, Any]) -> bool:
+    """A bundled library the builders may be fitted on (always for groups other than its own).
+
+    Every bundled library, development or test: leave-one-group-out keeps a cohort from being scored
+    by anything fitted on its group. Anything else (a user's import, OHDSI) is only ever scored.
+    """
+    return is_development_library(manifest) or is_test_library(manifest)

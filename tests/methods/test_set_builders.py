@@ -20,7 +20,10 @@ from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import available_methods, set_building
+from phenoforge.methods.base import MethodContext
+from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import api, learned, transfer
+from phenoforge.setbuild.groups import library_group
 from tests.fixture_library import write_icd_library
 from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
 
@@ -99,6 +102,86 @@ def test_builders_fitted_on_the_scored_library_never_score_it(
     for name in BUILDERS:
         notes = " ".join(report.methods[name].notes)
         assert "skipped" in notes and HCC_ID in notes and "may not score" in notes
+
+
+QUAN_CHARLSON_ID = "charlson-quan-fixture"
+QUAN_ELIX_ID = "elixhauser-quan-fixture"
+
+
+@pytest.fixture
+def with_quan(installed: dict[str, Path]) -> dict[str, Path]:
+    """The development libraries plus two libraries named like the bundled Quan ones (training libraries)."""
+    root = libraries_dir()
+    return {
+        **installed,
+        QUAN_CHARLSON_ID: write_icd_library(
+            root / "quan-charlson",
+            {"chf": TRAIN_COHORTS["hf"], "asthma": TRAIN_COHORTS["asthma"], "dm": TRAIN_COHORTS["dm2"]},
+            library_id=QUAN_CHARLSON_ID,
+            group="charlson",
+        ),
+        QUAN_ELIX_ID: write_icd_library(
+            root / "quan-elix",
+            {"chf": OTHER_COHORTS["x-hf"], "obese": TRAIN_COHORTS["obesity"], "af": TRAIN_COHORTS["af"]},
+            library_id=QUAN_ELIX_ID,
+            group="elixhauser",
+        ),
+    }
+
+
+@pytest.mark.usefixtures("small_models")
+def test_the_quan_libraries_train_other_groups_builders_and_never_their_own(
+    fixture_con: duckdb.DuckDBPyConnection, with_quan: dict[str, Path]
+) -> None:
+    """Every bundled library trains the builders of the *other* groups: the HCC library is scored by
+    builders fitted on both Quan libraries too, and a Quan library never by builders fitted on its group."""
+    expected = {
+        HCC_ID: sorted([ELIX_ID, QUAN_CHARLSON_ID, QUAN_ELIX_ID]),
+        QUAN_CHARLSON_ID: sorted([ELIX_ID, HCC_ID, QUAN_ELIX_ID]),
+        QUAN_ELIX_ID: sorted([HCC_ID, QUAN_CHARLSON_ID]),
+        TEST_ID: sorted([ELIX_ID, HCC_ID, QUAN_ELIX_ID]),
+    }
+    for library_id, trained_on in expected.items():
+        report = _benchmark(fixture_con, with_quan[library_id], BUILDERS)
+        for name in BUILDERS:
+            assert report.methods[name].trained_on == trained_on, (library_id, name, report.methods[name])
+        assert {r.method for r in report.results} == set(BUILDERS)
+    model = set_building.fitted_for(_context(fixture_con, with_quan[QUAN_ELIX_ID])).model
+    assert model is not None and not {QUAN_ELIX_ID, ELIX_ID} & set(model.manifest.training_libraries)
+    assert "elixhauser" not in model.manifest.training_groups
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_quan_library_is_never_scored_by_a_model_that_trained_on_it(
+    fixture_con: duckdb.DuckDBPyConnection, with_quan: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The no-leakage pin for the Quan libraries: a fit that ignores the held-out group (a bug) trains on
+    the scored Quan library, and its builders must then refuse to score it."""
+    leaky = functools.partial(api.fit_builders, held_out_group=None)
+
+    def fit_ignoring_the_held_out_group(con, dense, held_out_group=None, libraries=None, progress=None, **_ignored):  # noqa: ANN001, ANN003, ANN202
+        return leaky(con, dense, libraries=libraries, progress=progress)
+
+    monkeypatch.setattr(set_building, "fit_builders", fit_ignoring_the_held_out_group)
+    for library_id in (QUAN_CHARLSON_ID, QUAN_ELIX_ID):
+        set_building.clear_fitted()
+        report = _benchmark(fixture_con, with_quan[library_id], BUILDERS)
+        assert not report.results, f"a builder fitted on {library_id} produced scores for it"
+        for name in BUILDERS:
+            notes = " ".join(report.methods[name].notes)
+            assert "skipped" in notes and library_id in notes and "may not score" in notes
+
+
+def _context(con: duckdb.DuckDBPyConnection, library: Path) -> MethodContext:
+    loaded = load_library(library)
+    return MethodContext(
+        con=con,
+        hierarchy=get_hierarchy(con),
+        retrieval=Retrieval(con, None, 100),
+        library_id=loaded.library_id,
+        library_group=library_group(loaded.manifest),
+        library_path=str(library),
+    )
 
 
 @pytest.mark.usefixtures("small_models")

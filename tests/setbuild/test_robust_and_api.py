@@ -12,7 +12,7 @@ from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.setbuild.api import FittedBuilders, build_set, fit_builders, robust_query
 from phenoforge.setbuild.cutoff import CutoffParams
-from phenoforge.setbuild.groups import is_development_library, library_group
+from phenoforge.setbuild.groups import is_development_library, is_test_library, is_training_library, library_group
 from phenoforge.setbuild.learned import LeakageError
 from phenoforge.setbuild.robust import TypoCorrector, edit_distance, get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams
@@ -57,6 +57,14 @@ def test_library_groups_follow_the_manifest_else_the_fallback_rule() -> None:
     assert library_group({"library_id": "cms-hcc-v28-py2026", "group": "hcc"}) == "hcc"
     assert is_development_library({"library_id": "elixhauser-2026.1"})
     assert not is_development_library({"library_id": "quan-elixhauser-2005"})
+    # the bundled Quan libraries train other groups' builders; an import or OHDSI library never trains
+    assert is_training_library({"library_id": "charlson-quan2005"})
+    assert is_training_library({"library_id": "cms-hcc-v24-py2026"})
+    assert is_test_library({"library_id": "elixhauser-quan2005"}) and not is_development_library(
+        {"library_id": "elixhauser-quan2005"}
+    )
+    assert not is_training_library({"library_id": "ohdsi-phenotypes"})
+    assert not is_training_library({"library_id": "charlson-x"})
 
 
 def test_fit_builders_without_development_libraries_falls_back_and_says_so(
@@ -83,7 +91,7 @@ def test_build_set_refuses_a_library_the_builders_were_fitted_on(hierarchy: Hier
 def test_fit_builders_holds_out_the_scored_group_and_build_set_enforces_it(
     fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, libraries_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("phenoforge.setbuild.api.is_development_library", lambda manifest: True)
+    monkeypatch.setattr("phenoforge.setbuild.api.is_training_library", lambda manifest: True)
     libraries = [load_library(libraries_root / "train"), load_library(libraries_root / "other")]
     fitted = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)
     assert fitted.training_libraries == ["fixture-train"]
