@@ -86,7 +86,7 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
             extra = [family] if family not in ("", held_out, context.library_id.lower()) else []
             fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
             copied = sorted(_copied_groups(context, fitted) & set(fitted.training_groups))
-            if copied:  # a copy of a development library: its model and parameters were fitted on these cohorts
+            if copied:  # a copy of a bundled library: its model and parameters were fitted on these cohorts
                 extra += copied
                 fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
                 fitted.notes.append(

@@ -129,7 +129,7 @@ def fit_builders(
     # a held-out group no installed library or curated cohort belongs to (an import's own) changes nothing:
     # the fit is stored and reused under the key of the groups that do, so an import reuses the free-query fit
     touched = {g for lib in train_libraries for g in groups_of(lib)} | {g for c in knowledge.cohorts for g in c.groups}
-    touched |= {g for lib in libraries if is_development_library(lib.manifest) for g in groups_of(lib)}
+    touched |= {g for lib in libraries if is_training_library(lib.manifest) for g in groups_of(lib)}
     held_key = ",".join(g for g in held_out if g in touched) or None
     names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge, held_key)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
