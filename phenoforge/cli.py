@@ -667,15 +667,15 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep",
         help="sweep a method's dense_weight against curated ground truth, cross-validated over cohorts",
         description="Sweeps dense_weight: for hybrid, dense's share of the fused ranking cut at k; for a set "
-        "builder (adaptive_cutoff, subtree, learned, curated_transfer), dense's share of the fused ranking it "
-        "builds from. A set builder's own parameters (cut-off, subtree shares, membership model and threshold, "
-        "transfer similarity) are fitted leave-one-library-group-out and are not re-chosen here.",
+        f"builder ({', '.join(SET_BUILDERS)}), dense's share of the fused ranking it builds from. A set "
+        "builder's own parameters (cut-off, subtree shares, membership model and threshold, transfer "
+        "similarity) are fitted leave-one-library-group-out and are not re-chosen here.",
     )
     sweep.add_argument(
         "--method",
         default="hybrid",
-        help="the method to sweep: hybrid (default) or a set builder (adaptive_cutoff, subtree, learned, "
-        "curated_transfer); -k applies to hybrid only",
+        help=f"the method to sweep: hybrid (default) or a set builder ({', '.join(SET_BUILDERS)}); "
+        "-k applies to hybrid only",
     )
     sweep.add_argument("--library", action="append")
     sweep.add_argument("--cohorts", nargs="+")
