@@ -340,11 +340,15 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """Hybrid dense_weight per library: the in-sample best beside the cross-validated choice."""
+    """A method's dense_weight per library: the in-sample best beside the cross-validated choice."""
     from phenoforge.engine.curated import load_library
     from phenoforge.eval.harness import collect_rankings, rescore_hybrid
+    from phenoforge.eval.qrels import load_qrels
     from phenoforge.eval.selection import cross_validate_choice
+    from phenoforge.eval.sweep import check_sweepable, sweep_set_builder
 
+    method = args.method
+    check_sweepable(method)  # before any work: an unsweepable method is a one-line error
     con = _connect()
     dense = _dense_or_none(con, True)
     if dense is None:
@@ -352,32 +356,49 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             "the sweep compares dense weights: it needs the dense index (`python -m phenoforge build`)", file=sys.stderr
         )
         return 1
+    fits: dict[str, tuple[list[str], list[str]]] = {}  # library id -> (trained on, notes) of a set builder
     rows = []
     choices = {}
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in resolve_library_dirs(args.library, bundled_only=True):
             library = load_library(library_dir)
-            cache = collect_rankings(
-                con,
-                library_dir,
-                args.cohorts or library.cohort_ids,
-                dense=dense,
-                fanout_threshold=args.fanout_threshold,
-                progress=progress,
-            )
             per_weight: dict[float, dict[str, float]] = {}
-            for weight in args.weights:
-                report = rescore_hybrid(con, cache, weight, k=args.k)
-                per_weight[weight] = {r.cohort_id: r.hierarchical_score for r in report.results}
-                rows.append(
-                    (
-                        library.library_id,
-                        weight,
-                        report.mean_coverage_by_method["hybrid"],
-                        report.mean_over_inclusion_by_method["hybrid"],
-                        report.mean_hierarchical_score_by_method["hybrid"],
+            if method != "hybrid":
+                qrels = load_qrels(con, library_dir, args.cohorts or library.cohort_ids, args.fanout_threshold)
+                swept = sweep_set_builder(con, qrels, method, args.weights, dense, progress)
+                fits[library.library_id] = (swept.trained_on, swept.notes)
+                for weight in args.weights:
+                    per_weight[weight] = swept.per_cohort(weight)
+                    rows.append(
+                        (
+                            library.library_id,
+                            weight,
+                            swept.mean(weight, "coverage"),
+                            swept.mean(weight, "over_inclusion"),
+                            swept.mean(weight, "hierarchical"),
+                        )
                     )
+            else:
+                cache = collect_rankings(
+                    con,
+                    library_dir,
+                    args.cohorts or library.cohort_ids,
+                    dense=dense,
+                    fanout_threshold=args.fanout_threshold,
+                    progress=progress,
                 )
+                for weight in args.weights:
+                    report = rescore_hybrid(con, cache, weight, k=args.k)
+                    per_weight[weight] = {r.cohort_id: r.hierarchical_score for r in report.results}
+                    rows.append(
+                        (
+                            library.library_id,
+                            weight,
+                            report.mean_coverage_by_method["hybrid"],
+                            report.mean_over_inclusion_by_method["hybrid"],
+                            report.mean_hierarchical_score_by_method["hybrid"],
+                        )
+                    )
             if len(args.weights) > 1 and len(per_weight[args.weights[0]]) >= 2:
                 choices[library.library_id] = cross_validate_choice(per_weight, n_folds=args.folds)
     if args.json:
@@ -395,11 +416,29 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                         for row in rows
                     ],
                     "cross_validated": {library_id: choice.model_dump() for library_id, choice in choices.items()},
+                    **(
+                        {
+                            "method": method,
+                            "fitted": {
+                                library_id: {"trained_on": trained_on, "notes": notes}
+                                for library_id, (trained_on, notes) in fits.items()
+                            },
+                        }
+                        if method != "hybrid"
+                        else {}
+                    ),
                 },
                 indent=1,
             )
         )
         return 0
+    if method != "hybrid":
+        print(
+            f"{method}: sweeping dense_weight of the fused ranking it builds from; its own parameters stay as "
+            "fitted leave-one-library-group-out on the other libraries"
+        )
+        for library_id, (trained_on, _notes) in fits.items():
+            print(f"  {library_id}: fitted on {', '.join(trained_on) or 'nothing (untuned defaults)'}")
     print(f"{'library':<22}{'weight':>7}{'coverage':>10}{'over-incl':>11}{'hier.':>8}")
     for library_id, weight, coverage, penalty, score in rows:
         print(f"{library_id:<22}{weight:>7.2f}{coverage:>10.3f}{penalty:>11.3f}{score:>8.3f}")
@@ -624,7 +663,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quiet", action="store_true")
     bench.set_defaults(func=cmd_benchmark)
 
-    sweep = sub.add_parser("sweep", help="sweep hybrid dense_weight against curated ground truth")
+    sweep = sub.add_parser(
+        "sweep",
+        help="sweep a method's dense_weight against curated ground truth, cross-validated over cohorts",
+        description="Sweeps dense_weight: for hybrid, dense's share of the fused ranking cut at k; for a set "
+        f"builder ({', '.join(SET_BUILDERS)}), dense's share of the fused ranking it builds from. A set "
+        "builder's own parameters (cut-off, subtree shares, membership model and threshold, transfer "
+        "similarity) are fitted leave-one-library-group-out and are not re-chosen here.",
+    )
+    sweep.add_argument(
+        "--method",
+        default="hybrid",
+        help=f"the method to sweep: hybrid (default) or a set builder ({', '.join(SET_BUILDERS)}); "
+        "-k applies to hybrid only",
+    )
     sweep.add_argument("--library", action="append")
     sweep.add_argument("--cohorts", nargs="+")
     sweep.add_argument("--weights", type=_weights, default=DEFAULT_SWEEP_WEIGHTS)
