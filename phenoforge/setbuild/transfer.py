@@ -338,8 +338,11 @@ def copied_groups(
 
 
 def embed_fn_of(dense: object | None) -> EmbedFn | None:
-    """The dense retriever's embedding function (None without a dense index)."""
-    return getattr(dense, "embed_fn", None) if dense is not None else None
+    """The dense retriever's query embedding (None without a dense index): its cached one when it has
+    it, so a cohort name the dense ranking embedded is not embedded again."""
+    if dense is None:
+        return None
+    return getattr(dense, "query_embed_fn", None) or getattr(dense, "embed_fn", None)
 
 
 def excluded_for(library_id: str, group: str, held_out: Iterable[str | None] = ()) -> set[str]:

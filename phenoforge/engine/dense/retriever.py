@@ -9,7 +9,9 @@ have; silently returning nothing would corrupt a benchmark). A query never build
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -70,6 +72,10 @@ at once: 0.22 s all rows against 0.28 s distinct, ``bench/bench_speed.py``), whi
 EXACT_QUERY_CHUNK = 64
 """Queries scored together in an exact scan: one pass over the vectors for each chunk."""
 MAX_QUERY_CHARS = 2000
+QUERY_CACHE_SIZE = 4096
+"""Query texts whose vectors a retriever remembers (384 floats each: ~6 MB at most). A benchmark of
+the 287 bundled cohorts embeds each name for the dense ranking, the set builders' deep rankings and
+the curated knowledge's name match: with the cache the model runs once per name."""
 """Longer queries are cut (the model would truncate them at ``MAX_SEQ_LENGTH`` tokens anyway)."""
 
 
@@ -108,6 +114,9 @@ class DenseRetriever:
         self._distinct_scan: _DistinctScan | None = None
         self._searches = 0
         self.embed_calls = 0
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_cache_fn: EmbedFn | None = None
+        self._query_cache_lock = threading.Lock()
         self.reload()
 
     # -- state
@@ -259,10 +268,51 @@ class DenseRetriever:
         return self._query_vectors([query])[0]
 
     def _query_vectors(self, queries: list[str]) -> np.ndarray:
-        """One ``embed_fn`` call for all queries; unit rows."""
-        vectors = np.asarray(self.embed_fn(list(queries)), dtype=np.float32).reshape(len(queries), -1)
-        self.embed_calls += 1
+        """At most one ``embed_fn`` call for all queries (none when every one is cached); unit rows."""
+        vectors = np.asarray(self.embed_queries(list(queries)), dtype=np.float32).reshape(len(queries), -1)
         return normalise(vectors)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """``embed_fn(texts)``, remembering each text's vector (the newest ``QUERY_CACHE_SIZE``).
+
+        Only an embedding that declares itself batch-invariant (``embed_fn.batch_invariant``: a text's
+        vector does not depend on the texts embedded with it) is cached; any other is called as is,
+        so a cached answer is always the vector the model would give now. The texts missing from the
+        cache are embedded in one call. Index builds call ``embed_fn`` directly and never fill it.
+        """
+        texts = list(texts)
+        embed = self.embed_fn
+        if not texts or not getattr(embed, "batch_invariant", False):
+            self.embed_calls += 1
+            return np.asarray(embed(texts))
+        with self._query_cache_lock:
+            if self._query_cache_fn is not embed:  # another model: nothing remembered applies
+                self._query_cache.clear()
+                self._query_cache_fn = embed
+            known = {text: self._query_cache[text] for text in texts if text in self._query_cache}
+            for text in known:
+                self._query_cache.move_to_end(text)
+        missing = [text for text in dict.fromkeys(texts) if text not in known]
+        if missing:
+            fresh = np.asarray(embed(missing))
+            self.embed_calls += 1
+            with self._query_cache_lock:
+                for text, row in zip(missing, fresh, strict=True):
+                    known[text] = self._query_cache[text] = row.copy()  # a copy: not a view pinning the batch
+                while len(self._query_cache) > QUERY_CACHE_SIZE:
+                    self._query_cache.popitem(last=False)
+        return np.stack([known[text] for text in texts])
+
+    def clear_query_cache(self) -> None:
+        """Forget every remembered query vector (``bench/`` times the embedding this way)."""
+        with self._query_cache_lock:
+            self._query_cache.clear()
+
+    @property
+    def query_embed_fn(self) -> EmbedFn:
+        """``embed_queries`` as an ``EmbedFn``: what other query-side users (the curated knowledge's
+        name match) should embed with, so each text runs through the model once."""
+        return self.embed_queries
 
     def _graph(self):  # noqa: ANN202 - a usearch Index, or None for an exact scan
         if self._ann is None and self._ann_path is not None:
