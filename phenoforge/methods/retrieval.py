@@ -27,6 +27,13 @@ class _Packed:
 
     __slots__ = ("depth", "codes", "scores", "as_given")
 
+    @classmethod
+    def of_arrays(cls, depth: int, codes: list[str], scores: np.ndarray) -> _Packed:
+        """From a retriever's packed answer (``rankings_packed``): no tuples made at all."""
+        packed = cls(depth, [])
+        packed.codes, packed.scores = codes, scores
+        return packed
+
     def __init__(self, depth: int, ranking: Ranking) -> None:
         self.depth = depth
         if all(type(score) is float for _code, score in ranking):
@@ -82,12 +89,19 @@ class Retrieval:
         if dense and self.dense is not None:
             todo = self._missing(self._dense, queries, depth)
             if todo:
-                batch = getattr(self.dense, "rankings", None)
-                results = list(batch(todo, depth) if batch else [self.dense.ranking(q, depth) for q in todo])
-                for position, (q, ranked) in enumerate(zip(todo, results, strict=True)):
-                    self._dense[q] = _Packed(depth, ranked)
-                    results[position] = []  # packed: let the tuples go now
-                del results
+                self._fetch_dense(todo, depth)
+
+    def _fetch_dense(self, queries: list[str], depth: int) -> None:
+        dense = self.dense
+        assert dense is not None
+        packed = getattr(dense, "rankings_packed", None)
+        if packed is not None:  # the real retriever: codes and a score array, no tuple per row
+            for q, (codes, scores) in zip(queries, packed(queries, depth), strict=True):
+                self._dense[q] = _Packed.of_arrays(depth, codes, scores)
+            return
+        batch = getattr(dense, "rankings", None)
+        results = batch(queries, depth) if batch else [dense.ranking(q, depth) for q in queries]
+        self._dense.update((q, _Packed(depth, ranked)) for q, ranked in zip(queries, results, strict=True))
 
     def bm25(self, query: str, depth: int | None = None) -> Ranking:
         """The BM25 ranking of ``query``, ``depth`` deep (the run's depth by default)."""
@@ -102,5 +116,8 @@ class Retrieval:
             return None
         depth = depth or self.depth
         if query not in self._dense or self._dense[query].depth < depth:
-            self._dense[query] = _Packed(depth, self.dense.ranking(query, depth))
+            if getattr(self.dense, "rankings_packed", None) is not None:
+                self._fetch_dense([query], depth)
+            else:
+                self._dense[query] = _Packed(depth, self.dense.ranking(query, depth))
         return self._dense[query].ranking(depth)

@@ -424,8 +424,15 @@ class DenseRetriever:
     def rankings(self, queries: list[str], n: int) -> list[list[tuple[str, float]]]:
         """``[self.ranking(q, n) for q in queries]`` with one model call and one pass over the
         index for all of them (what a benchmark of many cohorts needs)."""
+        return [list(zip(codes, scores.tolist(), strict=True)) for codes, scores in self.rankings_packed(queries, n)]
+
+    def rankings_packed(self, queries: list[str], n: int) -> list[tuple[list[str], np.ndarray]]:
+        """``rankings`` as (codes, cosine array) per query: the same codes and values without a
+        (code, score) tuple per row, for callers keeping many deep rankings (a set builder's run).
+        A query repeated in ``queries`` shares one answer: read it, do not change it."""
         self._require_ready()
-        results: list[list[tuple[str, float]]] = [[] for _ in queries]
+        empty: tuple[list[str], np.ndarray] = ([], np.zeros(0))
+        results: list[tuple[list[str], np.ndarray]] = [empty for _ in queries]
         if n <= 0:
             return results
         wanted: list[tuple[int, str]] = []
@@ -438,11 +445,11 @@ class DenseRetriever:
         distinct = list(dict.fromkeys(text for _position, text in wanted))
         tops = self._top_many(self._query_vectors(distinct), n)
         by_text = {
-            text: list(zip(map(self._codes.__getitem__, top.tolist()), scores.tolist(), strict=True))
+            text: (list(map(self._codes.__getitem__, top.tolist())), np.asarray(scores))
             for text, (top, scores) in zip(distinct, tops, strict=True)
         }
         for position, text in wanted:
-            results[position] = list(by_text[text])
+            results[position] = by_text[text]
         return results
 
     def search(self, query: str, k: int = 10) -> SearchResult:
