@@ -17,6 +17,7 @@ from pathlib import Path
 
 from phenoforge.config import ProgressCallback, vocab_db_path
 from phenoforge.errors import PhenoforgeError
+from phenoforge.memory import fix_mmap_threshold
 from phenoforge.setbuild.models import SET_BUILDERS
 
 DEFAULT_SWEEP_WEIGHTS = [round(step / 10, 1) for step in range(11)]
@@ -686,6 +687,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    fix_mmap_threshold()  # batch work frees many large arrays: give them back to the system (peak RSS, issue 11)
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "quiet", False) or getattr(args, "json", False):
