@@ -9,6 +9,7 @@ have; silently returning nothing would corrupt a benchmark). A query never build
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 import time
 from collections import OrderedDict
@@ -144,6 +145,7 @@ class DenseRetriever:
             self._coarse, self._coarse_scales, self._distinct = None, None, None
             return False
         self._vectors, self.manifest, self._codes = loaded.vectors, loaded.manifest, loaded.codes
+        release_mapped_pages(self._vectors)  # checking the index read every page; a query needs few of them
         self._ann_path = loaded.ann_path
         self._coarse, self._coarse_scales = loaded.coarse, loaded.coarse_scales
         self._distinct = loaded.distinct
@@ -380,6 +382,8 @@ class DenseRetriever:
                     scores = vectors[candidates] @ query
                     top = top_indices(scores, n)
                     out.append((candidates[top], scores[top]))
+            if len(queries) > DISTINCT_MAX_QUERIES:  # a block re-scores rows all over the file
+                release_mapped_pages(vectors)
             return out
         if graph is not None:
             count = min(ANN_CANDIDATES, len(vectors))
@@ -405,6 +409,7 @@ class DenseRetriever:
             for scores in all_scores:
                 top = top_indices(scores, n)  # prefix-stable: identical texts give exact ties
                 out.append((top, scores[top]))
+        release_mapped_pages(vectors)
         return out
 
     def _top(self, query: str, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -486,6 +491,26 @@ class DenseRetriever:
         if not result.hits:
             result.reason = "the dense index is empty"
         return result
+
+
+def release_mapped_pages(array: np.ndarray) -> bool:
+    """Drop a memory-mapped array's pages from this process's resident set; True if it was mapped.
+
+    Checking the index at load, an exact scan and a block of re-scored queries read most stored
+    vectors (151 MB on ICD-10-CM), and the pages they touched stayed counted in the process's RSS
+    for its lifetime (a single query's ~1,000 rows are left mapped: it is the latency path). The
+    kernel keeps them in its page cache, so the next scan maps them back without reading the disk
+    (tens of ms for the whole file).
+    """
+    mapped = getattr(array, "_mmap", None)
+    base = array
+    while mapped is None and isinstance(getattr(base, "base", None), np.ndarray):
+        base = base.base  # type: ignore[assignment]
+        mapped = getattr(base, "_mmap", None)
+    if mapped is None or not hasattr(mapped, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    mapped.madvise(mmap.MADV_DONTNEED)
+    return True
 
 
 _SAMPLE_STRIDE = 16
