@@ -1,13 +1,14 @@
-"""Benchmark speed: bundled libraries x the four reference methods and x all seven methods (with the
+"""Benchmark speed: bundled libraries x the four reference methods and x every method (with the
 set builders), the scale library x the four, warm; cold one-cohort CLI runs; peak RSS.
 
 Each warm figure is median (min-max) over ``--runs`` after one warm-up run. The four reference
-methods and all seven are timed alternately in the same runs, so the ratio (issue 9: <= 2x) holds on
+methods and every method are timed alternately in the same runs, so the ratio (issue 9: <= 2x) holds on
 a noisy machine. ``--one-at-a-time`` also times the competing approach of issue 11's first pass: the
 same benchmark with every query retrieved one at a time (no batched prefetch). The cold figures are
 the wall time of fresh ``python -m phenoforge benchmark`` processes on one cohort, with the four
-reference methods and with the default (all seven). Peak RSS is printed for this process and for
-the cold children.
+reference methods and with the default (every method). Peak RSS is printed for this process and for
+each fresh process (those run first, while this process is small: a child's peak starts at its
+parent's).
 
 Warm runs start without remembered query vectors (``DenseRetriever.clear_query_cache`` before each
 timed run: the query embedding stays in every figure; ``--keep-query-cache`` times it as a
@@ -141,50 +142,49 @@ def warm_four_and_seven(
         )
 
 
-def whole_cli(runs: int) -> None:
-    """Issue 9's figure: whole ``benchmark --quiet`` processes, 4 reference methods and all, alternately."""
-    base = [sys.executable, "-m", "phenoforge", "benchmark", "--quiet"]
-    commands = {"four": [*base, "--methods", *ALL_METHODS], "all": base}
-    times: dict[str, list[float]] = {"four": [], "all": []}
-    peaks: dict[str, list[float]] = {"four": [], "all": []}
+def run_child(command: list[str]) -> tuple[float, float]:
+    """Wall time (s) and peak RSS (MiB) of one fresh process. Run these before this process grows:
+    a child's peak RSS starts from its parent's at the fork."""
+    started = time.perf_counter()
+    child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _pid, status, usage = os.wait4(child.pid, 0)
+    if status != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({status})")
+    return time.perf_counter() - started, usage.ru_maxrss / 1024
+
+
+def fresh_processes(label: str, commands: dict[str, list[str]], runs: int) -> None:
+    """Two commands alternately in fresh processes: times, same-run ratio, each one's peak RSS."""
+    (ours, ours_command), (theirs, theirs_command) = commands.items()
+    times: dict[str, list[float]] = {ours: [], theirs: []}
+    peaks: dict[str, list[float]] = {ours: [], theirs: []}
     for _run in range(runs):
-        for name, command in commands.items():
-            started = time.perf_counter()
-            child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            _pid, status, usage = os.wait4(child.pid, 0)
-            times[name].append(time.perf_counter() - started)
-            peaks[name].append(usage.ru_maxrss / 1024)
-            if status != 0:
-                raise SystemExit(f"{' '.join(command)} failed ({status})")
-    compare(
-        "whole CLI benchmark, every bundled library, fresh processes (s)",
-        f"--methods {' '.join(ALL_METHODS)}",
-        "all methods (default)",
-        times["four"],
-        times["all"],
-        "s",
-    )
-    four_peak, all_peak = spread(peaks["four"], digits=0), spread(peaks["all"], digits=0)
-    print(f"  peak RSS of each process: 4 methods {four_peak} MiB; all methods {all_peak} MiB")
+        for name, command in ((ours, ours_command), (theirs, theirs_command)):
+            seconds, peak = run_child(command)
+            times[name].append(seconds)
+            peaks[name].append(peak)
+    compare(label, ours, theirs, times[ours], times[theirs], "s")
+    ours_peak, theirs_peak = spread(peaks[ours], digits=0), spread(peaks[theirs], digits=0)
+    print(f"  peak RSS of each process (MiB): {ours} {ours_peak}; {theirs} {theirs_peak}")
 
 
 def cold_cli(library: str, cohort: str, runs: int) -> None:
     base = [sys.executable, "-m", "phenoforge", "benchmark", "--library", library, "--cohorts", cohort, "--quiet"]
-    four_methods = [*base, "--methods", *ALL_METHODS]
-    four, seven = [], []
-    for _run in range(runs):
-        four.append(timed(lambda: subprocess.run(four_methods, cwd=REPO, check=True, capture_output=True)))
-        seven.append(timed(lambda: subprocess.run(base, cwd=REPO, check=True, capture_output=True)))
-    compare(
+    fresh_processes(
         f"cold one-cohort CLI benchmark ({library} {cohort}), wall time of a fresh process (s)",
-        f"--methods {' '.join(ALL_METHODS)}",
-        "default (all methods)",
-        four,
-        seven,
-        "s",
+        {f"--methods {' '.join(ALL_METHODS)}": [*base, "--methods", *ALL_METHODS], "default (all methods)": base},
+        runs,
     )
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"  peak RSS of the cold CLI processes: {children:.0f} MiB")
+
+
+def whole_cli(runs: int) -> None:
+    """Issue 9's figure: whole ``benchmark --quiet`` processes, 4 reference methods and all, alternately."""
+    base = [sys.executable, "-m", "phenoforge", "benchmark", "--quiet"]
+    fresh_processes(
+        "whole CLI benchmark, every bundled library, fresh processes (s)",
+        {f"--methods {' '.join(ALL_METHODS)}": [*base, "--methods", *ALL_METHODS], "all methods (default)": base},
+        runs,
+    )
 
 
 def main() -> int:
@@ -205,6 +205,12 @@ def main() -> int:
     fix_mmap_threshold()  # as the CLI does
     print(f"CPU: {cpu_flags()}")
     print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    # fresh processes first, while this one is small (a child's peak RSS starts from its parent's)
+    if args.whole_cli:
+        whole_cli(args.runs)
+    if "cold" not in args.skip:
+        library = next(lib for lib in list_libraries() if lib.path.name in BUNDLED_DIRS)
+        cold_cli(library.library_id, library.cohort_ids[0], args.runs)
     con = connect()
     dense = load_dense_if_ready(con)
     if dense is None:
@@ -256,11 +262,6 @@ def main() -> int:
                 print(f"{label}\n  {spread(times)} s (median (min-max) over {len(times)} runs)")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak RSS of this process (warm runs above): {peak:.0f} MiB")
-    if "cold" not in args.skip and bundled:
-        library = bundled[0]
-        cold_cli(library.library_id, library.cohort_ids[0], args.runs)
-    if args.whole_cli:
-        whole_cli(args.runs)
     return 0
 
 
