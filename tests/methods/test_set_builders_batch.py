@@ -114,3 +114,17 @@ def test_predict_many_equals_one_call_per_matrix() -> None:
     assert [len(p) for p in got] == [7, 0, 1, 112, 0]
     assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))  # bit for bit
     assert [len(p) for p in learned.predict_many(model, [np.zeros((0, columns))])] == [0]
+
+
+@pytest.mark.usefixtures("small_models")
+def test_run_entries_equal_validated_ones(
+    fixture_con: duckdb.DuckDBPyConnection,
+    installed: dict[str, Path],  # noqa: F811
+) -> None:
+    """``to_entries`` skips pydantic's validation: what it makes must be what validation would make."""
+    from phenoforge.eval.runs import RunEntry
+
+    built = set_building.build_for_free_query(fixture_con, "adaptive_cutoff", "Heart failure")
+    entries = set_building.to_entries(built)
+    assert entries and [RunEntry.model_validate(entry.model_dump()) for entry in entries] == entries
+    assert all(type(entry.score) is float and type(entry.rank) is int for entry in entries)
