@@ -111,3 +111,16 @@ def test_a_ranking_of_other_score_types_is_kept_as_given(fixture_con: duckdb.Duc
     retrieval.prefetch(["asthma"])
     ranking = retrieval.dense_ranking("asthma", 2)
     assert ranking == [("E11.9", np.float32(0.5)), ("J45", 1)] and type(ranking[0][1]) is np.float32
+
+
+def test_released_pages_read_back_the_same_vectors(built: DenseRetriever, tmp_path: Path) -> None:
+    """Dropping the mapped vectors from the resident set must not change a ranking (the kernel maps
+    them back from its page cache); an array that is not mapped is left alone."""
+    assert isinstance(built._vectors, np.memmap)
+    before = built.rankings(["Heart failure", "asthma"], 30)
+    copy = np.array(built._vectors)
+    assert dense_retriever.release_mapped_pages(built._vectors)
+    assert dense_retriever.release_mapped_pages(built._vectors[2:7])  # a view finds its mapping
+    assert np.array_equal(np.asarray(built._vectors), copy)
+    assert built.rankings(["Heart failure", "asthma"], 30) == before
+    assert not dense_retriever.release_mapped_pages(copy)
