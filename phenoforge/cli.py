@@ -17,6 +17,7 @@ from pathlib import Path
 
 from phenoforge.config import ProgressCallback, vocab_db_path
 from phenoforge.errors import PhenoforgeError
+from phenoforge.memory import fix_mmap_threshold
 from phenoforge.setbuild.models import SET_BUILDERS
 
 DEFAULT_SWEEP_WEIGHTS = [round(step / 10, 1) for step in range(11)]
@@ -306,7 +307,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         if args.no_dense
         else (None if dense is not None or not wants_dense else _dense_problem(con))
     )
-    reports = {}
+    dumped: dict[str, str] = {}  # each library's JSON as soon as it is scored: no report object outlives its library
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in resolve_library_dirs(args.library, bundled_only=True):
             library = load_library(library_dir)
@@ -325,8 +326,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
                 measures=args.measures,
                 dense_problem=dense_problem,
             )
-            reports[library.library_id] = report
-            if not args.json:
+            if args.json:
+                # the text ``json.dumps({id: report, ...}, indent=1)`` gives for this entry, made now
+                dumped[library.library_id] = json.dumps(report.model_dump(), indent=1).replace("\n", "\n ")
+            else:
                 print(
                     f"\n{library.manifest.name} ({library.library_id}): {len(cohort_ids)} cohorts, "
                     f"k={args.k}, dense_weight={args.dense_weight}, {time.perf_counter() - started:.1f} s"
@@ -334,8 +337,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
                 print(_benchmark_table(report))
                 if report.skipped:
                     print(f"skipped: {len(report.skipped)} (e.g. {report.skipped[0]})")
+            del report  # not alive while the next library runs
     if args.json:
-        print(json.dumps({name: report.model_dump() for name, report in reports.items()}, indent=1))
+        entries = [f" {json.dumps(name)}: {text}" for name, text in dumped.items()]
+        print("{\n" + ",\n".join(entries) + "\n}" if entries else "{}")
     return 0
 
 
@@ -734,6 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    fix_mmap_threshold()  # batch work frees many large arrays: give them back to the system (peak RSS, issue 11)
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "quiet", False) or getattr(args, "json", False):

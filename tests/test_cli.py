@@ -179,6 +179,31 @@ def test_benchmark_json_on_a_library_given_by_path(tmp_path: Path, capsys: pytes
     assert dm2["coverage"] == 1.0 and dm2["over_inclusion_penalty"] == 0.0
 
 
+def test_benchmark_json_is_the_dump_of_every_report_byte_for_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each library's JSON is made as soon as it is scored (no report object is kept): the output must
+    stay exactly ``json.dumps({id: report, ...}, indent=1)``."""
+    from phenoforge.engine.curated import load_library
+    from phenoforge.eval.harness import run_benchmark
+
+    first = write_fixture_library(tmp_path / "a" / "lib-a", "lib-a")
+    second = write_fixture_library(tmp_path / "b" / "lib-b", "lib-b")
+    argv = ["--methods", "bm25", "expand_descendants", "--no-dense", "--json"]
+    code, out, _err = run(capsys, "benchmark", "--library", str(first), "--library", str(second), *argv)
+    assert code == 0
+    from phenoforge.engine.db import connect
+
+    con = connect()
+    expected = {
+        path.name: run_benchmark(
+            con, path, load_library(path).cohort_ids, methods=["bm25", "expand_descendants"]
+        ).model_dump()
+        for path in (first, second)
+    }
+    assert out == json.dumps(expected, indent=1) + "\n" and list(json.loads(out)) == ["lib-a", "lib-b"]
+
+
 def test_benchmark_json_uses_the_installed_library_by_id(capsys: pytest.CaptureFixture[str]) -> None:
     write_fixture_library(libraries_dir() / "cli-lib")
     code, out, _err = run(

@@ -138,24 +138,63 @@ def build_run(
     progress = progress or no_progress
     run = Run(name=declared.name, source=declared.source)
     total = len(qrels.cohorts)
-    for position, cohort in enumerate(qrels.cohorts.values()):
-        progress(position, total, f"{declared.name}: {cohort.cohort_id}")
-        task = CohortTask(cohort_id=cohort.cohort_id, query=cohort.cohort_name, seed_code=expansion_seed(cohort.codes))
+    tasks = [
+        CohortTask(cohort_id=cohort.cohort_id, query=cohort.cohort_name, seed_code=expansion_seed(cohort.codes))
+        for cohort in qrels.cohorts.values()
+    ]
+    answers = _batch_answers(declared, context, tasks, record, progress)
+    for position, task in enumerate(tasks):
+        if answers is not None:
+            run.cohorts[task.cohort_id] = _run_entries(declared, answers[position])
+            continue
+        progress(position, total, f"{declared.name}: {task.cohort_id}")
         try:
             produced = declared.predict(context, task)
         except Exception as error:
             if declared.source == "built-in":
                 raise
-            skipped.append(f"{cohort.cohort_id}/{declared.name}: the method raised {type(error).__name__}: {error}")
-            record.notes.append(f"raised on cohort {cohort.cohort_id}: {type(error).__name__}: {error}")
-            log.warning("method %s raised on cohort %s", declared.name, cohort.cohort_id, exc_info=True)
+            skipped.append(f"{task.cohort_id}/{declared.name}: the method raised {type(error).__name__}: {error}")
+            record.notes.append(f"raised on cohort {task.cohort_id}: {type(error).__name__}: {error}")
+            log.warning("method %s raised on cohort %s", declared.name, task.cohort_id, exc_info=True)
             continue
-        run.cohorts[cohort.cohort_id] = [
-            entry if isinstance(entry, RunEntry) else RunEntry(code=str(entry), rank=rank, provenance=[declared.name])
-            for rank, entry in enumerate(produced, start=1)
-        ]
+        run.cohorts[task.cohort_id] = _run_entries(declared, produced)
     record.notes += context.notes_of(declared.name)
     return run, record
+
+
+def _run_entries(declared: Method, produced: Sequence[RunEntry | str]) -> list[RunEntry]:
+    return [
+        entry if isinstance(entry, RunEntry) else RunEntry(code=str(entry), rank=rank, provenance=[declared.name])
+        for rank, entry in enumerate(produced, start=1)
+    ]
+
+
+def _batch_answers(
+    declared: Method,
+    context: MethodContext,
+    tasks: list[CohortTask],
+    record: MethodRecord,
+    progress: ProgressCallback,
+) -> list[Sequence[RunEntry | str]] | None:
+    """Every task's answer from the method's ``predict_batch``, or None to ask one task at a time.
+
+    A built-in's error propagates (a bug); another method whose batch raises or answers the wrong
+    number of tasks is asked one task at a time instead, so one bad cohort costs only its own answer.
+    """
+    if declared.predict_batch is None or not tasks:
+        return None
+    progress(0, len(tasks), f"{declared.name}: {len(tasks)} cohorts")
+    try:
+        answers = list(declared.predict_batch(context, tasks))
+        if len(answers) != len(tasks):
+            raise ValueError(f"predict_batch answered {len(answers)} of {len(tasks)} tasks")
+    except Exception as error:
+        if declared.source == "built-in":
+            raise
+        record.notes.append(f"predict_batch raised {type(error).__name__}: {error}; asked one cohort at a time")
+        log.warning("method %s: predict_batch raised; one cohort at a time", declared.name, exc_info=True)
+        return None
+    return answers
 
 
 def score_runs(
@@ -215,6 +254,7 @@ def run_methods(
         library_path=qrels.library_path,
         dense_problem=dense_problem if dense is None else None,
         options={"progress": progress} if progress is not None else {},
+        methods=tuple(m.name for m in chosen),
     )
     if any(m.retrieves for m in chosen):
         queries = [cohort.cohort_name for cohort in qrels.cohorts.values()]

@@ -56,6 +56,9 @@ class MethodContext:
     dense_problem: str | None = None
     """Why there is no dense retriever ('not built', 'corrupt: ...'), when there is none."""
     options: dict[str, Any] = field(default_factory=dict)
+    methods: tuple[str, ...] = ()
+    """The names of every method this run will ask for, in order (empty: not known). Methods that
+    share work (the set builders' candidate tables) compute it once for all of them."""
 
     def note(self, method: str, cohort_id: str, text: str) -> None:
         """Record something the report should say about one cohort's answer (a fallback, an empty set)."""
@@ -90,6 +93,7 @@ class MethodSetup:
 
 
 Predict = Callable[[MethodContext, CohortTask], Sequence[RunEntry | str]]
+PredictBatch = Callable[[MethodContext, Sequence[CohortTask]], Sequence[Sequence[RunEntry | str]]]
 Setup = Callable[[MethodContext], MethodSetup]
 
 
@@ -111,6 +115,10 @@ class Method:
     """Whether the method reads the shared rankings (the harness then ranks every query in one batch)."""
     depth: int | None = None
     """How deep a ranking the method reads (None: the run's fusion depth); the harness prefetches that deep."""
+    predict_batch: PredictBatch | None = None
+    """Optional: every cohort of a run in one call, one answer per task in order, the same answers as
+    ``predict`` one task at a time. The harness prefers it; a method that costs per call (a model
+    predicting each cohort's candidates) answers a run with one model call instead of hundreds."""
 
     @property
     def retrieves_dense(self) -> bool:

@@ -11,58 +11,113 @@ from collections.abc import Sequence
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from phenoforge.engine.bm25 import get_bm25_index
 
 Ranking = list[tuple[str, float]]
+PREFETCH_BLOCK = 32
+"""BM25 queries ranked per prefetch call: each block's (code, score) lists are packed before the
+next is ranked, so a library's 5,000-deep rankings never exist as Python tuples all at once."""
+
+
+class _Packed:
+    """One memoised ranking: its codes (the retriever's own strings) and its scores as one float64
+    array, about a fifth of a list of (code, float) tuples; unpacked on each read (the same values)."""
+
+    __slots__ = ("depth", "codes", "scores", "as_given")
+
+    @classmethod
+    def of_arrays(cls, depth: int, codes: list[str], scores: np.ndarray) -> _Packed:
+        """From a retriever's packed answer (``rankings_packed``): no tuples made at all."""
+        packed = cls(depth, [])
+        packed.codes, packed.scores = codes, scores
+        return packed
+
+    def __init__(self, depth: int, ranking: Ranking) -> None:
+        self.depth = depth
+        if all(type(score) is float for _code, score in ranking):
+            self.codes: list[str] = [code for code, _score in ranking]
+            self.scores: np.ndarray | None = np.fromiter(
+                (score for _code, score in ranking), dtype=np.float64, count=len(ranking)
+            )
+            self.as_given: Ranking | None = None
+        else:  # a retriever of another kind (numpy or int scores): kept as it answered
+            self.codes, self.scores, self.as_given = [], None, list(ranking)
+
+    def ranking(self, depth: int) -> Ranking:
+        if self.as_given is not None or self.scores is None:
+            return list((self.as_given or [])[:depth])
+        return list(zip(self.codes[:depth], self.scores[:depth].tolist(), strict=True))
 
 
 class Retrieval:
     """Memoised BM25 and dense rankings, ``depth`` deep unless a caller asks for deeper.
 
     A set builder reads rankings far deeper than the reference methods' fusion depth; since the
-    rankings are prefix-stable, one deep query serves every shallower request by slicing.
+    rankings are prefix-stable, one deep query serves every shallower request by slicing. Rankings
+    are kept packed (codes and a score array), so a run's 5,000-deep rankings stay small.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, dense: Any | None, depth: int) -> None:
         self.con = con
         self.dense = dense
         self.depth = depth
-        self._bm25: dict[str, tuple[int, Ranking]] = {}
-        self._dense: dict[str, tuple[int, Ranking]] = {}
+        self._bm25: dict[str, _Packed] = {}
+        self._dense: dict[str, _Packed] = {}
 
     @staticmethod
-    def _missing(memo: dict[str, tuple[int, Ranking]], queries: Sequence[str], depth: int) -> list[str]:
-        return [q for q in dict.fromkeys(queries) if q not in memo or memo[q][0] < depth]
+    def _missing(memo: dict[str, _Packed], queries: Sequence[str], depth: int) -> list[str]:
+        return [q for q in dict.fromkeys(queries) if q not in memo or memo[q].depth < depth]
 
     def prefetch(self, queries: Sequence[str], dense: bool = True, depth: int | None = None) -> None:
-        """Rank every query up front (dense too, when asked), in one batch where the retriever supports it."""
+        """Rank every query up front (dense too, when asked), in one batch where the retriever supports it.
+
+        BM25 ranks each query on its own (its batch call only skips repeats), so it is asked in blocks
+        of ``PREFETCH_BLOCK``; the dense retriever gets every query in one call, because its exact
+        scan's float rounding depends on which queries share a matrix product.
+        """
         depth = max(depth or self.depth, self.depth)
         todo = self._missing(self._bm25, queries, depth)
         if todo:
             index = get_bm25_index(self.con)
             batch = getattr(index, "rankings", None)
-            results = batch(todo, depth) if batch else [index.ranking(q, depth) for q in todo]
-            self._bm25.update((q, (depth, ranked)) for q, ranked in zip(todo, results, strict=True))
+            for start in range(0, len(todo), PREFETCH_BLOCK):
+                block = todo[start : start + PREFETCH_BLOCK]
+                results = batch(block, depth) if batch else [index.ranking(q, depth) for q in block]
+                self._bm25.update((q, _Packed(depth, ranked)) for q, ranked in zip(block, results, strict=True))
         if dense and self.dense is not None:
             todo = self._missing(self._dense, queries, depth)
             if todo:
-                batch = getattr(self.dense, "rankings", None)
-                results = batch(todo, depth) if batch else [self.dense.ranking(q, depth) for q in todo]
-                self._dense.update((q, (depth, ranked)) for q, ranked in zip(todo, results, strict=True))
+                self._fetch_dense(todo, depth)
+
+    def _fetch_dense(self, queries: list[str], depth: int) -> None:
+        dense = self.dense
+        assert dense is not None
+        packed = getattr(dense, "rankings_packed", None)
+        if packed is not None:  # the real retriever: codes and a score array, no tuple per row
+            for q, (codes, scores) in zip(queries, packed(queries, depth), strict=True):
+                self._dense[q] = _Packed.of_arrays(depth, codes, scores)
+            return
+        batch = getattr(dense, "rankings", None)
+        results = batch(queries, depth) if batch else [dense.ranking(q, depth) for q in queries]
+        self._dense.update((q, _Packed(depth, ranked)) for q, ranked in zip(queries, results, strict=True))
 
     def bm25(self, query: str, depth: int | None = None) -> Ranking:
         """The BM25 ranking of ``query``, ``depth`` deep (the run's depth by default)."""
         depth = depth or self.depth
-        if query not in self._bm25 or self._bm25[query][0] < depth:
-            self._bm25[query] = (depth, get_bm25_index(self.con).ranking(query, depth))
-        return self._bm25[query][1][:depth]
+        if query not in self._bm25 or self._bm25[query].depth < depth:
+            self._bm25[query] = _Packed(depth, get_bm25_index(self.con).ranking(query, depth))
+        return self._bm25[query].ranking(depth)
 
     def dense_ranking(self, query: str, depth: int | None = None) -> Ranking | None:
         """The dense ranking ``depth`` deep, or None without a dense retriever."""
         if self.dense is None:
             return None
         depth = depth or self.depth
-        if query not in self._dense or self._dense[query][0] < depth:
-            self._dense[query] = (depth, self.dense.ranking(query, depth))
-        return self._dense[query][1][:depth]
+        if query not in self._dense or self._dense[query].depth < depth:
+            if getattr(self.dense, "rankings_packed", None) is not None:
+                self._fetch_dense([query], depth)
+            else:
+                self._dense[query] = _Packed(depth, self.dense.ranking(query, depth))
+        return self._dense[query].ranking(depth)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.curated import list_libraries, load_library
@@ -35,7 +36,7 @@ from phenoforge.setbuild.api import (
 )
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH, CandidateTable
 from phenoforge.setbuild.groups import library_group
-from phenoforge.setbuild.learned import LeakageError
+from phenoforge.setbuild.learned import LeakageError, learned_features, predict_many
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet, CodeProvenance
 from phenoforge.setbuild.transfer import TRANSFER_METHOD, KnowledgeLeakError, copied_groups
 
@@ -158,8 +159,12 @@ def describe(provenance: CodeProvenance) -> str:
 
 
 def to_entries(built: BuiltSet) -> list[RunEntry]:
+    # fields of validated models, already of their declared types: constructed without validating
+    # again (tens of thousands of codes per benchmark)
     return [
-        RunEntry(code=item.code, rank=rank, score=item.provenance.score, provenance=[describe(item.provenance)])
+        RunEntry.model_construct(
+            code=item.code, rank=rank, score=item.provenance.score, provenance=[describe(item.provenance)]
+        )
         for rank, item in enumerate(built.codes, start=1)
     ]
 
@@ -180,14 +185,18 @@ def _prepare(context: MethodContext, query: str) -> _Prepared:
     """Typo correction, umbrellas, deep rankings and the candidate table: once per query per run."""
     memo: dict[str, _Prepared] = context.options.setdefault("set-building:prepared", {})
     if query not in memo:
-        searched, umbrellas = robust_query(context.con, query)
-        bm25 = context.retrieval.bm25(searched, RETRIEVAL_DEPTH)
-        dense = context.retrieval.dense_ranking(searched, RETRIEVAL_DEPTH)
-        table = candidate_table(
-            context.hierarchy, query, bm25, dense, searched_as_of(query, searched), umbrellas, FITTED_DENSE_WEIGHT
-        )
-        memo[query] = _Prepared(searched, umbrellas, bm25, dense, table)
+        memo[query] = _prepared(context, query)
     return memo[query]
+
+
+def _prepared(context: MethodContext, query: str) -> _Prepared:
+    searched, umbrellas = robust_query(context.con, query)
+    bm25 = context.retrieval.bm25(searched, RETRIEVAL_DEPTH)
+    dense = context.retrieval.dense_ranking(searched, RETRIEVAL_DEPTH)
+    table = candidate_table(
+        context.hierarchy, query, bm25, dense, searched_as_of(query, searched), umbrellas, FITTED_DENSE_WEIGHT
+    )
+    return _Prepared(searched, umbrellas, bm25, dense, table)
 
 
 def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBuilders) -> BuiltSet:
@@ -263,6 +272,109 @@ def code_typed_as_query(hierarchy: Hierarchy, query: str) -> tuple[str, str] | N
     return (hierarchy.code[node], hierarchy.name[node]) if node is not None and hierarchy.name.get(node) else None
 
 
+BATCH_QUERIES = 32
+"""Queries whose candidate tables are alive at once in a batched run: their membership features are
+predicted in one model call (per-call cost amortised 32-fold), then the tables are dropped (each holds
+four 5,000-entry rank and score tables: keeping a whole library's made the peak RSS)."""
+
+
+def built_sets(context: MethodContext, builder: str, queries: Sequence[str], fitted: FittedBuilders) -> list[BuiltSet]:
+    """``[build_for(context, builder, q, fitted) for q in queries]``, the same sets, computed in one pass.
+
+    The pass builds the sets of every set builder of the run (``context.methods``) at once, query by
+    query in blocks of ``BATCH_QUERIES``: each block's candidate tables are built once, serve every
+    builder, and are dropped; the learned builder predicts a block's candidates in one model call.
+    The other builders' sets wait in the context until they ask for them (and are handed over once).
+    """
+    waiting: dict[str, dict[str, BuiltSet]] = context.options.setdefault("set-building:built", {})
+    mine = waiting.get(builder, {})
+    if any(query not in mine for query in queries):
+        wanted = [name for name in SET_BUILDERS if name == builder or name in context.methods]
+        _build_pass(context, [name for name in wanted if name not in waiting], list(dict.fromkeys(queries)), fitted)
+        mine = waiting.get(builder, {})
+    out = [mine[query] for query in queries]
+    waiting.pop(builder, None)  # handed over: the run's entries hold them now
+    return out
+
+
+def _build_pass(context: MethodContext, builders: list[str], queries: list[str], fitted: FittedBuilders) -> None:
+    waiting: dict[str, dict[str, BuiltSet]] = context.options.setdefault("set-building:built", {})
+    sets: dict[str, dict[str, BuiltSet]] = {name: {} for name in builders}
+    progress = context.options.get("progress")
+    memo: dict[str, _Prepared] = context.options.get("set-building:prepared", {})
+    for start in range(0, len(queries), BATCH_QUERIES):
+        block = queries[start : start + BATCH_QUERIES]
+        if callable(progress):
+            progress(start, len(queries), f"set builders: {block[0]}")
+        prepared: dict[str, _Prepared] = {}
+        for query in block:
+            if query_problem(query) is not None:
+                for name in builders:
+                    sets[name][query] = build_for(context, name, query, fitted)  # the refusal, with its reason
+                continue
+            prepared[query] = memo.get(query) or _prepared(context, query)
+            for name in builders:
+                if name in ("adaptive_cutoff", "subtree"):
+                    sets[name][query] = _build(context, name, query, prepared[query], fitted)
+        if "learned" in builders or TRANSFER_METHOD in builders:
+            learned = _learned_block(context, prepared, fitted)
+            for query, built in learned.items():
+                prepared[query].learned = built
+                if "learned" in builders:
+                    sets["learned"][query] = built
+                if TRANSFER_METHOD in builders:
+                    sets[TRANSFER_METHOD][query] = _build(context, TRANSFER_METHOD, query, prepared[query], fitted)
+    waiting.update(sets)
+
+
+def _learned_block(
+    context: MethodContext, prepared: dict[str, _Prepared], fitted: FittedBuilders
+) -> dict[str, BuiltSet]:
+    """The learned sets of a block of queries, the model predicting every candidate of the block at once."""
+    model = fitted.model
+    done = {query: ready.learned for query, ready in prepared.items() if ready.learned is not None}
+    todo = [query for query in prepared if query not in done]
+    if model is None:  # the adaptive cut-off answers (build_set says so)
+        return {**done, **{query: _build(context, "learned", query, prepared[query], fitted) for query in todo}}
+    model.check_may_score(context.library_id or None, scored_group(context))
+    features = {
+        query: learned_features(context.hierarchy, prepared[query].table, fitted.knowledge)
+        for query in todo
+        if len(prepared[query].table)
+    }
+    predicted = dict(zip(features, predict_many(model, list(features.values())), strict=True))
+    for query in todo:
+        done[query] = _build(context, "learned", query, prepared[query], fitted, predicted.get(query))
+    return done
+
+
+def _build(
+    context: MethodContext,
+    builder: str,
+    query: str,
+    prepared: _Prepared,
+    fitted: FittedBuilders,
+    probabilities: np.ndarray | None = None,
+) -> BuiltSet:
+    """What ``build_for`` builds from a prepared query (curated_transfer's fallback: ``prepared.learned``)."""
+    return build_set(
+        context.hierarchy,
+        builder,
+        query,
+        prepared.bm25,
+        prepared.dense,
+        fitted,
+        scored_library_id=context.library_id or None,
+        scored_group=scored_group(context),
+        searched_as=searched_as_of(query, prepared.searched),
+        umbrellas=prepared.umbrellas,
+        dense_weight=FITTED_DENSE_WEIGHT,
+        table=prepared.table,
+        fallback=prepared.learned if builder == TRANSFER_METHOD else None,
+        probabilities=probabilities,
+    )
+
+
 def searched_as_of(query: str, searched: str) -> str | None:
     return searched if searched != query else None
 
@@ -303,6 +415,22 @@ def make_predict(builder: str) -> Callable[[MethodContext, CohortTask], list[Run
     return predict
 
 
+def make_predict_batch(builder: str) -> Callable[[MethodContext, Sequence[CohortTask]], list[list[RunEntry]]]:
+    def predict_batch(context: MethodContext, tasks: Sequence[CohortTask]) -> list[list[RunEntry]]:
+        fitted = context.options.get(f"setup:{builder}")
+        if not isinstance(fitted, FittedBuilders):
+            fitted = fitted_for(context)
+        out = []
+        sets = built_sets(context, builder, [task.query for task in tasks], fitted)
+        for task, built in zip(tasks, sets, strict=True):
+            for note in [*built.notes, *([built.fallback] if built.fallback else [])]:
+                context.note(builder, task.cohort_id, note)
+            out.append(to_entries(built))
+        return out
+
+    return predict_batch
+
+
 def set_builder(name: str, label: str, description: str) -> Method:
     """The registry entry of one set builder."""
     return Method(
@@ -313,6 +441,7 @@ def set_builder(name: str, label: str, description: str) -> Method:
         uses=frozenset({"dense"}),
         setup=make_setup(name),
         depth=RETRIEVAL_DEPTH,
+        predict_batch=make_predict_batch(name),
     )
 
 

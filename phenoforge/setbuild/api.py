@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from phenoforge.config import ProgressCallback, no_progress
@@ -466,12 +467,14 @@ def build_set(
     dense_weight: float = 0.5,
     table: CandidateTable | None = None,
     fallback: BuiltSet | None = None,
+    probabilities: np.ndarray | None = None,
 ) -> BuiltSet:
     """One builder's code list for one query from rankings ``RETRIEVAL_DEPTH`` deep (with scores).
 
     ``table`` (from :func:`candidate_table` of the same rankings) lets several builders share one
     candidate table instead of each building its own; ``fallback`` (the learned set of the same
-    query and fitted builders) spares ``curated_transfer`` computing it again.
+    query and fitted builders) spares ``curated_transfer`` computing it again; ``probabilities`` (the
+    membership model's for ``table``, predicted with other queries' in one call) spares the model call.
     """
     if method not in METHODS:
         raise ValueError(f"unknown set builder {method!r}; choose one of {', '.join(METHODS)}")
@@ -490,7 +493,13 @@ def build_set(
         built.fallback = "no membership model (too little training data): adaptive cut-off used instead"
     else:
         built = build_learned(
-            hierarchy, table, fitted.model, scored_library_id, scored_group, knowledge=fitted.knowledge
+            hierarchy,
+            table,
+            fitted.model,
+            scored_library_id,
+            scored_group,
+            knowledge=fitted.knowledge,
+            probabilities=probabilities,
         )
     if method == TRANSFER_METHOD:
         return build_transfer(hierarchy, query, fitted.knowledge, fitted.transfer, built)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.hybrid import rrf_fuse
@@ -105,7 +106,14 @@ def _ranks(
     ranks: dict[int, int] = {}
     scores: dict[int, float] = {}
     direct = hierarchy.ids_by_display_code()  # what ``resolve`` answers first, without a call per code
-    for rank, (code, score) in enumerate(ranking or [], start=1):
+    ranking = ranking or []
+    ids = [direct.get(code) if type(code) is str else None for code, _score in ranking]
+    if None not in ids and len(set(ids)) == len(ids):
+        # the usual case (every code known, each once): the same dicts as the loop below, built in C
+        known = cast(list[int], ids)
+        ranks = dict(zip(known, range(1, len(known) + 1), strict=True))
+        return ranks, dict(zip(known, [float(score) for _code, score in ranking], strict=True))
+    for rank, (code, score) in enumerate(ranking, start=1):
         concept_id = direct.get(code) if isinstance(code, str) else None
         if concept_id is None:
             concept_id = hierarchy.resolve(code)

@@ -279,11 +279,14 @@ def build_learned(
     scored_group: str | None = None,
     features: np.ndarray | None = None,
     knowledge: KnowledgeView | None = None,
+    probabilities: np.ndarray | None = None,
 ) -> BuiltSet:
     """Codes the model keeps for one query. Refuses (``LeakageError``) to score its own training data.
 
     ``knowledge`` (curated cohorts of other library groups) feeds the transfer features and names the
     best-matching cohort in each kept code's provenance; it refuses to include the scored group.
+    ``probabilities`` (the model's answer for this table's features, from one call for many
+    queries: ``predict_many``) spares the model call per query.
     """
     model.check_may_score(scored_library_id, scored_group)
     if knowledge is not None:
@@ -294,11 +297,12 @@ def build_learned(
     if not len(table):
         out.result.notes.append("no candidates: " + ("; ".join(table.notes) or "the retrievers found nothing"))
         return out.finish()
-    if features is None:
-        features = np.hstack([candidate_features(hierarchy, table), transfer_features(hierarchy, table, knowledge)])
-    matrix = features
+    if probabilities is None:
+        matrix = features if features is not None else learned_features(hierarchy, table, knowledge)
+        probabilities = model.probabilities(matrix)
+    elif len(probabilities) != len(table):
+        raise ValueError(f"{len(probabilities)} probabilities for {len(table)} candidates")
     match, in_match = top_match_note(table, knowledge)
-    probabilities = model.probabilities(matrix)
     kept = select(probabilities, model.manifest.rule, model.manifest.threshold)
     rule = model.manifest.rule
     passed = probabilities[kept] >= model.manifest.threshold if rule == "threshold" else np.ones(len(kept), bool)
@@ -330,6 +334,22 @@ def build_learned(
             via_rank=table.hit_rank.get(origin),
         )
     return out.finish()
+
+
+def learned_features(hierarchy: Hierarchy, table: CandidateTable, knowledge: KnowledgeView | None) -> np.ndarray:
+    """The feature matrix the membership model reads for one candidate table (``ALL_FEATURE_NAMES`` columns)."""
+    return np.hstack([candidate_features(hierarchy, table), transfer_features(hierarchy, table, knowledge)])
+
+
+def predict_many(model: MembershipModel, matrices: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``[model.probabilities(m) for m in matrices]`` in one model call: scikit-learn's predictions cost
+    mostly per call (250 trees walked one after another), not per row, and each row's probability
+    does not depend on the rows predicted with it."""
+    sizes = [len(matrix) for matrix in matrices]
+    if not sum(sizes):
+        return [np.zeros(0) for _size in sizes]
+    stacked = model.probabilities(np.vstack([matrix for matrix in matrices if len(matrix)]))
+    return np.split(stacked, np.cumsum(sizes)[:-1])
 
 
 # -- storage -------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -103,6 +103,8 @@ def library_groups(library: Library) -> frozenset[str]:
     return frozenset({library_group(library.manifest), library_group({"library_id": library.library_id})})
 
 
+RECENT_QUERIES = 64
+"""Queries whose similarities a view keeps (287 floats each)."""
 QUERY_CACHE_SIZE = 4096
 """Query vectors a knowledge keeps (a benchmark of every bundled cohort needs 287)."""
 
@@ -166,6 +168,9 @@ class KnowledgeView:
     knowledge: CuratedKnowledge
     excluded: frozenset[str]
     keep: np.ndarray
+    _recent: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict, repr=False, compare=False)
+    """the latest queries' similarities: the learned features, its provenance note and curated_transfer
+    each match the same query (three times per cohort in a benchmark)"""
 
     @property
     def cohorts(self) -> list[KnownCohort]:
@@ -203,7 +208,12 @@ class KnowledgeView:
         """The ``depth`` best-matching cohorts of the view, best first."""
         if not self.keep.any():
             return []
-        sims = self.similarities(query)
+        sims = self._recent.get(query)
+        if sims is None:
+            sims = self.similarities(query)
+            self._recent[query] = sims
+            while len(self._recent) > RECENT_QUERIES:
+                self._recent.popitem(last=False)
         order = np.argsort(-sims, kind="stable")[: min(depth, int(self.keep.sum()))]
         return [Match(self.knowledge.cohorts[i], float(sims[i])) for i in order]
 
@@ -338,8 +348,11 @@ def copied_groups(
 
 
 def embed_fn_of(dense: object | None) -> EmbedFn | None:
-    """The dense retriever's embedding function (None without a dense index)."""
-    return getattr(dense, "embed_fn", None) if dense is not None else None
+    """The dense retriever's query embedding (None without a dense index): its cached one when it has
+    it, so a cohort name the dense ranking embedded is not embedded again."""
+    if dense is None:
+        return None
+    return getattr(dense, "query_embed_fn", None) or getattr(dense, "embed_fn", None)
 
 
 def excluded_for(library_id: str, group: str, held_out: Iterable[str | None] = ()) -> set[str]:

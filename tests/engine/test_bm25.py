@@ -251,3 +251,10 @@ def test_rankings_equal_ranking_per_query(fixture_con: duckdb.DuckDBPyConnection
     assert batched == [index.ranking(query, 7) for query in queries]
     assert batched[0] and batched[2] == [] and batched[5] == []
     assert index.rankings([], 7) == [] and index.rankings(["asthma"], 0) == [[]]
+
+
+def test_tokens_are_shared_strings() -> None:
+    """The set builders cache the words of every vocabulary text: one string per distinct word."""
+    first, second = tokenize("Chronic kidney disease"), tokenize("kidney stones, chronic")
+    assert first == ["chronic", "kidney", "disease"] and second == ["kidney", "stones", "chronic"]
+    assert first[0] is second[2] and first[1] is second[0]

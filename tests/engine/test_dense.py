@@ -576,3 +576,20 @@ def test_onnx_runtime_gives_the_torch_vectors(tmp_path: Path, monkeypatch: pytes
     assert np.allclose(onnx(texts), torch_fp32(texts), atol=1e-4)
     assert np.allclose(onnx(texts[:1]), torch_fp32(texts[:1]), atol=1e-4)  # the one-thread query session
     assert dense.describe_embed_fn(onnx) == "onnx-fp32"
+
+
+@pytest.mark.model
+def test_onnx_vectors_ignore_the_batch_and_a_batch_process_keeps_one_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query-vector cache relies on ``batch_invariant``; a benchmark must not hold the weights twice."""
+    monkeypatch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path))
+    texts = ["heart failure", "Type 2 diabetes mellitus with diabetic chronic kidney disease", "asthma"]
+    queries_first = dense.default_embed_fn(precision="fp32", runtime="onnx")
+    one_by_one = np.vstack([queries_first([text]) for text in texts])
+    assert queries_first.open_sessions() == ["query"] and queries_first.batch_invariant
+    batch_first = dense.default_embed_fn(precision="fp32", runtime="onnx")
+    together = batch_first(texts)
+    singles = np.vstack([batch_first([text]) for text in texts])
+    assert batch_first.open_sessions() == ["batch"]  # its single texts ran in the batch session
+    assert np.array_equal(together, one_by_one) and np.array_equal(singles, one_by_one)  # bit for bit

@@ -9,7 +9,10 @@ have; silently returning nothing would corrupt a benchmark). A query never build
 from __future__ import annotations
 
 import logging
+import mmap
+import threading
 import time
+from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -70,6 +73,10 @@ at once: 0.22 s all rows against 0.28 s distinct, ``bench/bench_speed.py``), whi
 EXACT_QUERY_CHUNK = 64
 """Queries scored together in an exact scan: one pass over the vectors for each chunk."""
 MAX_QUERY_CHARS = 2000
+QUERY_CACHE_SIZE = 4096
+"""Query texts whose vectors a retriever remembers (384 floats each: ~6 MB at most). A benchmark of
+the 287 bundled cohorts embeds each name for the dense ranking, the set builders' deep rankings and
+the curated knowledge's name match: with the cache the model runs once per name."""
 """Longer queries are cut (the model would truncate them at ``MAX_SEQ_LENGTH`` tokens anyway)."""
 
 
@@ -108,6 +115,9 @@ class DenseRetriever:
         self._distinct_scan: _DistinctScan | None = None
         self._searches = 0
         self.embed_calls = 0
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_cache_fn: EmbedFn | None = None
+        self._query_cache_lock = threading.Lock()
         self.reload()
 
     # -- state
@@ -135,6 +145,7 @@ class DenseRetriever:
             self._coarse, self._coarse_scales, self._distinct = None, None, None
             return False
         self._vectors, self.manifest, self._codes = loaded.vectors, loaded.manifest, loaded.codes
+        release_mapped_pages(self._vectors)  # checking the index read every page; a query needs few of them
         self._ann_path = loaded.ann_path
         self._coarse, self._coarse_scales = loaded.coarse, loaded.coarse_scales
         self._distinct = loaded.distinct
@@ -259,10 +270,51 @@ class DenseRetriever:
         return self._query_vectors([query])[0]
 
     def _query_vectors(self, queries: list[str]) -> np.ndarray:
-        """One ``embed_fn`` call for all queries; unit rows."""
-        vectors = np.asarray(self.embed_fn(list(queries)), dtype=np.float32).reshape(len(queries), -1)
-        self.embed_calls += 1
+        """At most one ``embed_fn`` call for all queries (none when every one is cached); unit rows."""
+        vectors = np.asarray(self.embed_queries(list(queries)), dtype=np.float32).reshape(len(queries), -1)
         return normalise(vectors)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """``embed_fn(texts)``, remembering each text's vector (the newest ``QUERY_CACHE_SIZE``).
+
+        Only an embedding that declares itself batch-invariant (``embed_fn.batch_invariant``: a text's
+        vector does not depend on the texts embedded with it) is cached; any other is called as is,
+        so a cached answer is always the vector the model would give now. The texts missing from the
+        cache are embedded in one call. Index builds call ``embed_fn`` directly and never fill it.
+        """
+        texts = list(texts)
+        embed = self.embed_fn
+        if not texts or not getattr(embed, "batch_invariant", False):
+            self.embed_calls += 1
+            return np.asarray(embed(texts))
+        with self._query_cache_lock:
+            if self._query_cache_fn is not embed:  # another model: nothing remembered applies
+                self._query_cache.clear()
+                self._query_cache_fn = embed
+            known = {text: self._query_cache[text] for text in texts if text in self._query_cache}
+            for text in known:
+                self._query_cache.move_to_end(text)
+        missing = [text for text in dict.fromkeys(texts) if text not in known]
+        if missing:
+            fresh = np.asarray(embed(missing))
+            self.embed_calls += 1
+            with self._query_cache_lock:
+                for text, row in zip(missing, fresh, strict=True):
+                    known[text] = self._query_cache[text] = row.copy()  # a copy: not a view pinning the batch
+                while len(self._query_cache) > QUERY_CACHE_SIZE:
+                    self._query_cache.popitem(last=False)
+        return np.stack([known[text] for text in texts])
+
+    def clear_query_cache(self) -> None:
+        """Forget every remembered query vector (``bench/`` times the embedding this way)."""
+        with self._query_cache_lock:
+            self._query_cache.clear()
+
+    @property
+    def query_embed_fn(self) -> EmbedFn:
+        """``embed_queries`` as an ``EmbedFn``: what other query-side users (the curated knowledge's
+        name match) should embed with, so each text runs through the model once."""
+        return self.embed_queries
 
     def _graph(self):  # noqa: ANN202 - a usearch Index, or None for an exact scan
         if self._ann is None and self._ann_path is not None:
@@ -330,6 +382,8 @@ class DenseRetriever:
                     scores = vectors[candidates] @ query
                     top = top_indices(scores, n)
                     out.append((candidates[top], scores[top]))
+            if len(queries) > DISTINCT_MAX_QUERIES:  # a block re-scores rows all over the file
+                release_mapped_pages(vectors)
             return out
         if graph is not None:
             count = min(ANN_CANDIDATES, len(vectors))
@@ -355,6 +409,7 @@ class DenseRetriever:
             for scores in all_scores:
                 top = top_indices(scores, n)  # prefix-stable: identical texts give exact ties
                 out.append((top, scores[top]))
+        release_mapped_pages(vectors)
         return out
 
     def _top(self, query: str, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -374,8 +429,15 @@ class DenseRetriever:
     def rankings(self, queries: list[str], n: int) -> list[list[tuple[str, float]]]:
         """``[self.ranking(q, n) for q in queries]`` with one model call and one pass over the
         index for all of them (what a benchmark of many cohorts needs)."""
+        return [list(zip(codes, scores.tolist(), strict=True)) for codes, scores in self.rankings_packed(queries, n)]
+
+    def rankings_packed(self, queries: list[str], n: int) -> list[tuple[list[str], np.ndarray]]:
+        """``rankings`` as (codes, cosine array) per query: the same codes and values without a
+        (code, score) tuple per row, for callers keeping many deep rankings (a set builder's run).
+        A query repeated in ``queries`` shares one answer: read it, do not change it."""
         self._require_ready()
-        results: list[list[tuple[str, float]]] = [[] for _ in queries]
+        empty: tuple[list[str], np.ndarray] = ([], np.zeros(0))
+        results: list[tuple[list[str], np.ndarray]] = [empty for _ in queries]
         if n <= 0:
             return results
         wanted: list[tuple[int, str]] = []
@@ -388,11 +450,11 @@ class DenseRetriever:
         distinct = list(dict.fromkeys(text for _position, text in wanted))
         tops = self._top_many(self._query_vectors(distinct), n)
         by_text = {
-            text: list(zip(map(self._codes.__getitem__, top.tolist()), scores.tolist(), strict=True))
+            text: (list(map(self._codes.__getitem__, top.tolist())), np.asarray(scores))
             for text, (top, scores) in zip(distinct, tops, strict=True)
         }
         for position, text in wanted:
-            results[position] = list(by_text[text])
+            results[position] = by_text[text]
         return results
 
     def search(self, query: str, k: int = 10) -> SearchResult:
@@ -429,6 +491,26 @@ class DenseRetriever:
         if not result.hits:
             result.reason = "the dense index is empty"
         return result
+
+
+def release_mapped_pages(array: np.ndarray) -> bool:
+    """Drop a memory-mapped array's pages from this process's resident set; True if it was mapped.
+
+    Checking the index at load, an exact scan and a block of re-scored queries read most stored
+    vectors (151 MB on ICD-10-CM), and the pages they touched stayed counted in the process's RSS
+    for its lifetime (a single query's ~1,000 rows are left mapped: it is the latency path). The
+    kernel keeps them in its page cache, so the next scan maps them back without reading the disk
+    (tens of ms for the whole file).
+    """
+    mapped = getattr(array, "_mmap", None)
+    base = array
+    while mapped is None and isinstance(getattr(base, "base", None), np.ndarray):
+        base = base.base  # type: ignore[assignment]
+        mapped = getattr(base, "_mmap", None)
+    if mapped is None or not hasattr(mapped, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    mapped.madvise(mmap.MADV_DONTNEED)
+    return True
 
 
 _SAMPLE_STRIDE = 16

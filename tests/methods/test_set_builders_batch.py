@@ -1,0 +1,130 @@
+"""The set builders' batch step: one pass over a run's queries gives exactly the one-at-a-time sets,
+keeps no candidate table once a block is done, and predicts a block's candidates in one model call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from phenoforge.engine.curated import load_library
+from phenoforge.engine.expansion import get_hierarchy
+from phenoforge.eval.harness import run_benchmark
+from phenoforge.methods import MethodContext, available_methods, set_building
+from phenoforge.methods.retrieval import Retrieval
+from phenoforge.setbuild import learned
+from tests.methods.test_set_builders import BUILDERS, ELIX_ID, HCC_ID, installed, small_models  # noqa: F401
+
+
+def _results(con: duckdb.DuckDBPyConnection, library: Path, methods: list[str]):  # noqa: ANN202
+    report = run_benchmark(con, library, load_library(library).cohort_ids, methods=methods)
+    answers = [(r.method, r.cohort_id, r.predicted_codes, r.provenance) for r in report.results]
+    notes = {name: record.notes for name, record in report.methods.items()}
+    return answers, notes
+
+
+def _one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in BUILDERS:
+        monkeypatch.setattr(available_methods(include_entry_points=False)[name], "predict_batch", None)
+
+
+@pytest.mark.usefixtures("small_models")
+@pytest.mark.parametrize("block", [1, 2, 32])
+def test_the_batch_gives_the_one_at_a_time_sets(
+    fixture_con: duckdb.DuckDBPyConnection,
+    installed: dict[str, Path],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    block: int,
+) -> None:
+    for library_id in (ELIX_ID, HCC_ID):
+        with monkeypatch.context() as patch:
+            _one_at_a_time(patch)
+            expected = _results(fixture_con, installed[library_id], ["hybrid", *BUILDERS])
+        monkeypatch.setattr(set_building, "BATCH_QUERIES", block)
+        assert _results(fixture_con, installed[library_id], ["hybrid", *BUILDERS]) == expected, (library_id, block)
+        for order in (BUILDERS[::-1], ["curated_transfer"], ["subtree", "learned"]):
+            batched = _results(fixture_con, installed[library_id], order)
+            wanted = [row for row in expected[0] if row[0] in order]
+            assert sorted(batched[0]) == sorted(wanted), (library_id, order)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_a_block_is_predicted_in_one_model_call(
+    fixture_con: duckdb.DuckDBPyConnection,
+    installed: dict[str, Path],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    original = learned.MembershipModel.probabilities
+
+    def counting(self: learned.MembershipModel, features: np.ndarray) -> np.ndarray:
+        calls.append(len(features))
+        return original(self, features)
+
+    library = installed[ELIX_ID]
+    cohorts = len(load_library(library).cohort_ids)
+    run_benchmark(fixture_con, library, load_library(library).cohort_ids, methods=BUILDERS)  # fits the model
+    monkeypatch.setattr(learned.MembershipModel, "probabilities", counting)
+    monkeypatch.setattr(set_building, "BATCH_QUERIES", 2)
+    run_benchmark(fixture_con, library, load_library(library).cohort_ids, methods=BUILDERS)
+    assert cohorts > 2 and 0 < len(calls) <= -(-cohorts // 2), (calls, cohorts)
+
+
+@pytest.mark.usefixtures("small_models")
+def test_the_pass_keeps_no_candidate_table_and_hands_each_set_over_once(
+    fixture_con: duckdb.DuckDBPyConnection,
+    installed: dict[str, Path],  # noqa: F811
+) -> None:
+    library = load_library(installed[ELIX_ID])
+    context = MethodContext(
+        con=fixture_con,
+        hierarchy=get_hierarchy(fixture_con),
+        retrieval=Retrieval(fixture_con, None, 50),
+        library_id=library.library_id,
+        library_group="elixhauser",
+        library_path=str(library.path),
+        methods=tuple(BUILDERS),
+    )
+    fitted = set_building.fitted_for(context)
+    queries = ["Heart failure", "Asthma", "Heart failure"]
+    first = set_building.built_sets(context, "adaptive_cutoff", queries, fitted)
+    assert [built.query for built in first] == queries
+    assert not context.options.get("set-building:prepared")  # no table kept beyond its block
+    waiting = context.options["set-building:built"]
+    assert set(waiting) == {"subtree", "learned", "curated_transfer"}
+    assert [b.code_list for b in set_building.built_sets(context, "learned", queries, fitted)] == [
+        set_building.build_for(context, "learned", query, fitted).code_list for query in queries
+    ]
+    assert "learned" not in waiting  # handed over once: the run's entries hold it now
+
+
+def test_predict_many_equals_one_call_per_matrix() -> None:
+    rng = np.random.default_rng(0)
+    columns = len(learned.ALL_FEATURE_NAMES)
+    x = rng.normal(size=(300, columns))
+    y = (x[:, 0] + 0.3 * rng.normal(size=300) > 0).astype(int)
+    model = learned.MembershipModel.__new__(learned.MembershipModel)
+    model.estimator = learned._fit(x, y, np.ones(300))
+    model._columns = list(range(columns))
+    matrices = [x[:7], np.zeros((0, columns)), x[7:8], x[8:120], np.zeros((0, columns))]
+    expected = [model.probabilities(matrix) for matrix in matrices]
+    got = learned.predict_many(model, matrices)
+    assert [len(p) for p in got] == [7, 0, 1, 112, 0]
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))  # bit for bit
+    assert [len(p) for p in learned.predict_many(model, [np.zeros((0, columns))])] == [0]
+
+
+@pytest.mark.usefixtures("small_models")
+def test_run_entries_equal_validated_ones(
+    fixture_con: duckdb.DuckDBPyConnection,
+    installed: dict[str, Path],  # noqa: F811
+) -> None:
+    """``to_entries`` skips pydantic's validation: what it makes must be what validation would make."""
+    from phenoforge.eval.runs import RunEntry
+
+    built = set_building.build_for_free_query(fixture_con, "adaptive_cutoff", "Heart failure")
+    entries = set_building.to_entries(built)
+    assert entries and [RunEntry.model_validate(entry.model_dump()) for entry in entries] == entries
+    assert all(type(entry.score) is float and type(entry.rank) is int for entry in entries)

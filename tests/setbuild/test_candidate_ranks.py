@@ -1,0 +1,49 @@
+"""The candidate table's rank and score tables: the fast path (every code known, each once) gives
+exactly what the per-code loop gives, and odd rankings still take the loop."""
+
+from __future__ import annotations
+
+import duckdb
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from phenoforge.engine.expansion import Hierarchy, get_hierarchy
+from phenoforge.setbuild.candidates import _ranks
+from tests.fixture_vocab import FIXTURE_NODES
+
+CODES = [code for code, *_ in FIXTURE_NODES]
+
+
+def _loop(hierarchy: Hierarchy, ranking: list[tuple[str, float]]) -> tuple[dict[int, int], dict[int, float]]:
+    """The reference: first occurrence of each resolvable code keeps its rank and score."""
+    ranks: dict[int, int] = {}
+    scores: dict[int, float] = {}
+    for rank, (code, score) in enumerate(ranking, start=1):
+        node = hierarchy.resolve(code)
+        if node is not None and node not in ranks:
+            ranks[node], scores[node] = rank, float(score)
+    return ranks, scores
+
+
+rankings = st.lists(
+    st.tuples(st.sampled_from([*CODES, "Q98.111", "e11.9", "E119"]), st.floats(-1, 1, allow_nan=False)), max_size=40
+)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ranking=rankings, distinct=st.booleans())
+def test_ranks_equal_the_per_code_loop(
+    fixture_con: duckdb.DuckDBPyConnection, ranking: list[tuple[str, float]], distinct: bool
+) -> None:
+    hierarchy = get_hierarchy(fixture_con)
+    if distinct:  # the fast path's case: known codes, each once
+        ranking = list({code: (code, score) for code, score in ranking if code in CODES}.values())
+    ranks, scores = _ranks(hierarchy, ranking)
+    expected_ranks, expected_scores = _loop(hierarchy, ranking)
+    assert ranks == expected_ranks and list(ranks) == list(expected_ranks)  # same order too
+    assert scores == expected_scores and all(type(value) is float for value in scores.values())
+
+
+def test_ranks_of_nothing(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    assert _ranks(get_hierarchy(fixture_con), None) == ({}, {})
+    assert _ranks(get_hierarchy(fixture_con), []) == ({}, {})
