@@ -302,17 +302,19 @@ def _build_pass(context: MethodContext, builders: list[str], queries: list[str],
     sets: dict[str, dict[str, BuiltSet]] = {name: {} for name in builders}
     progress = context.options.get("progress")
     memo: dict[str, _Prepared] = context.options.get("set-building:prepared", {})
+    prepared_queries: list[str] = []
     for start in range(0, len(queries), BATCH_QUERIES):
         block = queries[start : start + BATCH_QUERIES]
         if callable(progress):
             progress(start, len(queries), f"set builders: {block[0]}")
         prepared: dict[str, _Prepared] = {}
         for query in block:
-            if query_problem(query) is not None:
-                for name in builders:
-                    sets[name][query] = build_for(context, name, query, fitted)  # the refusal, with its reason
+            if _handled_before_retrieval(context, query):
+                for name in builders:  # the refusal or the typed code's name, with build_for's notes
+                    sets[name][query] = build_for(context, name, query, fitted)
                 continue
             prepared[query] = memo.get(query) or _prepared(context, query)
+            prepared_queries.append(query)
             for name in builders:
                 if name in ("adaptive_cutoff", "subtree"):
                     sets[name][query] = _build(context, name, query, prepared[query], fitted)
@@ -324,7 +326,20 @@ def _build_pass(context: MethodContext, builders: list[str], queries: list[str],
                     sets["learned"][query] = built
                 if TRANSFER_METHOD in builders:
                     sets[TRANSFER_METHOD][query] = _build(context, TRANSFER_METHOD, query, prepared[query], fitted)
+    for done in sets.values():  # as build_for answers: the words another script had are named
+        for query in prepared_queries:
+            if query in done:
+                done[query] = _with_ignored_words(query, done[query])
     waiting.update(sets)
+
+
+def _handled_before_retrieval(context: MethodContext, query: str) -> bool:
+    """A query ``build_for`` answers without its own retrieval: refused, a typed code, or code-like."""
+    return (
+        query_problem(query) is not None
+        or code_typed_as_query(context.hierarchy, query) is not None
+        or bool(_CODE_LIKE.match(query.strip()))
+    )
 
 
 def _learned_block(

@@ -128,3 +128,33 @@ def test_run_entries_equal_validated_ones(
     entries = set_building.to_entries(built)
     assert entries and [RunEntry.model_validate(entry.model_dump()) for entry in entries] == entries
     assert all(type(entry.score) is float and type(entry.rank) is int for entry in entries)
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_the_batch_handles_typed_codes_unknown_codes_and_foreign_words_as_one_at_a_time_does(
+    fixture_con: duckdb.DuckDBPyConnection, builder: str
+) -> None:
+    """The batched pass skipped build_for's query handling: a typed code was searched by its digits,
+    an ICD-9 code matched score codes, and words in another script were dropped without a note."""
+    from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
+    from tests.methods.test_set_builders_hostile import _install_development_libraries
+
+    _install_development_libraries()
+    queries = ["I50", "428.0", "Heart failure сердечная", "heart failure", "", "сердечная недостаточность"]
+
+    def context() -> MethodContext:
+        return MethodContext(
+            con=fixture_con,
+            hierarchy=get_hierarchy(fixture_con),
+            retrieval=Retrieval(fixture_con, None, RETRIEVAL_DEPTH),
+            methods=tuple(BUILDERS),
+        )
+
+    one = context()
+    fitted = set_building.fitted_for(one)
+    expected = [set_building.build_for(one, builder, query, fitted) for query in queries]
+    batched = set_building.built_sets(context(), builder, queries, fitted)
+    assert [(b.code_list, b.notes) for b in batched] == [(e.code_list, e.notes) for e in expected]
+    assert any("is the code" in note for note in batched[0].notes), batched[0].notes
+    assert not batched[1].codes and "not an ICD-10-CM code" in batched[1].notes[0], batched[1].notes
+    assert any("ignored" in note for note in batched[2].notes), batched[2].notes
