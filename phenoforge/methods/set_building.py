@@ -226,21 +226,7 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     fallback = None
     if builder == TRANSFER_METHOD:
         fallback = prepared.learned or build_for(context, "learned", query, fitted)
-    built = build_set(
-        context.hierarchy,
-        builder,
-        query,
-        prepared.bm25,
-        prepared.dense,
-        fitted,
-        scored_library_id=context.library_id or None,
-        scored_group=scored_group(context),
-        searched_as=searched_as_of(query, prepared.searched),
-        umbrellas=prepared.umbrellas,
-        dense_weight=FITTED_DENSE_WEIGHT,
-        table=prepared.table,
-        fallback=fallback,
-    )
+    built = _build(context, builder, query, prepared, fitted, fallback=fallback)
     if builder == "learned":
         prepared.learned = built  # shared, read-only: whoever changes a set copies it first
     return _with_ignored_words(query, built)
@@ -370,8 +356,10 @@ def _build(
     prepared: _Prepared,
     fitted: FittedBuilders,
     probabilities: np.ndarray | None = None,
+    fallback: BuiltSet | None = None,
 ) -> BuiltSet:
-    """What ``build_for`` builds from a prepared query (curated_transfer's fallback: ``prepared.learned``)."""
+    """What ``build_for`` builds from a prepared query (curated_transfer's fallback: ``fallback``, else
+    ``prepared.learned``)."""
     return build_set(
         context.hierarchy,
         builder,
@@ -385,7 +373,7 @@ def _build(
         umbrellas=prepared.umbrellas,
         dense_weight=FITTED_DENSE_WEIGHT,
         table=prepared.table,
-        fallback=prepared.learned if builder == TRANSFER_METHOD else None,
+        fallback=(fallback or prepared.learned) if builder == TRANSFER_METHOD else None,
         probabilities=probabilities,
     )
 

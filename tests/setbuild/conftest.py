@@ -10,6 +10,7 @@ import pytest
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.setbuild.corpus import Example, library_examples
+from phenoforge.setbuild.learned import MembershipModel, train_membership_model
 from tests.fixture_library import write_icd_library
 
 # cohort id -> (name, codes, include descendants): names the fixture's BM25 can find
@@ -25,6 +26,9 @@ TRAIN_COHORTS = {
     "pvd": ("Peripheral vascular disease", ["I73.9"], False),
     "femur": ("Fracture of neck of femur", ["S72.0"], True),
 }
+SMALL = {"min_cohorts": 3, "min_positives": 5}
+"""Training minimums the ten fixture cohorts can meet."""
+
 OTHER_COHORTS = {
     "x-asthma": ("Unspecified asthma", ["J45.90"], True),
     "x-hf": ("Congestive heart failure", ["I50"], True),
@@ -52,3 +56,11 @@ def train_examples(fixture_con: duckdb.DuckDBPyConnection, libraries_root: Path)
 @pytest.fixture(scope="session")
 def other_examples(fixture_con: duckdb.DuckDBPyConnection, libraries_root: Path) -> list[Example]:
     return library_examples(fixture_con, load_library(libraries_root / "other"), dense=None)
+
+
+@pytest.fixture(scope="module")
+def model(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
+) -> MembershipModel:
+    """A membership model fitted on the fixture library without dense features."""
+    return train_membership_model(fixture_con, hierarchy, train_examples, with_dense=False, **SMALL)

@@ -29,15 +29,7 @@ from phenoforge.setbuild.learned import (
     select,
     train_membership_model,
 )
-
-SMALL = {"min_cohorts": 3, "min_positives": 5}
-
-
-@pytest.fixture(scope="module")
-def model(
-    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
-) -> MembershipModel:
-    return train_membership_model(fixture_con, hierarchy, train_examples, with_dense=False, **SMALL)
+from tests.setbuild.conftest import SMALL
 
 
 def test_the_manifest_records_what_the_model_was_trained_on(

@@ -23,17 +23,8 @@ from phenoforge.setbuild.learned import (
     ModelError,
     build_learned,
     ensure_model,
-    train_membership_model,
 )
-
-SMALL = {"min_cohorts": 3, "min_positives": 5}
-
-
-@pytest.fixture(scope="module")
-def model(
-    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
-) -> MembershipModel:
-    return train_membership_model(fixture_con, hierarchy, train_examples, with_dense=False, **SMALL)
+from tests.setbuild.conftest import SMALL
 
 
 def test_a_code_kept_below_the_threshold_is_not_said_to_have_reached_it(
