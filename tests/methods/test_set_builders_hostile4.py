@@ -28,6 +28,7 @@ from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
 from phenoforge.setbuild.learned import TrainingDataTooSmall
 from tests.fixture_library import write_icd_library
 from tests.methods.test_set_builders_hostile import BUILDERS, ELIX_ID, HCC_ID, SMALL, _install_development_libraries
+from tests.methods.test_transfer_leak_hostile import _mark_imported
 from tests.setbuild.conftest import TRAIN_COHORTS
 
 
@@ -35,12 +36,6 @@ from tests.setbuild.conftest import TRAIN_COHORTS
 def _fresh_process_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     set_building.clear_fitted()
     monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
-
-
-def _mark_imported(path: Path) -> None:
-    library = load_library(path)
-    library.manifest.report = {"build": {"imported_from": f"/home/me/{library.library_id}.csv"}}
-    (path / "manifest.json").write_text(library.manifest.model_dump_json(indent=1), encoding="utf-8")
 
 
 def test_an_imported_copy_of_a_development_library_is_not_scored_by_builders_fitted_on_it(
