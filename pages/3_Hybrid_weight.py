@@ -1,4 +1,4 @@
-"""Hybrid weight: slide dense_weight and watch every cohort re-score, with no re-query."""
+"""Hybrid weight: slide dense_weight and watch every cohort re-score, with no re-query; or sweep a set builder."""
 
 from __future__ import annotations
 
@@ -9,7 +9,20 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import dashboard_ui as ui
-from phenoforge.dashboard.weights import WeightScorer, cohort_shifts, collect, gaining_and_losing, means, scorer_key
+from phenoforge.dashboard.weights import (
+    CURVE_WEIGHTS,
+    SWEEP_WEIGHTS,
+    WeightScorer,
+    cohort_shifts,
+    collect,
+    gaining_and_losing,
+    means,
+    run_sweep,
+    scorer_key,
+    sweep_key,
+    sweep_rows,
+)
+from phenoforge.eval.sweep import SWEEPABLE, LibrarySweep
 
 REFERENCE_WEIGHT = 0.0
 
@@ -94,6 +107,83 @@ def slider_view(scorer: WeightScorer) -> None:
             column.table(part.style.format({c: "{:.3f}" for c in number}).hide(axis="index"))
 
 
+def builder_sweep(library, cohort_ids: list[str], method: str, n_folds: int, dense) -> LibrarySweep | None:  # type: ignore[no-untyped-def]
+    """A set builder's sweep per (build, library, cohorts, weights, folds), run on demand with progress."""
+    weights = st.multiselect(
+        "dense_weight values to sweep", list(CURVE_WEIGHTS), default=list(SWEEP_WEIGHTS), key="hw_sweep_weights"
+    )
+    if not weights:
+        st.info("Choose at least one weight to sweep.")
+        return None
+    registry = ui.shared_registry()
+    with ui.cursor() as con:
+        key = sweep_key(con, Path(library.path), method, cohort_ids, sorted(weights), n_folds, dense)
+        swept = registry.get(key)
+        if swept is not None:
+            return swept
+        st.caption(
+            f"{method} rebuilds every cohort's set at each weight (fitting its builders first when no fitted "
+            "bundle is saved): on a large library this takes minutes."
+        )
+        if not st.button(f"Sweep {method}", key="hw_run_sweep", type="primary"):
+            return None
+        bar = st.progress(0.0, text=f"sweeping {method}")
+        swept = run_sweep(
+            con, Path(library.path), method, cohort_ids, weights, dense, n_folds, ui.progress_callback(bar)
+        )
+        registry[key] = swept
+        bar.empty()
+    return swept
+
+
+def sweep_view(swept: LibrarySweep) -> None:
+    """In-sample best beside the cross-validated choice, then every weight's means, as the CLI prints them."""
+    if swept.trained_on is not None:
+        st.caption(
+            f"{swept.method}: its own parameters stay as fitted leave-one-library-group-out, on "
+            f"{', '.join(swept.trained_on) or 'nothing (untuned defaults)'}."
+        )
+    for note in swept.notes:
+        st.caption(note)
+    choice = swept.choice
+    if choice is None:
+        st.info("Cross-validation needs at least two weights and two scored cohorts.")
+    else:
+        left, right = st.columns(2)
+        left.metric("In-sample best hierarchical", f"{choice.in_sample_score:.4f}")
+        left.caption(
+            f"dense_weight={choice.in_sample_choice:.2f}, chosen and scored on the same "
+            f"{choice.n_cohorts} cohorts (optimistic)"
+        )
+        right.metric(
+            "Cross-validated hierarchical",
+            f"{choice.out_of_sample_score:.4f}",
+            f"{choice.out_of_sample_score - choice.in_sample_score:+.4f} vs in-sample",
+        )
+        right.caption(
+            f"{choice.n_folds} folds: chosen on the other folds, scored on the held-out one; choices "
+            f"{', '.join(f'{c:.2f}' for c in choice.choices_per_fold)}"
+        )
+    rows = pd.DataFrame(sweep_rows(swept))
+    figure = go.Figure()
+    figure.add_scatter(x=rows["dense_weight"], y=rows["hierarchical"], mode="lines+markers", name="hierarchical")
+    figure.update_layout(
+        title=f"{swept.method}: mean hierarchical score vs dense weight",
+        xaxis={"title": "dense_weight"},
+        yaxis={"title": "mean hierarchical score"},
+        height=340,
+        margin={"t": 50, "b": 30},
+    )
+    st.plotly_chart(figure, width="stretch", key="hw_sweep_curve", config={"displayModeBar": False})
+    st.dataframe(
+        rows.style.format({c: "{:.3f}" for c in ("coverage", "over_inclusion", "hierarchical")}).format(
+            {"dense_weight": "{:.2f}"}
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+
+
 def main() -> None:
     ui.page_header(
         "Hybrid weight",
@@ -106,6 +196,14 @@ def main() -> None:
         ui.dense_notice()
         st.info("The slider needs the dense index: without it every weight is BM25 alone.")
         return
+    method = st.selectbox(
+        "Method",
+        list(SWEEPABLE),
+        key="hw_method",
+        help="hybrid re-fuses cached rankings as the slider moves; a set builder is swept on a grid of weights",
+    )
+    if method != "hybrid":
+        st.caption(f"Swept: {SWEEPABLE[method]}.")
     library = ui.library_picker(libraries, key="hw_library")
     names = {e.cohort_id: e.cohort_name for e in library.manifest.cohorts}
     cols = st.columns([3, 1])
@@ -116,6 +214,12 @@ def main() -> None:
         format_func=lambda c: f"{c} · {names[c]}",
         key=f"hw_cohorts_{library.library_id}",
     )
+    if method != "hybrid":
+        n_folds = int(cols[1].number_input("cross-validation folds", 2, 20, 5, key="hw_folds"))
+        swept = builder_sweep(library, chosen or list(names), method, n_folds, dense)
+        if swept is not None:
+            sweep_view(swept)
+        return
     k = int(cols[1].number_input("k", 1, 100, 25, key="hw_k"))
     scorer = scorer_for(library, chosen or list(names), k, dense)
     slider_view(scorer)

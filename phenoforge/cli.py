@@ -346,11 +346,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """A method's dense_weight per library: the in-sample best beside the cross-validated choice."""
-    from phenoforge.engine.curated import load_library
-    from phenoforge.eval.harness import collect_rankings, rescore_hybrid
-    from phenoforge.eval.qrels import load_qrels
-    from phenoforge.eval.selection import cross_validate_choice
-    from phenoforge.eval.sweep import check_sweepable, sweep_set_builder
+    from phenoforge.eval.sweep import check_sweepable, sweep_library
 
     method = args.method
     check_sweepable(method)  # before any work: an unsweepable method is a one-line error
@@ -362,50 +358,30 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
         return 1
     fits: dict[str, tuple[list[str], list[str]]] = {}  # library id -> (trained on, notes) of a set builder
-    rows = []
+    rows: list[tuple[str, float, float, float, float]] = []
     choices = {}
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in resolve_library_dirs(args.library, bundled_only=True):
-            library = load_library(library_dir)
-            per_weight: dict[float, dict[str, float]] = {}
-            if method != "hybrid":
-                qrels = load_qrels(con, library_dir, args.cohorts or library.cohort_ids, args.fanout_threshold)
-                swept = sweep_set_builder(con, qrels, method, args.weights, dense, progress)
-                fits[library.library_id] = (swept.trained_on, swept.notes)
-                for weight in args.weights:
-                    per_weight[weight] = swept.per_cohort(weight)
-                    rows.append(
-                        (
-                            library.library_id,
-                            weight,
-                            swept.mean(weight, "coverage"),
-                            swept.mean(weight, "over_inclusion"),
-                            swept.mean(weight, "hierarchical"),
-                        )
-                    )
-            else:
-                cache = collect_rankings(
-                    con,
-                    library_dir,
-                    args.cohorts or library.cohort_ids,
-                    dense=dense,
-                    fanout_threshold=args.fanout_threshold,
-                    progress=progress,
-                )
-                for weight in args.weights:
-                    report = rescore_hybrid(con, cache, weight, k=args.k)
-                    per_weight[weight] = {r.cohort_id: r.hierarchical_score for r in report.results}
-                    rows.append(
-                        (
-                            library.library_id,
-                            weight,
-                            report.mean_coverage_by_method["hybrid"],
-                            report.mean_over_inclusion_by_method["hybrid"],
-                            report.mean_hierarchical_score_by_method["hybrid"],
-                        )
-                    )
-            if len(args.weights) > 1 and len(per_weight[args.weights[0]]) >= 2:
-                choices[library.library_id] = cross_validate_choice(per_weight, n_folds=args.folds)
+            swept = sweep_library(
+                con,
+                library_dir,
+                method,
+                args.weights,
+                dense,
+                cohort_ids=args.cohorts,
+                k=args.k,
+                fanout_threshold=args.fanout_threshold,
+                n_folds=args.folds,
+                progress=progress,
+            )
+            if swept.trained_on is not None:
+                fits[swept.library_id] = (swept.trained_on, swept.notes)
+            rows.extend(
+                (swept.library_id, row.dense_weight, row.coverage, row.over_inclusion, row.hierarchical_score)
+                for row in swept.rows
+            )
+            if swept.choice is not None:
+                choices[swept.library_id] = swept.choice
     if args.json:
         print(
             json.dumps(

@@ -2,6 +2,8 @@
 
 Rankings are collected once per (library, cohorts); every slider position is then a pure
 re-fusion and re-scoring. Reports are memoised per weight, so returning to a position is free.
+A set builder cannot be re-fused (each weight rebuilds its sets), so it is swept on a grid in one
+run, as ``python -m phenoforge sweep --method`` does, and the result is shown whole.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from phenoforge.engine.db import build_id
 from phenoforge.engine.hybrid import fusion_depth
 from phenoforge.eval.harness import RankingCache, collect_rankings, rescore_hybrid
 from phenoforge.eval.models import BenchmarkReport
+from phenoforge.eval.sweep import LibrarySweep, sweep_library
 
 CURVE_WEIGHTS: tuple[float, ...] = tuple(round(i / 20, 2) for i in range(21))
+SWEEP_WEIGHTS: tuple[float, ...] = CURVE_WEIGHTS[::2]
+"""The set-builder grid by default: the CLI's ``sweep`` default (0, 0.1, ..., 1)."""
 
 
 def collect(
@@ -107,3 +112,60 @@ def gaining_and_losing(shifts: list[CohortShift], n: int = 8) -> tuple[list[Coho
     gaining = [s for s in shifts if s.delta > 1e-12][:n]
     losing = [s for s in reversed(shifts) if s.delta < -1e-12][:n]
     return gaining, losing
+
+
+def sweep_key(
+    con: duckdb.DuckDBPyConnection,
+    library_path: Path,
+    method: str,
+    cohort_ids: list[str],
+    weights: list[float],
+    n_folds: int,
+    dense: object | None,
+) -> tuple[object, ...]:
+    """What a cached :class:`LibrarySweep` depends on: vocabulary build, library file, method, cohorts,
+    weights, folds and retriever."""
+    manifest = Path(library_path) / "manifest.json"
+    return (
+        "sweep",
+        build_id(con),
+        str(library_path),
+        manifest.stat().st_mtime_ns,
+        method,
+        tuple(cohort_ids),
+        tuple(weights),
+        n_folds,
+        id(dense),
+    )
+
+
+def run_sweep(
+    con: duckdb.DuckDBPyConnection,
+    library_path: Path,
+    method: str,
+    cohort_ids: list[str],
+    weights: list[float],
+    dense: object | None,
+    n_folds: int = 5,
+    progress: ProgressCallback | None = None,
+) -> LibrarySweep:
+    """Sweep ``method`` over the chosen cohorts on the sorted, de-duplicated ``weights``, as the CLI does."""
+    grid = sorted({round(float(w), 4) for w in weights})
+    return sweep_library(
+        con, Path(library_path), method, grid, dense, cohort_ids=cohort_ids, n_folds=n_folds, progress=progress
+    )
+
+
+def sweep_rows(swept: LibrarySweep) -> list[dict[str, float | bool]]:
+    """The per-weight table, with the in-sample best weight marked."""
+    best = swept.choice.in_sample_choice if swept.choice is not None else None
+    return [
+        {
+            "dense_weight": row.dense_weight,
+            "coverage": row.coverage,
+            "over_inclusion": row.over_inclusion,
+            "hierarchical": row.hierarchical_score,
+            "in_sample_best": row.dense_weight == best,
+        }
+        for row in swept.rows
+    ]

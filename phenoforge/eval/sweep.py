@@ -14,18 +14,21 @@ weight only rebuilds the candidate table and the set, then every weight is score
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import duckdb
 from pydantic import BaseModel
 
 from phenoforge.config import ProgressCallback, no_progress
+from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.engine.query import query_problem
 from phenoforge.errors import PhenoforgeError
-from phenoforge.eval.harness import score_runs
+from phenoforge.eval.harness import collect_rankings, rescore_hybrid, score_runs
 from phenoforge.eval.models import BenchmarkReport, MethodRecord
-from phenoforge.eval.qrels import Qrels
+from phenoforge.eval.qrels import Qrels, load_qrels
 from phenoforge.eval.runs import Run
+from phenoforge.eval.selection import CrossValidatedChoice, cross_validate_choice
 from phenoforge.methods import MethodContext, SkipMethod
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.methods.set_building import (
@@ -213,4 +216,94 @@ def sweep_set_builder(
     report = score_runs(hierarchy, qrels, list(runs.values()), methods=records)
     return SetBuilderSweep(
         method=method, weights=list(weights), report=report, trained_on=list(setup.trained_on), notes=notes
+    )
+
+
+class SweepRow(BaseModel):
+    """One swept weight's means over the library's scored cohorts."""
+
+    dense_weight: float
+    coverage: float
+    over_inclusion: float
+    hierarchical_score: float
+
+
+class LibrarySweep(BaseModel):
+    """One method swept over one library, as ``sweep`` prints it: per-weight means, then the in-sample
+    best beside the cross-validated choice (``None`` with a single weight or fewer than two cohorts)."""
+
+    method: str
+    library_id: str
+    rows: list[SweepRow]
+    per_cohort: dict[float, dict[str, float]]
+    choice: CrossValidatedChoice | None
+    trained_on: list[str] | None = None
+    """What a set builder was fitted on (empty: untuned defaults); ``None`` for hybrid, which fits nothing."""
+    notes: list[str] = []
+
+
+def sweep_library(
+    con: duckdb.DuckDBPyConnection,
+    library_dir: Path,
+    method: str,
+    weights: Sequence[float],
+    dense: object | None,
+    cohort_ids: Sequence[str] | None = None,
+    k: int = 25,
+    fanout_threshold: int = 100,
+    n_folds: int = 5,
+    progress: ProgressCallback | None = None,
+) -> LibrarySweep:
+    """Sweep ``method`` (hybrid or a set builder) over one library's cohorts (all when ``None``).
+
+    Hybrid re-fuses rankings queried once; a set builder is swept by ``sweep_set_builder``. The
+    cross-validated figure chooses the weight on the other folds of cohorts and scores the held-out one.
+    """
+    check_sweepable(method)
+    library = load_library(library_dir)
+    cohorts = list(cohort_ids or library.cohort_ids)
+    per_cohort: dict[float, dict[str, float]] = {}
+    rows: list[SweepRow] = []
+    trained_on: list[str] | None = None
+    notes: list[str] = []
+    if method == "hybrid":
+        cache = collect_rankings(
+            con, library_dir, cohorts, dense=dense, fanout_threshold=fanout_threshold, progress=progress
+        )
+        for weight in weights:
+            report = rescore_hybrid(con, cache, weight, k=k)
+            per_cohort[weight] = {r.cohort_id: r.hierarchical_score for r in report.results}
+            rows.append(
+                SweepRow(
+                    dense_weight=weight,
+                    coverage=report.mean_coverage_by_method["hybrid"],
+                    over_inclusion=report.mean_over_inclusion_by_method["hybrid"],
+                    hierarchical_score=report.mean_hierarchical_score_by_method["hybrid"],
+                )
+            )
+    else:
+        qrels = load_qrels(con, library_dir, cohorts, fanout_threshold)
+        swept = sweep_set_builder(con, qrels, method, weights, dense, progress)
+        trained_on, notes = swept.trained_on, swept.notes
+        for weight in weights:
+            per_cohort[weight] = swept.per_cohort(weight)
+            rows.append(
+                SweepRow(
+                    dense_weight=weight,
+                    coverage=swept.mean(weight, "coverage"),
+                    over_inclusion=swept.mean(weight, "over_inclusion"),
+                    hierarchical_score=swept.mean(weight, "hierarchical"),
+                )
+            )
+    choice = None
+    if len(weights) > 1 and len(per_cohort[weights[0]]) >= 2:
+        choice = cross_validate_choice(per_cohort, n_folds=n_folds)
+    return LibrarySweep(
+        method=method,
+        library_id=library.library_id,
+        rows=rows,
+        per_cohort=per_cohort,
+        choice=choice,
+        trained_on=trained_on,
+        notes=notes,
     )

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from phenoforge.dashboard.weights import cohort_shifts
 from phenoforge.engine.dense import load_dense_if_ready
 from phenoforge.eval.harness import collect_rankings, rescore_hybrid, run_benchmark
+from phenoforge.eval.sweep import sweep_library
 from tests.dashboard.conftest import frame_with
 from tests.dashboard.fixture_data import FIXTURE_COHORTS, LIBRARY_DIR
 from tests.engine.fake_embedder import FakeEmbedder
@@ -61,3 +62,36 @@ def test_without_dense_the_page_waits(
     assert not at.exception
     assert any("needs the dense index" in i.value for i in at.info)
     assert not at.slider
+
+
+def test_a_set_builder_is_swept_with_in_sample_beside_cross_validated(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    """The page sweeps a set builder on demand and shows exactly what ``sweep_library`` (the CLI's path) gives."""
+    at = app("pages/3_Hybrid_weight.py").run()
+    assert not at.exception
+    assert at.selectbox(key="hw_method").value == "hybrid"  # the default is the slider, unchanged
+    at.selectbox(key="hw_method").set_value("subtree").run()
+    assert not at.exception
+    assert not at.slider and not at.metric  # nothing runs before the button
+    at.multiselect(key="hw_sweep_weights").set_value([0.0, 0.5, 1.0]).run()
+    at.number_input(key="hw_folds").set_value(2).run()
+    at.button(key="hw_run_sweep").click().run()
+    assert not at.exception
+
+    dense = load_dense_if_ready(dash_con, index_dir=dash / "dense", embed_fn=FakeEmbedder())
+    expected = sweep_library(
+        dash_con, dash / "libraries" / LIBRARY_DIR, "subtree", [0.0, 0.5, 1.0], dense, list(FIXTURE_COHORTS), n_folds=2
+    )
+    assert expected.choice is not None
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["In-sample best hierarchical"] == f"{expected.choice.in_sample_score:.4f}"
+    assert metrics["Cross-validated hierarchical"] == f"{expected.choice.out_of_sample_score:.4f}"
+    assert any("2 folds: chosen on the other folds" in c.value for c in at.caption)
+    table = frame_with(at, "in_sample_best")
+    assert list(table["dense_weight"]) == [0.0, 0.5, 1.0]
+    assert list(table["hierarchical"]) == pytest.approx([row.hierarchical_score for row in expected.rows])
+    assert list(table["in_sample_best"]).count(True) == 1
+
+    at.selectbox(key="hw_method").set_value("hybrid").run()  # back to the slider
+    assert not at.exception and at.slider
