@@ -658,19 +658,41 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the method to sweep: hybrid (default) or a set builder ({', '.join(SET_BUILDERS)}); "
         "-k applies to hybrid only",
     )
-    sweep.add_argument("--library", action="append")
-    sweep.add_argument("--cohorts", nargs="+")
-    sweep.add_argument("--weights", type=_weights, default=DEFAULT_SWEEP_WEIGHTS)
-    sweep.add_argument("-k", type=_positive_int("k"), default=25)
+    sweep.add_argument(
+        "--library",
+        action="append",
+        help="library id, folder name or path to sweep (repeatable; default: every bundled library, "
+        "not imported ones); each library gets its own rows and cross-validated choice",
+    )
+    sweep.add_argument(
+        "--cohorts",
+        nargs="+",
+        metavar="COHORT_ID",
+        help="only these cohort ids (default: every cohort of each library); cross-validation needs at least two",
+    )
+    sweep.add_argument(
+        "--weights",
+        type=_weights,
+        default=DEFAULT_SWEEP_WEIGHTS,
+        metavar="W,W,...",
+        help="comma-separated dense_weight values in [0, 1] to try, e.g. 0,0.25,0.5 "
+        f"(default: {','.join(f'{w:g}' for w in DEFAULT_SWEEP_WEIGHTS)})",
+    )
+    sweep.add_argument("-k", type=_positive_int("k"), default=25, help="hybrid's cut-off: codes kept (default: 25)")
     sweep.add_argument(
         "--folds",
         type=_positive_int("folds"),
         default=5,
         help="cross-validation folds over cohorts for the out-of-sample figure (default: 5)",
     )
-    sweep.add_argument("--fanout-threshold", type=_positive_int("fanout-threshold"), default=100)
-    sweep.add_argument("--json", action="store_true")
-    sweep.add_argument("--quiet", action="store_true")
+    sweep.add_argument(
+        "--fanout-threshold",
+        type=_positive_int("fanout-threshold"),
+        default=100,
+        help="skip (and report) a curated concept more than this many ICD-10-CM codes map to (default: 100)",
+    )
+    sweep.add_argument("--json", action="store_true", help="rows, cross-validated choices and fits as JSON")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.set_defaults(func=cmd_sweep)
 
     methods = sub.add_parser("methods", help="list the methods the benchmark can run and what each needs")

@@ -117,3 +117,17 @@ def test_a_method_with_nothing_to_sweep_is_a_one_line_error(capsys: pytest.Captu
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"cannot sweep '{method}'" in err
     assert all(name in err for name in ["hybrid", *SET_BUILDERS])
+
+
+def test_sweep_help_explains_every_option_and_names_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["sweep", "--help"])
+    assert exited.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--library LIBRARY library id, folder name or path" in help_text
+    assert "default: every bundled library, not imported ones" in help_text
+    assert "only these cohort ids (default: every cohort of each library)" in help_text
+    assert "(default: 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1)" in help_text
+    sweep_parser = cli.build_parser()._subparsers._group_actions[0].choices["sweep"]
+    undocumented = [a.option_strings for a in sweep_parser._actions if a.option_strings and not a.help]
+    assert undocumented == []
