@@ -191,16 +191,21 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from phenoforge.agent.lay_terms import spell_out_abbreviations
     from phenoforge.engine.hybrid import search_concepts
+    from phenoforge.setbuild.robust import get_typo_corrector
 
     con = _connect()
     if args.method in SET_BUILDERS:
         return _search_set_builder(con, args)
     methods = ["bm25", "dense", "hybrid"] if args.method == "all" else [args.method]
     dense = _dense_or_none(con, any(method in ("dense", "hybrid") for method in methods))
+    query, spelt_out = spell_out_abbreviations(args.query, lambda word: word in get_typo_corrector(con).frequency)
+    for abbreviation, term in spelt_out.items():
+        print(f"note: {abbreviation} is not a word ICD-10-CM uses; searched as {term!r}", file=sys.stderr)
     output = {}
     for method in methods:
-        result = search_concepts(con, args.query, method=method, k=args.k, dense=dense, dense_weight=args.dense_weight)
+        result = search_concepts(con, query, method=method, k=args.k, dense=dense, dense_weight=args.dense_weight)
         output[method] = result
         if args.json:
             continue

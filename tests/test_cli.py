@@ -81,6 +81,17 @@ def test_search_bm25(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[1].split()[:2] == ["1", "E11.21"]
 
 
+def test_search_spells_out_an_abbreviation_the_vocabulary_does_not_use(capsys: pytest.CaptureFixture[str]) -> None:
+    """No ICD-10-CM text says "CHF": searched as typed it matched nothing about heart failure."""
+    code, out, err = run(capsys, "search", "adults with CHF", "--method", "bm25", "-k", "3")
+    assert code == 0
+    assert "note: CHF is not a word ICD-10-CM uses; searched as 'congestive heart failure'" in err
+    hits = [line.split()[1] for line in out.splitlines()[1:]]
+    assert len(hits) == 3 and all(hit.startswith("I50") for hit in hits)
+    code, out, err = run(capsys, "search", "chf", "--method", "bm25")  # lower case: a word, searched as typed
+    assert "note:" not in err
+
+
 def test_search_bm25_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _err = run(capsys, "search", "heart failure", "--method", "bm25", "-k", "3", "--json")
     assert code == 0

@@ -10,6 +10,9 @@ diabetes classification terms replaced in 1997 ("WHO 1985"), and ICD-10-CM's own
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 LAY_TERMS: dict[str, tuple[str, str]] = {
     # lay names (MedlinePlus health-topic titles and their "also called" names)
     "heart attack": ("myocardial infarction", "MedlinePlus: Heart Attack (also called myocardial infarction)"),
@@ -120,3 +123,29 @@ SPELLING: dict[str, str] = {
     "foetal": "fetal",
 }
 """British stem -> American stem, replaced at the start of a word."""
+
+
+_TYPED_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def spell_out_abbreviations(query: str, in_vocabulary: Callable[[str], bool]) -> tuple[str, dict[str, str]]:
+    """``query`` with each abbreviation typed in capitals that the vocabulary never uses spelt out from
+    the table's abbreviation entries ("CHF" -> "congestive heart failure"), and what was replaced.
+
+    Searching "CHF" as typed finds nothing about heart failure (no ICD-10-CM text says CHF); one the
+    vocabulary uses ("CKD", "COPD") is left as typed, since search finds it.
+    """
+    replaced: dict[str, str] = {}
+
+    def spell(match: re.Match[str]) -> str:
+        word = match.group(0)
+        entry = LAY_TERMS.get(word.lower())
+        if sum(ch.isupper() for ch in word) < 2 or entry is None or not entry[1].startswith("abbreviation"):
+            return word
+        if in_vocabulary(word.lower()):
+            return word
+        replaced[word] = entry[0]
+        return entry[0]
+
+    spelt = _TYPED_WORD.sub(spell, query)
+    return spelt, replaced

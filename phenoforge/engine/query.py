@@ -9,6 +9,7 @@ import unicodedata
 MAX_QUERY_CHARS = 500
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+_TYPED_WORD = re.compile(r"[A-Za-z0-9]+")
 _SQL = re.compile(
     r"\bselect\s+(\*|distinct\b|count\s*\(|\w+\s*,\s*\w+)[\s\S]*\bfrom\b"
     r"|\bselect\b[\s\S]*\bfrom\b[\s\S]*\bwhere\b|\binsert\s+into\b|\bdelete\s+from\b|\bdrop\s+(table|database|view)\b"
@@ -61,6 +62,17 @@ def tokenize(text: str) -> list[str]:
     one shared string per distinct word keeps that a few MB instead of half a million copies.
     """
     return [sys.intern(token) for token in _TOKEN.findall(fold(text)) if token not in STOPWORDS]
+
+
+def abbreviations_typed(text: str) -> set[str]:
+    """Tokens ``text`` writes with two or more capital letters ("CHF", "HFrEF", "T2DM"), lower-cased as
+    ``tokenize`` gives them: abbreviations as the user typed them, which no spelling fix may turn into
+    another word ("ARDS" is not a misspelt "rads").
+
+    >>> sorted(abbreviations_typed("adults with CHF or HFrEF, not Asthma"))
+    ['chf', 'hfref']
+    """
+    return {word.lower() for word in _TYPED_WORD.findall(text) if sum(ch.isupper() for ch in word) >= 2}
 
 
 def query_problem(query: object) -> str | None:

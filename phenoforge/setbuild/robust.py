@@ -2,7 +2,8 @@
 
 - ``TypoCorrector`` replaces a query word the vocabulary never uses by the nearest word it does use
   (Damerau-Levenshtein distance 1, or 2 for words of eight letters or more; the more frequent word
-  wins a tie), so "diabetis" searches as "diabetes". Words the vocabulary knows are never touched.
+  wins a tie), so "diabetis" searches as "diabetes". Words the vocabulary knows are never touched, nor
+  are words typed with two or more capitals ("ARDS" is an abbreviation, not a misspelt "rads").
 - ``umbrella_nodes`` finds blocks and categories whose own name, or whose ``includes`` /
   ``inclusion_term`` / ``notes`` text, holds every word of the query: "inflammatory bowel disease"
   is a note of block K50-K52 (Crohn's disease, ulcerative colitis), which neither retriever can
@@ -20,7 +21,7 @@ import duckdb
 from phenoforge.engine.bm25 import document_texts
 from phenoforge.engine.db import build_id
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.engine.query import STOPWORDS, tokenize
+from phenoforge.engine.query import STOPWORDS, abbreviations_typed, tokenize
 from phenoforge.engine.schema import ICD10CM
 
 UMBRELLA_NOTE_TYPES = ("includes", "inclusion_term", "notes")
@@ -89,8 +90,9 @@ class TypoCorrector:
 
     def correct(self, query: str) -> Correction:
         replaced: dict[str, str] = {}
+        typed_as_abbreviation = abbreviations_typed(query)
         for word in tokenize(query):
-            fix = self.nearest(word)
+            fix = None if word in typed_as_abbreviation else self.nearest(word)
             if fix is not None:
                 replaced[word] = fix
         words = [replaced.get(word, word) for word in tokenize(query)]

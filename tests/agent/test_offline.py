@@ -173,3 +173,18 @@ def test_pregnancy_anywhere_in_the_description_is_context(fixture_con: duckdb.Du
     assert decompose("pregnant women with asthma") == ["asthma in pregnancy"]
     assert decompose("women who developed asthma during the second trimester of pregnancy") == ["asthma in pregnancy"]
     assert decompose("women with asthma who are not pregnant") == ["asthma"]
+
+
+def test_only_abbreviations_typed_in_capitals_and_unknown_to_the_vocabulary_are_spelt_out() -> None:
+    from phenoforge.agent.lay_terms import spell_out_abbreviations
+
+    known = {"copd", "heart"}.__contains__
+    assert spell_out_abbreviations("adults with CHF and COPD", known) == (
+        "adults with congestive heart failure and COPD",
+        {"CHF": "congestive heart failure"},
+    )
+    assert spell_out_abbreviations("Chf or chf or MS", known) == (
+        "Chf or chf or multiple sclerosis",
+        {"MS": "multiple sclerosis"},
+    )
+    assert spell_out_abbreviations("ZZQX heart", known) == ("ZZQX heart", {})  # not in the table: as typed

@@ -34,6 +34,17 @@ def test_an_unknown_word_is_replaced_by_the_nearest_frequent_known_word() -> Non
     assert corrector.correct("xqzv").corrected == "xqzv"  # nothing near: unchanged
 
 
+def test_an_abbreviation_typed_in_capitals_is_never_corrected_into_another_word() -> None:
+    """"ARDS" is one edit from "rads": as typed in capitals it is an abbreviation and stays; in lower case it
+    is a word the vocabulary does not use, corrected as before."""
+    corrector = TypoCorrector(Counter({"rads": 5, "heart": 40, "failure": 40, "hfrex": 3}))
+    for query in ["ARDS", "adults with ARDS", "heart failure HFrEX-like HFrEF"]:
+        correction = corrector.correct(query)
+        assert correction.replaced == {} and correction.corrected == query
+    assert corrector.correct("ards").replaced == {"ards": "rads"}
+    assert corrector.correct("Ards hearts").replaced == {"ards": "rads", "hearts": "heart"}  # one capital: a word
+
+
 def test_the_vocabulary_corrector_fixes_a_misspelt_fixture_word(fixture_con: duckdb.DuckDBPyConnection) -> None:
     assert get_typo_corrector(fixture_con).correct("Type 2 diabetis").corrected == "type 2 diabetes"
 
