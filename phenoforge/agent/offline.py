@@ -41,6 +41,7 @@ import duckdb
 from phenoforge.agent.lay_terms import LAY_TERMS, SPELLING
 from phenoforge.agent.nodes import WORD_SYNONYMS
 from phenoforge.engine.bm25 import BM25Index, get_bm25_index
+from phenoforge.engine.codes import code_key, codes_in_text
 from phenoforge.engine.db import build_id, connect
 from phenoforge.engine.query import STOPWORDS, fold, tokenize
 from phenoforge.engine.schema import ICD10CM
@@ -377,6 +378,7 @@ class GroundedDecomposer:
         self.grounding = grounding
         self.max_span = max_span
         self.dense = dense if dense is not None and dense.is_ready else None
+        self._code_of_key = {code.replace(".", ""): code for code in grounding.index.codes}
 
     def __repr__(self) -> str:
         return "GroundedDecomposer(offline)"
@@ -475,7 +477,23 @@ class GroundedDecomposer:
                 merged.append(span)
         return merged
 
+    def typed_codes(self, description: str) -> tuple[list[str], str]:
+        """The names of the ICD-10-CM codes typed in ``description`` ("I50.9" -> "Heart failure, unspecified"),
+        and the description with every code-shaped token cut out (a code is not a word of a condition).
+        A code the vocabulary does not know gives no term (``workflow.start`` reports it)."""
+        names: list[str] = []
+        for token in codes_in_text(description):
+            code = self._code_of_key.get(code_key(token) or "")
+            if code is not None and self.grounding.index.names.get(code):
+                names.append(self.grounding.index.names[code])
+                description = re.sub(rf"(?<![\w.]){re.escape(token)}(?!\w)", " , ", description, count=1)
+        return names, description
+
     def __call__(self, description: str) -> list[str]:
+        code_terms, description = self.typed_codes(description)
+        return list(dict.fromkeys([*code_terms, *self._conditions(description)]))
+
+    def _conditions(self, description: str) -> list[str]:
         text = normalise(description)
         if not text:
             return []

@@ -17,7 +17,9 @@ import duckdb
 from phenoforge.agent import audit, nodes
 from phenoforge.agent.errors import DescriptionError
 from phenoforge.agent.state import AssemblyState, Decision
+from phenoforge.engine.codes import codes_in_text, typed_as_code
 from phenoforge.engine.curated import Library, list_libraries, load_library
+from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.setbuild.models import SET_BUILDERS
 
 if TYPE_CHECKING:
@@ -43,6 +45,18 @@ def check_description(description: object) -> str:
             "(a few sentences naming the population's conditions)"
         )
     return text
+
+
+def unknown_codes_notes(con: duckdb.DuckDBPyConnection, description: str) -> list[str]:
+    """A note per code typed in ``description`` that the vocabulary does not know: no decomposer can turn it
+    into a term, and dropping it without a word would hide a typo ("I50.99")."""
+    hierarchy = get_hierarchy(con)
+    return [
+        f"{token} is not an ICD-10-CM code in this vocabulary, so nothing was searched for it: "
+        "check the code, or name the condition in words"
+        for token in dict.fromkeys(codes_in_text(description))
+        if typed_as_code(token) and hierarchy.resolve(token) is None
+    ]
 
 
 def get_decomposer(name: str, model: str | None = None) -> Decomposer:
@@ -95,6 +109,7 @@ def start(
     if not libraries:
         state.notes.append("no cohort library is checked: every term goes to generated retrieval")
     state = nodes.decompose(state, decompose_fn)
+    state.notes.extend(unknown_codes_notes(con, description))
     state = nodes.check_curated(state, con, dense=dense, libraries=libraries)
     state = nodes.generate(state, con, dense=dense)
     audit.save_state(state, path=app_state_path)

@@ -188,3 +188,11 @@ def test_only_abbreviations_typed_in_capitals_and_unknown_to_the_vocabulary_are_
         {"MS": "multiple sclerosis"},
     )
     assert spell_out_abbreviations("ZZQX heart", known) == ("ZZQX heart", {})  # not in the table: as typed
+
+
+def test_a_typed_code_becomes_its_name_and_an_unknown_code_gives_no_term(decompose: GroundedDecomposer) -> None:
+    """ "I50.9" used to decompose to nothing: a code is not a word of any diagnosis."""
+    assert decompose("adults with I50.9") == ["Heart failure, unspecified"]
+    assert decompose("patients with i509 or asthma") == ["Heart failure, unspecified", "asthma"]
+    assert decompose("adults with Q99.99 and asthma") == ["asthma"]  # reported by workflow.start, not guessed
+    assert decompose("adults with T2DM") == ["type 2 diabetes mellitus"]  # an abbreviation, not a code

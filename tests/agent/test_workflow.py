@@ -287,3 +287,21 @@ def test_retrieval_only_match_is_explained(fixture_con, tmp_path: Path) -> None:
     term = run(fixture_con, library, ["atrial fibrillation"]).terms[0]
     assert term.status == "curated" and term.curated is not None and term.curated.cohort_id == "arr"
     assert term.note is not None and "retrieval alone" in term.note
+
+
+def test_a_typed_code_is_searched_by_its_name_and_an_unknown_one_is_reported(fixture_con, fixture_library) -> None:
+    from phenoforge.agent.offline import offline_decomposer
+
+    state = workflow.start(
+        fixture_con,
+        "adults with I50.9, Q99.99 or B12 anaemia",
+        offline_decomposer(fixture_con),
+        reviewer="ann",
+        library_paths=[fixture_library],
+    )
+    assert "Heart failure, unspecified" in [term.term for term in state.terms]
+    unknown = [note for note in state.notes if "not an ICD-10-CM code" in note]
+    assert unknown == [
+        "Q99.99 is not an ICD-10-CM code in this vocabulary, so nothing was searched for it: check the code, "
+        "or name the condition in words"
+    ]  # "B12" may be a word of a description ("vitamin B12"): not reported
