@@ -35,7 +35,7 @@ def test_an_unknown_word_is_replaced_by_the_nearest_frequent_known_word() -> Non
 
 
 def test_an_abbreviation_typed_in_capitals_is_never_corrected_into_another_word() -> None:
-    """"ARDS" is one edit from "rads": as typed in capitals it is an abbreviation and stays; in lower case it
+    """ "ARDS" is one edit from "rads": as typed in capitals it is an abbreviation and stays; in lower case it
     is a word the vocabulary does not use, corrected as before."""
     corrector = TypoCorrector(Counter({"rads": 5, "heart": 40, "failure": 40, "hfrex": 3}))
     for query in ["ARDS", "adults with ARDS", "heart failure HFrEX-like HFrEF"]:
