@@ -571,8 +571,13 @@ def _weights(text: str) -> list[float]:
         weights = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError("weights are comma-separated numbers, e.g. 0,0.25,0.5") from None
-    if not weights or any(not 0.0 <= weight <= 1.0 for weight in weights):
+    if any(not 0.0 <= weight <= 1.0 for weight in weights):
         raise argparse.ArgumentTypeError("every weight must be between 0 and 1")
+    from phenoforge.eval.selection import weights_problem
+
+    problem = weights_problem(weights)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return weights
 
 

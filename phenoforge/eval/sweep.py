@@ -26,6 +26,7 @@ from phenoforge.eval.harness import score_runs
 from phenoforge.eval.models import BenchmarkReport, MethodRecord
 from phenoforge.eval.qrels import Qrels
 from phenoforge.eval.runs import Run
+from phenoforge.eval.selection import weights_problem
 from phenoforge.methods import MethodContext, SkipMethod
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.methods.set_building import (
@@ -153,6 +154,9 @@ def sweep_set_builder(
     """
     if method not in SET_BUILDERS:
         raise SweepError(f"{method!r} is not a set builder; set builders: {', '.join(SET_BUILDERS)}")
+    problem = weights_problem(weights)
+    if problem is not None:
+        raise SweepError(problem)
     progress = progress or no_progress
     hierarchy = get_hierarchy(con)
     context = MethodContext(
