@@ -350,7 +350,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from phenoforge.eval.harness import collect_rankings, rescore_hybrid
     from phenoforge.eval.qrels import load_qrels
     from phenoforge.eval.selection import cross_validate_choice
-    from phenoforge.eval.sweep import check_sweepable, sweep_set_builder
+    from phenoforge.eval.sweep import SweepError, check_sweepable, sweep_set_builder
 
     method = args.method
     check_sweepable(method)  # before any work: an unsweepable method is a one-line error
@@ -364,12 +364,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     fits: dict[str, tuple[list[str], list[str]]] = {}  # library id -> (trained on, notes) of a set builder
     rows = []
     choices = {}
+    skipped: dict[str, list[str]] = {}  # library id -> the cohorts it leaves out, as the benchmark lists them
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in resolve_library_dirs(args.library, bundled_only=True):
             library = load_library(library_dir)
             per_weight: dict[float, dict[str, float]] = {}
+            qrels = load_qrels(con, library_dir, args.cohorts or library.cohort_ids, args.fanout_threshold)
+            if qrels.skipped:
+                skipped[library.library_id] = qrels.skipped_lines()
+            if not qrels.cohorts:
+                continue  # nothing to score: no row, and the skipped lines say why
             if method != "hybrid":
-                qrels = load_qrels(con, library_dir, args.cohorts or library.cohort_ids, args.fanout_threshold)
                 swept = sweep_set_builder(con, qrels, method, args.weights, dense, progress)
                 fits[library.library_id] = (swept.trained_on, swept.notes)
                 for weight in args.weights:
@@ -406,6 +411,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     )
             if len(args.weights) > 1 and len(per_weight[args.weights[0]]) >= 2:
                 choices[library.library_id] = cross_validate_choice(per_weight, n_folds=args.folds)
+    if not rows:
+        left_out = "; ".join(line for lines in skipped.values() for line in lines[:3])
+        raise SweepError(f"nothing to sweep: no chosen cohort has ground-truth codes to score against ({left_out})")
     if args.json:
         print(
             json.dumps(
@@ -421,6 +429,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                         for row in rows
                     ],
                     "cross_validated": {library_id: choice.model_dump() for library_id, choice in choices.items()},
+                    "skipped": skipped,
                     **(
                         {
                             "method": method,
@@ -447,6 +456,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"{'library':<22}{'weight':>7}{'coverage':>10}{'over-incl':>11}{'hier.':>8}")
     for library_id, weight, coverage, penalty, score in rows:
         print(f"{library_id:<22}{weight:>7.2f}{coverage:>10.3f}{penalty:>11.3f}{score:>8.3f}")
+    for library_id, lines in skipped.items():
+        print(f"{library_id}: skipped {len(lines)} cohort(s): {'; '.join(lines)}")
     for library_id, choice in choices.items():
         print(
             f"{library_id}: in-sample best dense_weight={choice.in_sample_choice:.2f} "

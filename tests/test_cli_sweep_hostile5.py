@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from phenoforge.config import libraries_dir
+from tests.fixture_library import write_icd_library
 from tests.test_cli import fixture_vocabulary, run  # noqa: F401  # the autouse fixture vocabulary
 from tests.test_cli_sweep import fake_dense  # noqa: F401  # the fake dense retriever and the sweep library
 
@@ -28,3 +32,37 @@ def test_an_empty_weight_list_says_it_is_empty(capsys: pytest.CaptureFixture[str
         run(capsys, "sweep", "--library", "sweep-lib", "--weights", weights, "--quiet")
     err = capsys.readouterr().err
     assert "no weights given" in err and "between 0 and 1" not in err, err
+
+
+GHOSTS = {
+    "ghost": ("Ghost condition", ["Z99.99"], False),  # in no vocabulary: nothing to score it against
+    "hf": ("Heart failure", ["I50.9", "I50.21"], False),
+}
+
+
+@pytest.mark.parametrize("method", ["hybrid", "subtree"])
+def test_a_sweep_over_cohorts_with_no_resolvable_codes_says_so_without_a_traceback(
+    capsys: pytest.CaptureFixture[str], method: str
+) -> None:
+    """``--cohorts ghost`` (its only code is in no vocabulary) crashed with ``KeyError: 'hybrid'``."""
+    write_icd_library(libraries_dir() / "ghosts", GHOSTS, "ghosts")
+    code, out, err = run(capsys, "sweep", "--library", "ghosts", "--cohorts", "ghost", "--method", method, "--quiet")
+    assert code == 2 and out == "", out
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert "nothing to sweep" in err and "ghost" in err and "no resolvable ground-truth codes" in err, err
+
+
+@pytest.mark.parametrize("method", ["hybrid", "subtree"])
+def test_a_cohort_the_sweep_leaves_out_is_named_in_the_table_and_the_json(
+    capsys: pytest.CaptureFixture[str], method: str
+) -> None:
+    """The sweep dropped a cohort with no resolvable codes and said nothing: the benchmark names it."""
+    write_icd_library(libraries_dir() / "ghosts", GHOSTS, "ghosts")
+    code, out, err = run(capsys, "sweep", "--library", "ghosts", "--weights", "0,1", "--method", method, "--quiet")
+    assert code == 0, err
+    assert "ghosts: skipped 1 cohort(s): ghost/*: no resolvable ground-truth codes" in out, out
+    code, out, err = run(
+        capsys, "sweep", "--library", "ghosts", "--weights", "0,1", "--method", method, "--quiet", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["skipped"] == {"ghosts": ["ghost/*: no resolvable ground-truth codes"]}
