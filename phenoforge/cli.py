@@ -563,7 +563,10 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     run = Run(
         name=method,
         cohorts={
-            r.cohort_id: [RunEntry(code=code, rank=rank) for rank, code in enumerate(r.predicted_codes, start=1)]
+            r.cohort_id: [
+                RunEntry(code=code, rank=rank, provenance=list((r.provenance or {}).get(code, [])))
+                for rank, code in enumerate(r.predicted_codes, start=1)
+            ]
             for r in saved.report.results
             if r.method == method
         },
