@@ -351,7 +351,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """A method's dense_weight per library: the in-sample best beside the cross-validated choice."""
-    from phenoforge.eval.sweep import check_sweepable, sweep_library
+    from phenoforge.eval.sweep import SweepError, check_sweepable, sweep_library
 
     method = args.method
     check_sweepable(method)  # before any work: an unsweepable method is a one-line error
@@ -365,6 +365,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     fits: dict[str, tuple[list[str], list[str]]] = {}  # library id -> (trained on, notes) of a set builder
     rows: list[tuple[str, float, float, float, float]] = []
     choices = {}
+    skipped: dict[str, list[str]] = {}  # library id -> the cohorts it leaves out, as the benchmark lists them
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in resolve_library_dirs(args.library, bundled_only=True):
             swept = sweep_library(
@@ -379,6 +380,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 n_folds=args.folds,
                 progress=progress,
             )
+            if swept.skipped:
+                skipped[swept.library_id] = swept.skipped
             if swept.trained_on is not None:
                 fits[swept.library_id] = (swept.trained_on, swept.notes)
             rows.extend(
@@ -387,6 +390,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
             if swept.choice is not None:
                 choices[swept.library_id] = swept.choice
+    if not rows:
+        left_out = "; ".join(line for lines in skipped.values() for line in lines[:3])
+        raise SweepError(f"nothing to sweep: no chosen cohort has ground-truth codes to score against ({left_out})")
     if args.json:
         print(
             json.dumps(
@@ -402,6 +408,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                         for row in rows
                     ],
                     "cross_validated": {library_id: choice.model_dump() for library_id, choice in choices.items()},
+                    "skipped": skipped,
                     **(
                         {
                             "method": method,
@@ -428,6 +435,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"{'library':<22}{'weight':>7}{'coverage':>10}{'over-incl':>11}{'hier.':>8}")
     for library_id, weight, coverage, penalty, score in rows:
         print(f"{library_id:<22}{weight:>7.2f}{coverage:>10.3f}{penalty:>11.3f}{score:>8.3f}")
+    for library_id, lines in skipped.items():
+        print(f"{library_id}: skipped {len(lines)} cohort(s): {'; '.join(lines)}")
     for library_id, choice in choices.items():
         print(
             f"{library_id}: in-sample best dense_weight={choice.in_sample_choice:.2f} "
@@ -533,7 +542,10 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     run = Run(
         name=method,
         cohorts={
-            r.cohort_id: [RunEntry(code=code, rank=rank) for rank, code in enumerate(r.predicted_codes, start=1)]
+            r.cohort_id: [
+                RunEntry(code=code, rank=rank, provenance=list((r.provenance or {}).get(code, [])))
+                for rank, code in enumerate(r.predicted_codes, start=1)
+            ]
             for r in saved.report.results
             if r.method == method
         },
@@ -552,8 +564,13 @@ def _weights(text: str) -> list[float]:
         weights = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError("weights are comma-separated numbers, e.g. 0,0.25,0.5") from None
-    if not weights or any(not 0.0 <= weight <= 1.0 for weight in weights):
+    if any(not 0.0 <= weight <= 1.0 for weight in weights):
         raise argparse.ArgumentTypeError("every weight must be between 0 and 1")
+    from phenoforge.eval.selection import weights_problem
+
+    problem = weights_problem(weights)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return weights
 
 

@@ -38,7 +38,11 @@ def test_run_import_scores_saves_and_compares(
     # export in the same format, and re-import it unchanged
     code, exported, _ = run(capsys, "run", "export", saved.run_id, "--method", "llm")
     assert code == 0
-    assert exported.splitlines()[:3] == ["cohort_id,code,rank,score", "dm2,E11.9,1,", "dm2,E11.21,2,"]
+    assert exported.splitlines()[:3] == [
+        "cohort_id,code,rank,score,provenance",
+        "dm2,E11.9,1,,imported: llm",
+        "dm2,E11.21,2,,imported: llm",
+    ]
 
 
 def test_run_import_reports_every_problem_with_its_line_and_saves_nothing(
@@ -111,4 +115,4 @@ def test_exported_runs_neutralise_formula_cells() -> None:
     from phenoforge.eval.runs import Run, RunEntry, run_to_csv
 
     text = run_to_csv(Run(name="x", cohorts={"=HYPERLINK(1)": [RunEntry(code="E11.9")]}))
-    assert text.splitlines()[1] == "'=HYPERLINK(1),E11.9,1,"
+    assert text.splitlines()[1] == "'=HYPERLINK(1),E11.9,1,,"

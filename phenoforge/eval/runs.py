@@ -203,14 +203,15 @@ def read_run(path: Path | str, qrels: Qrels, hierarchy: Hierarchy, name: str | N
 
 
 def run_to_csv(run: Run) -> str:
-    """The run in the import CSV shape (one row per code; rank filled in list order)."""
+    """The run in the import CSV shape (one row per code; rank filled in list order), each code with
+    its provenance in a last column the import ignores."""
     buffer = io.StringIO()
     writer = SafeWriter(buffer, lineterminator="\n")
-    writer.writerow(RUN_CSV_COLUMNS)
+    writer.writerow([*RUN_CSV_COLUMNS, "provenance"])
     for cohort_id, entries in run.cohorts.items():
         for position, entry in enumerate(entries, start=1):
             score = "" if entry.score is None else f"{entry.score:.6g}"
-            writer.writerow([cohort_id, entry.code, entry.rank or position, score])
+            writer.writerow([cohort_id, entry.code, entry.rank or position, score, "; ".join(entry.provenance)])
     return buffer.getvalue()
 
 

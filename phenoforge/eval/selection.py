@@ -92,3 +92,20 @@ def cross_validate_choice(scores: Mapping[float, Mapping[str, float]], n_folds: 
 def per_cohort(results: Sequence[object], key: Hashable = "hierarchical_score") -> dict[str, float]:
     """``{cohort_id: value}`` of one method's results (a helper for building ``scores``)."""
     return {str(getattr(r, "cohort_id")): float(getattr(r, str(key))) for r in results}  # noqa: B009
+
+
+def weights_problem(weights: Sequence[float]) -> str | None:
+    """Why ``weights`` cannot be swept, or None. Two weights shown alike (``0.501``, ``0.504``) would
+    print two rows that look the same and give a set builder two runs of one name, scored as one."""
+    if not weights:
+        return "no weights given: list them comma-separated, e.g. 0,0.25,0.5"
+    seen: dict[str, float] = {}
+    for weight in weights:
+        shown = f"{weight:.2f}"  # as the sweep prints and labels it
+        if shown in seen:
+            return (
+                f"weight {shown} is listed twice ({seen[shown]:g} and {weight:g}): "
+                "give each weight once, at least 0.01 apart"
+            )
+        seen[shown] = weight
+    return None

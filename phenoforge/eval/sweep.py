@@ -28,7 +28,7 @@ from phenoforge.eval.harness import collect_rankings, rescore_hybrid, score_runs
 from phenoforge.eval.models import BenchmarkReport, MethodRecord
 from phenoforge.eval.qrels import Qrels, load_qrels
 from phenoforge.eval.runs import Run
-from phenoforge.eval.selection import CrossValidatedChoice, cross_validate_choice
+from phenoforge.eval.selection import CrossValidatedChoice, cross_validate_choice, weights_problem
 from phenoforge.methods import MethodContext, SkipMethod
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.methods.set_building import (
@@ -156,6 +156,9 @@ def sweep_set_builder(
     """
     if method not in SET_BUILDERS:
         raise SweepError(f"{method!r} is not a set builder; set builders: {', '.join(SET_BUILDERS)}")
+    problem = weights_problem(weights)
+    if problem is not None:
+        raise SweepError(problem)
     progress = progress or no_progress
     hierarchy = get_hierarchy(con)
     context = MethodContext(
@@ -240,6 +243,8 @@ class LibrarySweep(BaseModel):
     trained_on: list[str] | None = None
     """What a set builder was fitted on (empty: untuned defaults); ``None`` for hybrid, which fits nothing."""
     notes: list[str] = []
+    skipped: list[str] = []
+    """The cohorts left out (no ground-truth codes to score against), one line each, as the benchmark lists them."""
 
 
 def sweep_library(
@@ -266,6 +271,12 @@ def sweep_library(
     rows: list[SweepRow] = []
     trained_on: list[str] | None = None
     notes: list[str] = []
+    qrels = load_qrels(con, library_dir, cohorts, fanout_threshold)
+    skipped = qrels.skipped_lines() if qrels.skipped else []
+    if not qrels.cohorts:  # nothing to score: no row, and the skipped lines say why
+        return LibrarySweep(
+            method=method, library_id=library.library_id, rows=[], per_cohort={}, choice=None, skipped=skipped
+        )
     if method == "hybrid":
         cache = collect_rankings(
             con, library_dir, cohorts, dense=dense, fanout_threshold=fanout_threshold, progress=progress
@@ -282,7 +293,6 @@ def sweep_library(
                 )
             )
     else:
-        qrels = load_qrels(con, library_dir, cohorts, fanout_threshold)
         swept = sweep_set_builder(con, qrels, method, weights, dense, progress)
         trained_on, notes = swept.trained_on, swept.notes
         for weight in weights:
@@ -306,4 +316,5 @@ def sweep_library(
         choice=choice,
         trained_on=trained_on,
         notes=notes,
+        skipped=skipped,
     )
