@@ -6,12 +6,17 @@ any curated list enters here, so the same features serve training and scoring.
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import threading
+import zipfile
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 
+from phenoforge.config import data_dir
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import tokenize
 from phenoforge.setbuild.candidates import (
@@ -23,6 +28,7 @@ from phenoforge.setbuild.candidates import (
     billable_below,
     lexical_overlap,
 )
+from phenoforge.storage import remove_stale_temporaries, temporary_sibling
 
 FEATURE_FAMILIES: dict[str, list[str]] = {
     "bm25": ["bm25_rank", "bm25_rel", "anc_best_bm25_rel"],
@@ -48,6 +54,8 @@ FEATURE_FAMILIES: dict[str, list[str]] = {
 FEATURE_NAMES: list[str] = [name for names in FEATURE_FAMILIES.values() for name in names]
 MISSING_RANK = 2 * RETRIEVAL_DEPTH
 
+log = logging.getLogger(__name__)
+
 
 class _HierarchyStats:
     """Per-build memo of billable counts and name tokens (both cost a subtree walk or a regex)."""
@@ -60,7 +68,7 @@ class _HierarchyStats:
 
     def node_table(self) -> _NodeTable:
         if self._nodes is None:
-            self._nodes = _NodeTable(self.hierarchy, self)
+            self._nodes = stored_node_table(self.hierarchy, self)
         return self._nodes
 
     def billable_nodes(self, node: int) -> tuple[int, ...]:
@@ -204,9 +212,121 @@ class _NodeTable:
                 seen.add(token)
                 first[position // 64] |= bit
             hits = self.rows_with_word.get(token)
-            if hits:
+            if hits is not None and len(hits):
                 bits[np.asarray(hits, dtype=np.int64), position // 64] |= bit
         return bits, first
+
+
+NODE_TABLE_FORMAT = 1
+_TABLE_ARRAYS: tuple[str, ...] = ("chain", "levels", "upper", "parent", "category", "block", "own_category")
+_TABLE_ARRAYS += ("depth", "is_extension", "billable", "n_tokens")
+
+
+def node_table_path(build: str) -> Path:
+    """Where the complete node table of vocabulary build ``build`` is kept (its name says the build)."""
+    return data_dir() / "models" / f"node-table-{build}-v{NODE_TABLE_FORMAT}.npz"
+
+
+def complete_node_table(hierarchy: Hierarchy, stats: _HierarchyStats) -> _NodeTable:
+    """Every node's row filled, words and billable counts included (seconds: done once per build, then read)."""
+    table = _NodeTable(hierarchy, stats)
+    everything = np.arange(len(table.ids))
+    table.fill(everything)
+    table.billable_counts(everything)
+    return table
+
+
+def save_node_table(table: _NodeTable, path: Path) -> None:
+    """Write a complete table atomically (a temporary sibling, then a rename); plain arrays, no pickles."""
+    words = sorted(table.rows_with_word)
+    lengths = np.array([len(table.rows_with_word[word]) for word in words], dtype=np.int64)
+    arrays = {name: getattr(table, name) for name in _TABLE_ARRAYS}
+    arrays |= {
+        "build_id": np.array(table.hierarchy.build_id),
+        "format": np.array(NODE_TABLE_FORMAT),
+        "ids": table.ids,
+        "words": np.array(words, dtype=str),
+        "word_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        "word_rows": np.array([row for word in words for row in table.rows_with_word[word]], dtype=np.int64),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent)
+    tmp = temporary_sibling(path)
+    try:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, **arrays)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class NodeTableError(ValueError):
+    """A stored node table that cannot be used (corrupt, another build, another format)."""
+
+
+def load_node_table(path: Path, hierarchy: Hierarchy, stats: _HierarchyStats) -> _NodeTable:
+    """The stored complete table of ``hierarchy``'s build, or ``NodeTableError`` saying why not."""
+    table = _NodeTable(hierarchy, stats)
+    size = len(table.ids)
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise NodeTableError(f"{path}: cannot be read ({type(error).__name__}: {error})") from None
+    missing = {*_TABLE_ARRAYS, "build_id", "format", "ids", "words", "word_offsets", "word_rows"} - set(arrays)
+    if missing:
+        raise NodeTableError(f"{path}: lacks {', '.join(sorted(missing))}")
+    if arrays["format"].shape != () or int(arrays["format"]) != NODE_TABLE_FORMAT:
+        raise NodeTableError(f"{path}: format {arrays['format']}, this version reads {NODE_TABLE_FORMAT}")
+    if str(arrays["build_id"]) != hierarchy.build_id or not np.array_equal(arrays["ids"], table.ids):
+        raise NodeTableError(f"{path}: made for vocabulary build {arrays['build_id']}, not {hierarchy.build_id}")
+    width = arrays["chain"].shape[1:]
+    for name in _TABLE_ARRAYS:
+        fresh, stored_array = getattr(table, name), arrays[name]
+        shape = (size, *width) if fresh.ndim == 2 else (size,)
+        if stored_array.dtype != fresh.dtype or stored_array.shape != shape:
+            raise NodeTableError(f"{path}: {name} is {stored_array.dtype} {stored_array.shape}, not {shape}")
+    rows_arrays = (arrays[name] for name in ("chain", "parent", "category", "block", "word_rows"))
+    if any(len(rows) and (rows.min() < -1 or rows.max() >= size) for rows in rows_arrays):
+        raise NodeTableError(f"{path}: a row index outside the table")
+    if (arrays["billable"] < 0).any() or not len(width) or (arrays["chain"][:, 0] != np.arange(size)).any():
+        raise NodeTableError(f"{path}: incomplete (a billable count or a chain is missing)")
+    offsets, word_rows = arrays["word_offsets"], arrays["word_rows"]
+    words = arrays["words"].tolist()
+    if (
+        len(offsets) != len(words) + 1
+        or offsets[0] != 0
+        or offsets[-1] != len(word_rows)
+        or (np.diff(offsets) < 0).any()
+    ):
+        raise NodeTableError(f"{path}: word index does not add up")
+    for name in _TABLE_ARRAYS:
+        setattr(table, name, arrays[name])
+    bounds = offsets.tolist()
+    table.rows_with_word = {word: word_rows[bounds[i] : bounds[i + 1]].tolist() for i, word in enumerate(words)}
+    table.worded[:] = True
+    table.filled[:] = True
+    return table
+
+
+def stored_node_table(hierarchy: Hierarchy, stats: _HierarchyStats) -> _NodeTable:
+    """The complete node table, read from ``data/models`` (written there the first time, e.g. by ``build``).
+
+    A corrupt or stale file is logged, built again and replaced; an unwritable folder keeps the table for
+    this process only. Either way the features read the same values as a table filled on demand.
+    """
+    path = node_table_path(hierarchy.build_id)
+    if path.is_file():
+        try:
+            return load_node_table(path, hierarchy, stats)
+        except NodeTableError as error:
+            log.warning("node table unusable, built again: %s", error)
+    table = complete_node_table(hierarchy, stats)
+    try:
+        save_node_table(table, path)
+    except OSError as error:
+        log.warning("node table not stored (%s): built again by the next process", error.strerror or error)
+    return table
 
 
 _LOG1P = np.zeros(0)

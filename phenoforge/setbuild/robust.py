@@ -12,17 +12,25 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 
+from phenoforge.config import data_dir
 from phenoforge.engine.bm25 import document_texts
 from phenoforge.engine.db import build_id
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import STOPWORDS, abbreviations_typed, tokenize
 from phenoforge.engine.schema import ICD10CM
+from phenoforge.storage import remove_stale_temporaries, temporary_sibling
+
+log = logging.getLogger(__name__)
 
 UMBRELLA_NOTE_TYPES = ("includes", "inclusion_term", "notes")
 UMBRELLA_KINDS = ("block", "category")
@@ -66,19 +74,28 @@ class TypoCorrector:
 
     def __init__(self, document_frequency: Counter[str]) -> None:
         self.frequency = document_frequency
-        self._by_trigram: dict[str, list[str]] = defaultdict(list)
-        for word in document_frequency:
-            if len(word) >= 4 and word.isalpha():
-                for gram in _trigrams(word):
-                    self._by_trigram[gram].append(word)
+        self._trigram_index: dict[str, list[str]] | None = None
+
+    @property
+    def _by_trigram(self) -> dict[str, list[str]]:
+        """Known words by trigram, built the first time a query word is unknown (most queries have none)."""
+        if self._trigram_index is None:
+            by_trigram: dict[str, list[str]] = defaultdict(list)
+            for word in self.frequency:
+                if len(word) >= 4 and word.isalpha():
+                    for gram in _trigrams(word):
+                        by_trigram[gram].append(word)
+            self._trigram_index = by_trigram
+        return self._trigram_index
 
     def nearest(self, word: str) -> str | None:
         if word in self.frequency or len(word) < 4 or not word.isalpha() or word in STOPWORDS:
             return None
         limit = 1 if len(word) < 8 else 2
         shared: Counter[str] = Counter()
+        by_trigram = self._by_trigram
         for gram in _trigrams(word):
-            shared.update(self._by_trigram.get(gram, ()))
+            shared.update(by_trigram.get(gram, ()))
         best: tuple[int, int, str] | None = None
         for candidate, _count in shared.most_common(200):
             distance = edit_distance(word, candidate, limit)
@@ -104,21 +121,68 @@ _LOCK = threading.Lock()
 
 
 def get_typo_corrector(con: duckdb.DuckDBPyConnection) -> TypoCorrector:
-    """The corrector of ``con``'s vocabulary build (about a second to build, then shared)."""
+    """The corrector of ``con``'s vocabulary build (its word counts read from ``data/models``, else
+    counted, about two seconds, and kept there; then shared by the process)."""
     cursor = con.cursor()
     try:
         build = build_id(cursor)
         with _LOCK:
             corrector = _CORRECTORS.get(build)
             if corrector is None:
-                frequency: Counter[str] = Counter()
-                for _code, _name, text in document_texts(cursor):
-                    frequency.update(set(tokenize(text)))
-                corrector = TypoCorrector(frequency)
+                corrector = TypoCorrector(_stored_frequency(cursor, build))
                 _CORRECTORS[build] = corrector
     finally:
         cursor.close()
     return corrector
+
+
+WORD_COUNTS_FORMAT = 1
+
+
+def word_counts_path(build: str) -> Path:
+    """Where the document frequency of every searchable word of vocabulary build ``build`` is kept."""
+    return data_dir() / "models" / f"word-counts-{build}-v{WORD_COUNTS_FORMAT}.json"
+
+
+def count_words(con: duckdb.DuckDBPyConnection) -> Counter[str]:
+    """In how many searchable texts each word occurs (what the corrector prefers on a tie)."""
+    frequency: Counter[str] = Counter()
+    for _code, _name, text in document_texts(con):
+        frequency.update(set(tokenize(text)))
+    return frequency
+
+
+def _stored_frequency(con: duckdb.DuckDBPyConnection, build: str) -> Counter[str]:
+    """The build's word counts from their file; counted and written when missing, stale or corrupt."""
+    path = word_counts_path(build)
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored.get("format") == WORD_COUNTS_FORMAT and stored.get("build_id") == build:
+            counts = stored["counts"]
+            if isinstance(counts, dict) and all(type(n) is int and n > 0 for n in counts.values()):
+                return Counter({str(word): n for word, n in counts.items()})
+        log.warning("%s: another build or format: counted again", path)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as error:
+        log.warning("%s: unreadable (%s): counted again", path, type(error).__name__)
+    frequency = count_words(con)
+    try:
+        write_json_atomically(path, {"format": WORD_COUNTS_FORMAT, "build_id": build, "counts": dict(frequency)})
+    except OSError as error:
+        log.warning("word counts not stored (%s): counted again by the next process", error.strerror or error)
+    return frequency
+
+
+def write_json_atomically(path: Path, value: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent)
+    tmp = temporary_sibling(path)
+    try:
+        tmp.write_text(json.dumps(value), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass
