@@ -196,3 +196,6 @@ def test_a_typed_code_becomes_its_name_and_an_unknown_code_gives_no_term(decompo
     assert decompose("patients with i509 or asthma") == ["Heart failure, unspecified", "asthma"]
     assert decompose("adults with Q99.99 and asthma") == ["asthma"]  # reported by workflow.start, not guessed
     assert decompose("adults with T2DM") == ["type 2 diabetes mellitus"]  # an abbreviation, not a code
+    # a bare category after a name is part of the name, not a code to search ("CMS-HCC V28")
+    assert "Heart failure" not in decompose("asthma as coded in the CMS-HCC I50 model")
+    assert sorted(decompose("asthma or I50")) == ["Heart failure", "asthma"]

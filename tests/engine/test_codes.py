@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phenoforge.engine.codes import code_key, dotted
+from phenoforge.engine.codes import code_key, codes_in_text, dotted
 
 
 @pytest.mark.parametrize(
@@ -61,3 +61,21 @@ def test_code_key_is_idempotent_and_round_trips_through_dotted(code: str, pad: s
     assert code_key(key) == key
     assert code_key(dotted(key)) == key
     assert dotted(key) == code
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I50", ["I50"]),
+        ("adults with I50", ["I50"]),
+        ("codes I50, I11 and J45", ["I50", "I11", "J45"]),
+        ("heart failure in the CMS-HCC V28 model", []),  # V28 is a category, but here a model's name
+        ("vitamin B12 deficiency", []),
+        ("CKD stage G3a", []),
+        ("CMS-HCC V28 with I50.9", ["I50.9"]),  # dotted: a code wherever it stands
+        ("heart failure I5022", ["I5022"]),  # four characters or more: a code wherever it stands
+    ],
+)
+def test_a_bare_three_character_token_is_a_code_only_where_a_code_can_stand(text: str, expected: list[str]) -> None:
+    """ "CMS-HCC V28" used to add "Motorcycle rider injured..." (V28) to a decomposition."""
+    assert codes_in_text(text) == expected
