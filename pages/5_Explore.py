@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import dashboard_ui as ui
+from phenoforge.agent.lay_terms import spell_out_for_search
 from phenoforge.dashboard.explore import code_details, search_side_by_side
 
 
@@ -25,7 +26,10 @@ def search_section() -> None:
         return
     results = None
     with ui.cursor() as con:
+        query, notes = spell_out_for_search(con, query)
         results = search_side_by_side(con, query, ["bm25", "dense", "hybrid"], k=k, dense=dense, dense_weight=weight)
+    for note in notes:
+        st.caption(note)
     columns = st.columns(len(results))
     for column, (method, result) in zip(columns, results.items(), strict=True):
         column.markdown(f"**{method}**" + (" (degraded)" if result.degraded else ""))

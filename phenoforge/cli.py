@@ -191,18 +191,17 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from phenoforge.agent.lay_terms import spell_out_abbreviations
+    from phenoforge.agent.lay_terms import spell_out_for_search
     from phenoforge.engine.hybrid import search_concepts
-    from phenoforge.setbuild.robust import get_typo_corrector
 
     con = _connect()
+    query, notes = spell_out_for_search(con, args.query)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.method in SET_BUILDERS:
-        return _search_set_builder(con, args)
+        return _search_set_builder(con, args, query)
     methods = ["bm25", "dense", "hybrid"] if args.method == "all" else [args.method]
     dense = _dense_or_none(con, any(method in ("dense", "hybrid") for method in methods))
-    query, spelt_out = spell_out_abbreviations(args.query, lambda word: word in get_typo_corrector(con).frequency)
-    for abbreviation, term in spelt_out.items():
-        print(f"note: {abbreviation} is not a word ICD-10-CM uses; searched as {term!r}", file=sys.stderr)
     output = {}
     for method in methods:
         result = search_concepts(con, query, method=method, k=args.k, dense=dense, dense_weight=args.dense_weight)
@@ -219,12 +218,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _search_set_builder(con, args: argparse.Namespace) -> int:  # noqa: ANN001
+def _search_set_builder(con, args: argparse.Namespace, query: str) -> int:  # noqa: ANN001
     from phenoforge.methods.set_building import FITTED_DENSE_WEIGHT, build_for_free_query, describe
 
     dense = _dense_or_none(con, True)
     with progress_bar(enabled=not args.json) as progress:
-        built = build_for_free_query(con, args.method, args.query, dense, progress=progress)
+        built = build_for_free_query(con, args.method, query, dense, progress=progress)
     if args.dense_weight != FITTED_DENSE_WEIGHT:
         built.notes.append(
             f"set builders fuse at dense weight {FITTED_DENSE_WEIGHT} (what they were fitted at); "

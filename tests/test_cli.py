@@ -133,6 +133,15 @@ def test_a_set_builder_search_says_it_ignores_the_dense_weight(capsys: pytest.Ca
     assert "dense weight" not in out
 
 
+def test_a_set_builder_search_spells_out_an_abbreviation_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """`search --method <set builder> "CHF"` used to search "CHF" as typed and miss heart failure."""
+    code, out, err = run(capsys, "search", "CHF", "--method", "adaptive_cutoff")
+    assert code == 0
+    assert "note: CHF is not a word ICD-10-CM uses; searched as 'congestive heart failure'" in err
+    codes = [line.split()[0] for line in out.splitlines()[1:] if line.startswith("  ") and not line.startswith("   ")]
+    assert codes and all(code.startswith("I50") for code in codes)
+
+
 def test_search_hybrid_without_dense_says_it_is_bm25_only(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "search", "asthma", "--method", "hybrid")
     assert code == 0

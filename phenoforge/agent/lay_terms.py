@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
 
 LAY_TERMS: dict[str, tuple[str, str]] = {
     # lay names (MedlinePlus health-topic titles and their "also called" names)
@@ -149,3 +153,16 @@ def spell_out_abbreviations(query: str, in_vocabulary: Callable[[str], bool]) ->
 
     spelt = _TYPED_WORD.sub(spell, query)
     return spelt, replaced
+
+
+def spell_out_for_search(con: duckdb.DuckDBPyConnection, query: str) -> tuple[str, list[str]]:
+    """``query`` as the search runs it (abbreviations the vocabulary never uses spelt out), and one note
+    per replacement for the user, so the CLI, the Explore page and a set builder's search say the same."""
+    from phenoforge.setbuild.robust import get_typo_corrector
+
+    frequency = get_typo_corrector(con).frequency
+    spelt, replaced = spell_out_abbreviations(query, lambda word: word in frequency)
+    notes = [
+        f"{abbreviation} is not a word ICD-10-CM uses; searched as {term!r}" for abbreviation, term in replaced.items()
+    ]
+    return spelt, notes

@@ -48,3 +48,15 @@ def test_unknown_code_says_what_to_do(app: Callable[[str], AppTest]) -> None:
     at.text_input(key="ex_code").input("Z99.999").run()
     assert not at.exception
     assert any("not a code in the loaded vocabulary" in w.value for w in at.warning)
+
+
+def test_search_spells_out_an_abbreviation_and_says_so(
+    app: Callable[[str], AppTest], dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    """The Explore page searched "CHF" as typed (no ICD-10-CM text says CHF) while the CLI spelt it out."""
+    at = app("pages/5_Explore.py").run()
+    at.text_input(key="ex_query").input("CHF").run()
+    assert not at.exception
+    assert any("searched as 'congestive heart failure'" in caption.value for caption in at.caption)
+    frames = [d.value for d in at.dataframe if "rank" in d.value.columns]
+    assert list(frames[0]["code"]) == bm25_search(dash_con, "congestive heart failure", k=10).codes
