@@ -317,6 +317,9 @@ class RankingCache(BaseModel):
     library_dir: str
     depth: int
     cohorts: list[CohortRankings]
+    skipped: dict[str, str] = Field(
+        default_factory=dict, description="cohort id -> why it cannot be scored (as in Qrels.skipped)"
+    )
     _truth: dict[str, TruthIndexes] = PrivateAttr(default_factory=dict)
 
     def truth_indexes(self, hierarchy: Hierarchy) -> TruthIndexes:
@@ -339,6 +342,7 @@ class RankingCache(BaseModel):
                 for c in self.cohorts
                 if c.ground_truth_codes
             },
+            skipped=self.skipped,
         )
 
     @property
@@ -372,7 +376,7 @@ def collect_rankings(
         )
         for cohort in qrels.cohorts.values()
     ]
-    return RankingCache(library_dir=str(library_dir), depth=depth, cohorts=cohorts)
+    return RankingCache(library_dir=str(library_dir), depth=depth, cohorts=cohorts, skipped=dict(qrels.skipped))
 
 
 def rescore_hybrid(
@@ -398,4 +402,8 @@ def rescore_hybrid(
     qrels = cache.qrels()
     results = evaluate(hierarchy, qrels, run, truth_indexes=cache.truth_indexes(hierarchy))
     degraded = None if cache.has_dense else "no dense rankings in the cache: BM25 alone"
-    return aggregate(results, methods={"hybrid": MethodRecord(name="hybrid", label="Hybrid (RRF)", degraded=degraded)})
+    return aggregate(
+        results,
+        qrels.skipped_lines(),
+        methods={"hybrid": MethodRecord(name="hybrid", label="Hybrid (RRF)", degraded=degraded)},
+    )

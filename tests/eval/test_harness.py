@@ -358,6 +358,8 @@ def test_rescore_hybrid_equals_run_benchmark(fixture_con: duckdb.DuckDBPyConnect
         assert fast.mean_over_inclusion_by_method == pytest.approx(slow.mean_over_inclusion_by_method)
         assert fast.mean_hierarchical_score_by_method == pytest.approx(slow.mean_hierarchical_score_by_method)
         assert fast.mean_exact_f1_by_method == pytest.approx(slow.mean_exact_f1_by_method)
+        # the cohort with nothing resolvable is named as skipped by both paths, not dropped silently
+        assert fast.skipped == slow.skipped == ["empty/*: no resolvable ground-truth codes"]
     # rescoring itself queried nothing: every dense call since the cache came from run_benchmark
     assert dense.calls - calls == 5 * len(SCORED)
 
