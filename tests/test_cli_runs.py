@@ -27,6 +27,8 @@ def test_run_import_scores_saves_and_compares(
     code, out, err = run(capsys, "run", "import", str(file), "--library", "cli-lib", "--compare", "bm25", "--quiet")
     assert code == 0, err
     assert "imported run 'llm' (" in out and "2 of 3 cohorts of cli-lib" in out
+    # the cohort without rows is left out, not scored as an empty list (the note said it was)
+    assert "note: 1 cohort(s) of the library have no rows in this run: it is scored, and compared, on the 2" in out
     assert "bm25 vs llm: mean diff" in out  # the paired test against the built-in
     (saved,) = app_state.list_benchmark_runs()
     assert saved.label == "imported run llm" and saved.parameters.methods == ["bm25", "llm"]
