@@ -259,7 +259,9 @@ def run_methods(
     if any(m.retrieves for m in chosen):
         queries = [cohort.cohort_name for cohort in qrels.cohorts.values()]
         deepest = max((m.depth or 0 for m in chosen if m.retrieves), default=0)
-        retrieval.prefetch(queries, dense=any(m.retrieves_dense for m in chosen), depth=deepest or None)
+        retrieval.prefetch(
+            queries, dense=any(m.retrieves_dense for m in chosen), depth=deepest or None, progress=progress
+        )
     skipped: list[str] = []
     runs: list[Run] = []
     records: dict[str, MethodRecord] = {}
@@ -298,7 +300,7 @@ def run_benchmark(
     (``methods["hybrid"].degraded``, with ``dense_problem`` when the caller knows why).
     """
     _check_parameters(k, dense_weight)
-    qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold)
+    qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold, progress)
     return run_methods(con, qrels, methods, dense, k, dense_weight, measures, progress, dense_problem)
 
 
@@ -362,7 +364,7 @@ def collect_rankings(
     """Query BM25 (and dense, when given) once per cohort, deep enough to re-fuse at any weight."""
     qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold, progress)
     retrieval = Retrieval(con, dense, depth)
-    retrieval.prefetch([cohort.cohort_name for cohort in qrels.cohorts.values()])
+    retrieval.prefetch([cohort.cohort_name for cohort in qrels.cohorts.values()], progress=progress)
     cohorts = [
         CohortRankings(
             cohort_id=cohort.cohort_id,
