@@ -47,6 +47,31 @@ def test_run_import_scores_saves_and_compares(
     ]
 
 
+@pytest.mark.parametrize(
+    ("file_name", "extra"),
+    [("hybrid.csv", []), ("mine.csv", ["--name", "bm25", "--compare", "bm25"])],
+    ids=["file-named-like-the-default-comparison", "name-given"],
+)
+def test_a_run_named_like_a_compared_method_is_refused(
+    capsys: pytest.CaptureFixture[str], library: Path, tmp_path: Path, file_name: str, extra: list[str]
+) -> None:
+    """``hybrid.csv`` compared with ``hybrid`` (the default) was scored as one method: both lists merged."""
+    file = tmp_path / file_name
+    file.write_text("cohort_id,code\ndm2,E11.9\n", encoding="utf-8")
+    code, out, err = run(capsys, "run", "import", str(file), "--library", "cli-lib", "--quiet", *extra)
+    assert code == 2, out
+    name = "bm25" if extra else "hybrid"
+    assert f"the run is named {name!r}, like a method it is compared with; give it another name" in err
+    assert app_state.list_benchmark_runs() == []
+    code, out, err = run(
+        capsys, "run", "import", str(file), "--library", "cli-lib", "--quiet", *extra, "--name", "mine"
+    )
+    assert code == 0, err
+    (saved,) = app_state.list_benchmark_runs()
+    report = app_state.load_benchmark_run(saved.run_id).report
+    assert [r.method for r in report.results].count("mine") == 1 and len(report.results) == 2
+
+
 def test_run_import_reports_every_problem_with_its_line_and_saves_nothing(
     capsys: pytest.CaptureFixture[str], library: Path, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.engine.hybrid import fuse, fusion_depth
+from phenoforge.errors import PhenoforgeError
 from phenoforge.eval.evaluate import TruthIndexes, aggregate, evaluate, score_matches
 from phenoforge.eval.matching import NearestIndex, match_cohort
 from phenoforge.eval.measures import Measure
@@ -238,9 +239,21 @@ def run_methods(
     dense_problem: str | None = None,
     extra_runs: Sequence[Run] = (),
 ) -> BenchmarkReport:
-    """Run ``methods`` over ``qrels`` and score them (plus any ``extra_runs``, e.g. imported)."""
+    """Run ``methods`` over ``qrels`` and score them (plus any ``extra_runs``, e.g. imported).
+
+    A run named like one of the methods would be scored as that method (their results merged):
+    refused before any work, as is a second run of one name.
+    """
     _check_parameters(k, dense_weight)
     chosen = resolve_methods(methods)
+    names = [m.name for m in chosen]
+    for run in extra_runs:
+        if run.name in names:
+            raise PhenoforgeError(
+                f"the run is named {run.name!r}, like a method it is compared with; give it another name "
+                "(run import --name, or the Benchmark page's run name)"
+            )
+        names.append(run.name)
     hierarchy = get_hierarchy(con)
     retrieval = Retrieval(con, dense, fusion_depth(k))
     context = MethodContext(
