@@ -532,8 +532,11 @@ def cmd_run_import(args: argparse.Namespace) -> int:
 def cmd_run_export(args: argparse.Namespace) -> int:
     """A saved run's codes for one method, in the run import format."""
     from phenoforge import app_state
+    from phenoforge.agent.cli import check_output_path
     from phenoforge.eval.runs import Run, RunEntry, run_to_csv, run_to_json
 
+    # a folder or a missing folder: one line before any work, not a traceback after it
+    check_output_path("--output", args.output, f"{args.method or 'run'}.{args.format}")
     saved = app_state.load_benchmark_run(args.run_id)
     methods = list(dict.fromkeys(r.method for r in saved.report.results))
     method = args.method or (methods[0] if len(methods) == 1 else None)
@@ -552,7 +555,10 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     )
     text = run_to_json(run) if args.format == "json" else run_to_csv(run)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise PhenoforgeError(f"cannot write {args.output} ({error.strerror or error})") from None
         print(f"wrote {sum(len(v) for v in run.cohorts.values())} codes of {method} to {args.output}")
     else:
         sys.stdout.write(text)

@@ -143,3 +143,22 @@ def test_exported_runs_neutralise_formula_cells() -> None:
 
     text = run_to_csv(Run(name="x", cohorts={"=HYPERLINK(1)": [RunEntry(code="E11.9")]}))
     assert text.splitlines()[1] == "'=HYPERLINK(1),E11.9,1,,"
+
+
+def test_run_export_to_a_folder_or_a_missing_folder_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str], library: Path, tmp_path: Path
+) -> None:
+    file = tmp_path / "llm.csv"
+    file.write_text("cohort_id,code\ndm2,E11.9\n", encoding="utf-8")
+    assert run(capsys, "run", "import", str(file), "--library", "cli-lib", "--compare", "bm25", "--quiet")[0] == 0
+    (saved,) = app_state.list_benchmark_runs()
+    export = ["run", "export", saved.run_id, "--method", "llm"]
+    code, _out, err = run(capsys, *export, "-o", str(tmp_path))  # was: IsADirectoryError, a traceback
+    assert (
+        code == 2 and err == f"error: --output {tmp_path} is a folder; give a file name, e.g. {tmp_path / 'llm.csv'}\n"
+    )
+    missing = tmp_path / "nowhere" / "llm.csv"
+    code, _out, err = run(capsys, *export, "-o", str(missing))  # was: FileNotFoundError, a traceback
+    assert code == 2 and f"the folder {missing.parent} does not exist" in err
+    code, out, err = run(capsys, *export, "-o", str(tmp_path / "llm-out.csv"))
+    assert code == 0 and (tmp_path / "llm-out.csv").read_text(encoding="utf-8").startswith("cohort_id,code,rank")

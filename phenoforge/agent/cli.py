@@ -170,13 +170,13 @@ def review(
     return state, not state.pending
 
 
-def check_output_path(flag: str, value: str | None) -> None:
+def check_output_path(flag: str, value: str | None, example: str = "concept_set.csv") -> None:
     """Refuse an output path that cannot be written before any work is done, in one line."""
     if not value:
         return
     path = Path(value)
     if path.is_dir():
-        raise PhenoforgeError(f"{flag} {path} is a folder; give a file name, e.g. {path / 'concept_set.csv'}")
+        raise PhenoforgeError(f"{flag} {path} is a folder; give a file name, e.g. {path / example}")
     if not path.parent.is_dir():
         raise PhenoforgeError(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another")
 
