@@ -203,6 +203,18 @@ def cmd_search(args: argparse.Namespace) -> int:
     query, spelt_out = spell_out_abbreviations(args.query, lambda word: word in get_typo_corrector(con).frequency)
     for abbreviation, term in spelt_out.items():
         print(f"note: {abbreviation} is not a word ICD-10-CM uses; searched as {term!r}", file=sys.stderr)
+    typed = args.query.strip()
+    if typed and not any(ch.isspace() for ch in typed) and any(ch.isdigit() for ch in typed):
+        from phenoforge.engine.expansion import lookup
+
+        concept = lookup(con, typed)
+        if concept is not None:  # its digits match unrelated descriptions as words: say what the code is
+            print(
+                f"note: {concept.code} is the code of {concept.name!r}; the rankings match description words, not "
+                f"codes: `python -m phenoforge lookup {concept.code}` shows it, `--method learned` builds "
+                "a list from its name",
+                file=sys.stderr,
+            )
     output = {}
     for method in methods:
         result = search_concepts(con, query, method=method, k=args.k, dense=dense, dense_weight=args.dense_weight)

@@ -92,6 +92,23 @@ def test_search_spells_out_an_abbreviation_the_vocabulary_does_not_use(capsys: p
     assert "note:" not in err
 
 
+@pytest.mark.parametrize("typed", ["I50.9", " i509 "])
+def test_search_for_a_code_says_what_the_code_is(capsys: pytest.CaptureFixture[str], typed: str) -> None:
+    """A code typed into search ranks descriptions by its digits as words: the note says what it is instead."""
+    code, out, err = run(capsys, "search", typed, "--method", "bm25", "-k", "3")
+    assert code == 0 and out.startswith("== bm25")
+    assert (
+        "note: I50.9 is the code of 'Heart failure, unspecified'; the rankings match description words, not codes: "
+        "`python -m phenoforge lookup I50.9` shows it" in err
+    )
+
+
+def test_search_for_words_has_no_code_note(capsys: pytest.CaptureFixture[str]) -> None:
+    for query in ("heart failure", "Z99.99999", "type 2"):
+        code, _out, err = run(capsys, "search", query, "--method", "bm25", "-k", "3")
+        assert code == 0 and "is the code of" not in err
+
+
 def test_search_bm25_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _err = run(capsys, "search", "heart failure", "--method", "bm25", "-k", "3", "--json")
     assert code == 0
