@@ -247,13 +247,13 @@ def run_methods(
     _check_parameters(k, dense_weight)
     chosen = resolve_methods(methods)
     names = [m.name for m in chosen]
-    for run in extra_runs:
-        if run.name in names:
+    for extra in extra_runs:
+        if extra.name in names:
             raise PhenoforgeError(
-                f"the run is named {run.name!r}, like a method it is compared with; give it another name "
+                f"the run is named {extra.name!r}, like a method it is compared with; give it another name "
                 "(run import --name, or the Benchmark page's run name)"
             )
-        names.append(run.name)
+        names.append(extra.name)
     hierarchy = get_hierarchy(con)
     retrieval = Retrieval(con, dense, fusion_depth(k))
     context = MethodContext(
