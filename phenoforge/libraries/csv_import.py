@@ -179,7 +179,8 @@ def _shared_name_notes(cohorts: dict[str, _PendingCohort], limit: int = 10) -> l
     shared = [ids for ids in by_name.values() if len(ids) > 1]
     notes = [
         f"cohort name {cohorts[ids[0]].name!r} is used by {len(ids)} cohorts ("
-        + ", ".join(f"{cohort_id!r} on line {cohorts[cohort_id].line}" for cohort_id in ids)
+        + ", ".join(f"{cohort_id!r} on line {cohorts[cohort_id].line}" for cohort_id in ids[:5])
+        + (f", and {len(ids) - 5} more" if len(ids) > 5 else "")
         + "): a benchmark queries each by its name, so they get the same predicted list"
         for ids in shared[:limit]
     ]

@@ -276,3 +276,18 @@ def test_distinct_cohort_names_import_without_a_warning(fixture_con: duckdb.Duck
         warnings.simplefilter("error", LibraryImportWarning)
         manifest = import_library_csv(fixture_con, path, tmp_path / "lib")
     assert manifest.report["warnings"] == []
+
+
+def test_many_cohorts_under_one_name_make_one_short_warning(
+    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    path = tmp_path / "many.csv"
+    path.write_text(
+        "cohort_id,cohort_name,code\n" + "".join(f"hf-{i},Heart failure,I50.9\n" for i in range(40)), encoding="utf-8"
+    )
+    with pytest.warns(LibraryImportWarning) as caught:
+        manifest = import_library_csv(fixture_con, path, tmp_path / "lib")
+    (message,) = manifest.report["warnings"]
+    assert message.startswith("cohort name 'Heart failure' is used by 40 cohorts ('hf-0' on line 2, ")
+    assert "'hf-4' on line 6, and 35 more)" in message and "hf-5'" not in message
+    assert len(caught) == 1
