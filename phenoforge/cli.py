@@ -324,11 +324,26 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         if args.no_dense
         else (None if dense is not None or not wants_dense else _dense_problem(con))
     )
+    library_dirs = resolve_library_dirs(args.library, bundled_only=True)
+    wanted = list(dict.fromkeys(args.cohorts or []))  # a cohort named twice is scored (and counted) once
+    if wanted:  # every library is checked before any is scored: not an error after the first library's minutes
+        lacking: dict[tuple[str, ...], list[str]] = {}  # the missing ids -> the libraries that lack them
+        for library_dir in library_dirs:
+            library = load_library(library_dir)
+            missing = tuple(cohort_id for cohort_id in wanted if cohort_id not in library.cohort_ids)
+            if missing:
+                lacking.setdefault(missing, []).append(repr(library.library_id))
+        if lacking:
+            parts = [
+                f"{', '.join(map(repr, missing))} not in librar{'y' if len(ids) == 1 else 'ies'} {', '.join(ids)}"
+                for missing, ids in lacking.items()
+            ]
+            raise PhenoforgeError(f"--cohorts applies to every library benchmarked: cohort(s) {'; '.join(parts)}")
     dumped: dict[str, str] = {}  # each library's JSON as soon as it is scored: no report object outlives its library
     with progress_bar(not args.quiet and not args.json) as progress:
-        for library_dir in resolve_library_dirs(args.library, bundled_only=True):
+        for library_dir in library_dirs:
             library = load_library(library_dir)
-            cohort_ids = args.cohorts or library.cohort_ids
+            cohort_ids = wanted or library.cohort_ids
             started = time.perf_counter()
             report = run_benchmark(
                 con,

@@ -244,6 +244,23 @@ def test_benchmark_json_uses_the_installed_library_by_id(capsys: pytest.CaptureF
     assert len(result["predicted_codes"]) == 2
 
 
+def test_benchmark_checks_cohorts_against_every_library_before_scoring_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The second library lacking a cohort was an error only after the first library had been scored."""
+    first = write_fixture_library(tmp_path / "a" / "lib-a", "lib-a")
+    second = write_icd_library(tmp_path / "b" / "lib-b", {"dm2": COHORTS["dm2"]}, "lib-b")
+    argv = ["benchmark", "--library", str(first), "--library", str(second), "--methods", "bm25", "--no-dense"]
+    code, out, err = run(capsys, *argv, "--cohorts", "hf", "dm2", "asthma")
+    assert code == 2 and out == ""  # nothing scored, nothing printed
+    assert err == (
+        "error: --cohorts applies to every library benchmarked: cohort(s) 'hf', 'asthma' not in library 'lib-b'\n"
+    )
+    code, out, _err = run(capsys, *argv, "--cohorts", "dm2", "dm2", "--quiet")  # named twice: scored once
+    assert code == 0
+    assert out.count(": 1 cohorts, k=25") == 2 and out.count("bm25                       1 ") == 2
+
+
 def test_benchmark_table_names_the_cohorts_a_set_builder_answered_with_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
