@@ -310,6 +310,27 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
     return "\n".join(lines)
 
 
+def _cohorts_in_every_library(library_dirs: list[Path], cohorts: list[str] | None) -> list[str]:
+    """``--cohorts`` once each, checked against every library before any is scored (not an error after
+    the first library's minutes); [] when not given."""
+    from phenoforge.engine.curated import load_library
+
+    wanted = list(dict.fromkeys(cohorts or []))  # a cohort named twice is scored (and counted) once
+    lacking: dict[tuple[str, ...], list[str]] = {}  # the missing ids -> the libraries that lack them
+    for library_dir in library_dirs if wanted else []:
+        library = load_library(library_dir)
+        missing = tuple(cohort_id for cohort_id in wanted if cohort_id not in library.cohort_ids)
+        if missing:
+            lacking.setdefault(missing, []).append(repr(library.library_id))
+    if lacking:
+        parts = [
+            f"{', '.join(map(repr, missing))} not in librar{'y' if len(ids) == 1 else 'ies'} {', '.join(ids)}"
+            for missing, ids in lacking.items()
+        ]
+        raise PhenoforgeError(f"--cohorts applies to every library given: cohort(s) {'; '.join(parts)}")
+    return wanted
+
+
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from phenoforge.engine.curated import load_library
     from phenoforge.eval.harness import registered_methods, resolve_methods, run_benchmark
@@ -325,20 +346,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         else (None if dense is not None or not wants_dense else _dense_problem(con))
     )
     library_dirs = resolve_library_dirs(args.library, bundled_only=True)
-    wanted = list(dict.fromkeys(args.cohorts or []))  # a cohort named twice is scored (and counted) once
-    if wanted:  # every library is checked before any is scored: not an error after the first library's minutes
-        lacking: dict[tuple[str, ...], list[str]] = {}  # the missing ids -> the libraries that lack them
-        for library_dir in library_dirs:
-            library = load_library(library_dir)
-            missing = tuple(cohort_id for cohort_id in wanted if cohort_id not in library.cohort_ids)
-            if missing:
-                lacking.setdefault(missing, []).append(repr(library.library_id))
-        if lacking:
-            parts = [
-                f"{', '.join(map(repr, missing))} not in librar{'y' if len(ids) == 1 else 'ies'} {', '.join(ids)}"
-                for missing, ids in lacking.items()
-            ]
-            raise PhenoforgeError(f"--cohorts applies to every library benchmarked: cohort(s) {'; '.join(parts)}")
+    wanted = _cohorts_in_every_library(library_dirs, args.cohorts)
     dumped: dict[str, str] = {}  # each library's JSON as soon as it is scored: no report object outlives its library
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in library_dirs:
@@ -393,15 +401,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rows: list[tuple[str, float, float, float, float]] = []
     choices = {}
     skipped: dict[str, list[str]] = {}  # library id -> the cohorts it leaves out, as the benchmark lists them
+    library_dirs = resolve_library_dirs(args.library, bundled_only=True)
+    cohort_ids = _cohorts_in_every_library(library_dirs, args.cohorts) or None
     with progress_bar(not args.quiet and not args.json) as progress:
-        for library_dir in resolve_library_dirs(args.library, bundled_only=True):
+        for library_dir in library_dirs:
             swept = sweep_library(
                 con,
                 library_dir,
                 method,
                 args.weights,
                 dense,
-                cohort_ids=args.cohorts,
+                cohort_ids=cohort_ids,
                 k=args.k,
                 fanout_threshold=args.fanout_threshold,
                 n_folds=args.folds,

@@ -253,9 +253,7 @@ def test_benchmark_checks_cohorts_against_every_library_before_scoring_any(
     argv = ["benchmark", "--library", str(first), "--library", str(second), "--methods", "bm25", "--no-dense"]
     code, out, err = run(capsys, *argv, "--cohorts", "hf", "dm2", "asthma")
     assert code == 2 and out == ""  # nothing scored, nothing printed
-    assert err == (
-        "error: --cohorts applies to every library benchmarked: cohort(s) 'hf', 'asthma' not in library 'lib-b'\n"
-    )
+    assert err == ("error: --cohorts applies to every library given: cohort(s) 'hf', 'asthma' not in library 'lib-b'\n")
     code, out, _err = run(capsys, *argv, "--cohorts", "dm2", "dm2", "--quiet")  # named twice: scored once
     assert code == 0
     assert out.count(": 1 cohorts, k=25") == 2 and out.count("bm25                       1 ") == 2
