@@ -440,6 +440,8 @@ def _print_repeat(report, out: TextIO) -> None:  # noqa: ANN001
 
 
 def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from phenoforge.cli import _positive_int  # the other commands' -k check (loaded: it calls this function)
+
     assemble = subparsers.add_parser(
         "assemble",
         help="assemble a concept set from a population description (curated first, human gate)",
@@ -454,7 +456,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "--timeout", type=float, default=30.0, help="Claude: seconds to wait for one request (default 30)"
     )
     assemble.add_argument("--library", action="append", help="library id/folder to check (repeatable; default all)")
-    assemble.add_argument("--k", type=int, default=10, help="hits per term (default 10)")
+    assemble.add_argument("--k", type=_positive_int("k"), default=10, help="hits per term (default 10)")
     assemble.add_argument(
         "--generator",
         choices=["hybrid", *SET_BUILDERS],
@@ -516,7 +518,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         default=600.0,
         help="Claude: seconds for the whole run, retries included (default 600); cases after it is spent fail at once",
     )
-    evaluate.add_argument("--k", type=int, default=10)
+    evaluate.add_argument("--k", type=_positive_int("k"), default=10)
     evaluate.add_argument("--no-dense", action="store_true")
     evaluate.add_argument("--json", action="store_true")
     evaluate.add_argument("--quiet", action="store_true", help="no progress bar")

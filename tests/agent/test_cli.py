@@ -89,6 +89,17 @@ def test_assemble_json_prompts_on_stderr(monkeypatch, fixture_library: Path, cap
     assert prompts == [""] and agent_cli.PROMPT in captured.err  # the prompt itself was written to stderr
 
 
+@pytest.mark.parametrize("command", [["assemble", DESCRIPTION, "--reviewer", "ann", "--yes"], ["decompose-eval"]])
+@pytest.mark.parametrize("k", ["0", "-3", "ten"])
+def test_k_must_be_positive_before_any_work(command: list[str], k: str, capsys) -> None:
+    """--k 0 ran: assemble saved a session of "unmappable: retrieval found nothing", decompose-eval printed zeros."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--k", k])
+    assert exit_info.value.code == 2
+    assert f"argument --k: k must be a positive integer, got {k!r}" in capsys.readouterr().err
+    assert audit.list_sessions() == []
+
+
 def test_interactive_review_handles_bad_input(monkeypatch, fixture_library: Path, capsys) -> None:
     prompts = scripted(monkeypatch, ["what?", "e", "r", "R"])
     assert main(["assemble", DESCRIPTION, "--reviewer", "bob", "--library", str(fixture_library)]) == 0
