@@ -27,6 +27,20 @@ from phenoforge.eval.sweep import SWEEPABLE, LibrarySweep
 REFERENCE_WEIGHT = 0.0
 
 
+def not_scored(skipped: list[str], scored: int) -> bool:
+    """Name the cohorts that cannot be scored; True when none of the chosen ones can (nothing to show)."""
+    if not scored:
+        st.warning(
+            "None of the chosen cohorts can be scored" + "".join(f"\n- {line}" for line in skipped),
+            icon=":material/block:",
+        )
+        return True
+    if skipped:
+        with st.expander(f"{len(skipped)} cohort(s) not scored (the means leave them out)"):
+            st.write("\n".join(f"- {line}" for line in skipped))
+    return False
+
+
 def scorer_for(library, cohort_ids: list[str], k: int, dense) -> WeightScorer:  # type: ignore[no-untyped-def]
     """Rankings per (build, library, cohorts, k), collected once per process with progress."""
     registry = ui.shared_registry()
@@ -52,6 +66,8 @@ def slider_view(scorer: WeightScorer) -> None:
         report = scorer.report(con, weight)
         reference = scorer.report(con, REFERENCE_WEIGHT)
         curve = scorer.curve(con)
+    if not_scored(report.skipped, len(report.results)):
+        return
     current = means(report)
     base = means(reference)
     cols = st.columns(3)
@@ -145,6 +161,8 @@ def sweep_view(swept: LibrarySweep) -> None:
         )
     for note in swept.notes:
         st.caption(note)
+    if not_scored(swept.skipped, len(swept.rows)):
+        return
     choice = swept.choice
     if choice is None:
         st.info("Cross-validation needs at least two weights and two scored cohorts.")

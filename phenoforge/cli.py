@@ -202,6 +202,18 @@ def cmd_search(args: argparse.Namespace) -> int:
         return _search_set_builder(con, args, query)
     methods = ["bm25", "dense", "hybrid"] if args.method == "all" else [args.method]
     dense = _dense_or_none(con, any(method in ("dense", "hybrid") for method in methods))
+    typed = args.query.strip()
+    if typed and not any(ch.isspace() for ch in typed) and any(ch.isdigit() for ch in typed):
+        from phenoforge.engine.expansion import lookup
+
+        concept = lookup(con, typed)
+        if concept is not None:  # its digits match unrelated descriptions as words: say what the code is
+            print(
+                f"note: {concept.code} is the code of {concept.name!r}; the rankings match description words, not "
+                f"codes: `python -m phenoforge lookup {concept.code}` shows it, `--method learned` builds "
+                "a list from its name",
+                file=sys.stderr,
+            )
     output = {}
     for method in methods:
         result = search_concepts(con, query, method=method, k=args.k, dense=dense, dense_weight=args.dense_weight)
@@ -297,6 +309,27 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
     return "\n".join(lines)
 
 
+def _cohorts_in_every_library(library_dirs: list[Path], cohorts: list[str] | None) -> list[str]:
+    """``--cohorts`` once each, checked against every library before any is scored (not an error after
+    the first library's minutes); [] when not given."""
+    from phenoforge.engine.curated import load_library
+
+    wanted = list(dict.fromkeys(cohorts or []))  # a cohort named twice is scored (and counted) once
+    lacking: dict[tuple[str, ...], list[str]] = {}  # the missing ids -> the libraries that lack them
+    for library_dir in library_dirs if wanted else []:
+        library = load_library(library_dir)
+        missing = tuple(cohort_id for cohort_id in wanted if cohort_id not in library.cohort_ids)
+        if missing:
+            lacking.setdefault(missing, []).append(repr(library.library_id))
+    if lacking:
+        parts = [
+            f"{', '.join(map(repr, missing))} not in librar{'y' if len(ids) == 1 else 'ies'} {', '.join(ids)}"
+            for missing, ids in lacking.items()
+        ]
+        raise PhenoforgeError(f"--cohorts applies to every library given: cohort(s) {'; '.join(parts)}")
+    return wanted
+
+
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from phenoforge.engine.curated import load_library
     from phenoforge.eval.harness import registered_methods, resolve_methods, run_benchmark
@@ -311,11 +344,13 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         if args.no_dense
         else (None if dense is not None or not wants_dense else _dense_problem(con))
     )
+    library_dirs = resolve_library_dirs(args.library, bundled_only=True)
+    wanted = _cohorts_in_every_library(library_dirs, args.cohorts)
     dumped: dict[str, str] = {}  # each library's JSON as soon as it is scored: no report object outlives its library
     with progress_bar(not args.quiet and not args.json) as progress:
-        for library_dir in resolve_library_dirs(args.library, bundled_only=True):
+        for library_dir in library_dirs:
             library = load_library(library_dir)
-            cohort_ids = args.cohorts or library.cohort_ids
+            cohort_ids = wanted or library.cohort_ids
             started = time.perf_counter()
             report = run_benchmark(
                 con,
@@ -365,15 +400,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rows: list[tuple[str, float, float, float, float]] = []
     choices = {}
     skipped: dict[str, list[str]] = {}  # library id -> the cohorts it leaves out, as the benchmark lists them
+    library_dirs = resolve_library_dirs(args.library, bundled_only=True)
+    cohort_ids = _cohorts_in_every_library(library_dirs, args.cohorts) or None
     with progress_bar(not args.quiet and not args.json) as progress:
-        for library_dir in resolve_library_dirs(args.library, bundled_only=True):
+        for library_dir in library_dirs:
             swept = sweep_library(
                 con,
                 library_dir,
                 method,
                 args.weights,
                 dense,
-                cohort_ids=args.cohorts,
+                cohort_ids=cohort_ids,
                 k=args.k,
                 fanout_threshold=args.fanout_threshold,
                 n_folds=args.folds,
@@ -531,8 +568,11 @@ def cmd_run_import(args: argparse.Namespace) -> int:
 def cmd_run_export(args: argparse.Namespace) -> int:
     """A saved run's codes for one method, in the run import format."""
     from phenoforge import app_state
+    from phenoforge.agent.cli import check_output_path
     from phenoforge.eval.runs import Run, RunEntry, run_to_csv, run_to_json
 
+    # a folder or a missing folder: one line before any work, not a traceback after it
+    check_output_path("--output", args.output, f"{args.method or 'run'}.{args.format}")
     saved = app_state.load_benchmark_run(args.run_id)
     methods = list(dict.fromkeys(r.method for r in saved.report.results))
     method = args.method or (methods[0] if len(methods) == 1 else None)
@@ -551,7 +591,10 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     )
     text = run_to_json(run) if args.format == "json" else run_to_csv(run)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise PhenoforgeError(f"cannot write {args.output} ({error.strerror or error})") from None
         print(f"wrote {sum(len(v) for v in run.cohorts.values())} codes of {method} to {args.output}")
     else:
         sys.stdout.write(text)

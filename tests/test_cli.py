@@ -92,6 +92,23 @@ def test_search_spells_out_an_abbreviation_the_vocabulary_does_not_use(capsys: p
     assert "note:" not in err
 
 
+@pytest.mark.parametrize("typed", ["I50.9", " i509 "])
+def test_search_for_a_code_says_what_the_code_is(capsys: pytest.CaptureFixture[str], typed: str) -> None:
+    """A code typed into search ranks descriptions by its digits as words: the note says what it is instead."""
+    code, out, err = run(capsys, "search", typed, "--method", "bm25", "-k", "3")
+    assert code == 0 and out.startswith("== bm25")
+    assert (
+        "note: I50.9 is the code of 'Heart failure, unspecified'; the rankings match description words, not codes: "
+        "`python -m phenoforge lookup I50.9` shows it" in err
+    )
+
+
+def test_search_for_words_has_no_code_note(capsys: pytest.CaptureFixture[str]) -> None:
+    for query in ("heart failure", "Z99.99999", "type 2"):
+        code, _out, err = run(capsys, "search", query, "--method", "bm25", "-k", "3")
+        assert code == 0 and "is the code of" not in err
+
+
 def test_search_bm25_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _err = run(capsys, "search", "heart failure", "--method", "bm25", "-k", "3", "--json")
     assert code == 0
@@ -234,6 +251,21 @@ def test_benchmark_json_uses_the_installed_library_by_id(capsys: pytest.CaptureF
     (result,) = report["results"]
     assert result["cohort_id"] == "hf" and result["method"] == "bm25"
     assert len(result["predicted_codes"]) == 2
+
+
+def test_benchmark_checks_cohorts_against_every_library_before_scoring_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The second library lacking a cohort was an error only after the first library had been scored."""
+    first = write_fixture_library(tmp_path / "a" / "lib-a", "lib-a")
+    second = write_icd_library(tmp_path / "b" / "lib-b", {"dm2": COHORTS["dm2"]}, "lib-b")
+    argv = ["benchmark", "--library", str(first), "--library", str(second), "--methods", "bm25", "--no-dense"]
+    code, out, err = run(capsys, *argv, "--cohorts", "hf", "dm2", "asthma")
+    assert code == 2 and out == ""  # nothing scored, nothing printed
+    assert err == ("error: --cohorts applies to every library given: cohort(s) 'hf', 'asthma' not in library 'lib-b'\n")
+    code, out, _err = run(capsys, *argv, "--cohorts", "dm2", "dm2", "--quiet")  # named twice: scored once
+    assert code == 0
+    assert out.count(": 1 cohorts, k=25") == 2 and out.count("bm25                       1 ") == 2
 
 
 def test_benchmark_table_names_the_cohorts_a_set_builder_answered_with_nothing(

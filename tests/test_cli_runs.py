@@ -27,6 +27,8 @@ def test_run_import_scores_saves_and_compares(
     code, out, err = run(capsys, "run", "import", str(file), "--library", "cli-lib", "--compare", "bm25", "--quiet")
     assert code == 0, err
     assert "imported run 'llm' (" in out and "2 of 3 cohorts of cli-lib" in out
+    # the cohort without rows is left out, not scored as an empty list (the note said it was)
+    assert "note: 1 cohort(s) of the library have no rows in this run: it is scored, and compared, on the 2" in out
     assert "bm25 vs llm: mean diff" in out  # the paired test against the built-in
     (saved,) = app_state.list_benchmark_runs()
     assert saved.label == "imported run llm" and saved.parameters.methods == ["bm25", "llm"]
@@ -43,6 +45,31 @@ def test_run_import_scores_saves_and_compares(
         "dm2,E11.9,1,,imported: llm",
         "dm2,E11.21,2,,imported: llm",
     ]
+
+
+@pytest.mark.parametrize(
+    ("file_name", "extra"),
+    [("hybrid.csv", []), ("mine.csv", ["--name", "bm25", "--compare", "bm25"])],
+    ids=["file-named-like-the-default-comparison", "name-given"],
+)
+def test_a_run_named_like_a_compared_method_is_refused(
+    capsys: pytest.CaptureFixture[str], library: Path, tmp_path: Path, file_name: str, extra: list[str]
+) -> None:
+    """``hybrid.csv`` compared with ``hybrid`` (the default) was scored as one method: both lists merged."""
+    file = tmp_path / file_name
+    file.write_text("cohort_id,code\ndm2,E11.9\n", encoding="utf-8")
+    code, out, err = run(capsys, "run", "import", str(file), "--library", "cli-lib", "--quiet", *extra)
+    assert code == 2, out
+    name = "bm25" if extra else "hybrid"
+    assert f"the run is named {name!r}, like a method it is compared with; give it another name" in err
+    assert app_state.list_benchmark_runs() == []
+    code, out, err = run(
+        capsys, "run", "import", str(file), "--library", "cli-lib", "--quiet", *extra, "--name", "mine"
+    )
+    assert code == 0, err
+    (saved,) = app_state.list_benchmark_runs()
+    report = app_state.load_benchmark_run(saved.run_id).report
+    assert [r.method for r in report.results].count("mine") == 1 and len(report.results) == 2
 
 
 def test_run_import_reports_every_problem_with_its_line_and_saves_nothing(
@@ -116,3 +143,22 @@ def test_exported_runs_neutralise_formula_cells() -> None:
 
     text = run_to_csv(Run(name="x", cohorts={"=HYPERLINK(1)": [RunEntry(code="E11.9")]}))
     assert text.splitlines()[1] == "'=HYPERLINK(1),E11.9,1,,"
+
+
+def test_run_export_to_a_folder_or_a_missing_folder_says_so_in_one_line(
+    capsys: pytest.CaptureFixture[str], library: Path, tmp_path: Path
+) -> None:
+    file = tmp_path / "llm.csv"
+    file.write_text("cohort_id,code\ndm2,E11.9\n", encoding="utf-8")
+    assert run(capsys, "run", "import", str(file), "--library", "cli-lib", "--compare", "bm25", "--quiet")[0] == 0
+    (saved,) = app_state.list_benchmark_runs()
+    export = ["run", "export", saved.run_id, "--method", "llm"]
+    code, _out, err = run(capsys, *export, "-o", str(tmp_path))  # was: IsADirectoryError, a traceback
+    assert (
+        code == 2 and err == f"error: --output {tmp_path} is a folder; give a file name, e.g. {tmp_path / 'llm.csv'}\n"
+    )
+    missing = tmp_path / "nowhere" / "llm.csv"
+    code, _out, err = run(capsys, *export, "-o", str(missing))  # was: FileNotFoundError, a traceback
+    assert code == 2 and f"the folder {missing.parent} does not exist" in err
+    code, out, err = run(capsys, *export, "-o", str(tmp_path / "llm-out.csv"))
+    assert code == 0 and (tmp_path / "llm-out.csv").read_text(encoding="utf-8").startswith("cohort_id,code,rank")

@@ -131,3 +131,24 @@ def test_sweep_help_explains_every_option_and_names_the_defaults(capsys: pytest.
     sweep_parser = cli.build_parser()._subparsers._group_actions[0].choices["sweep"]
     undocumented = [a.option_strings for a in sweep_parser._actions if a.option_strings and not a.help]
     assert undocumented == []
+
+
+def test_cohorts_are_checked_against_every_library_before_any_is_swept(
+    capsys: pytest.CaptureFixture[str], fake_dense: FakeDense, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second library lacking a cohort was an error only after the first library's sweep (minutes for a builder)."""
+    write_icd_library(libraries_dir() / "small-lib", {"dm2": COHORTS["dm2"]}, "small-lib")
+    swept: list[str] = []
+    real = sweep_module.sweep_library
+    monkeypatch.setattr(
+        sweep_module, "sweep_library", lambda con, path, *a, **kw: swept.append(path) or real(con, path, *a, **kw)
+    )
+    argv = ["sweep", "--library", "sweep-lib", "--library", "small-lib", "--weights", WEIGHTS, "--quiet"]
+    code, out, err = run(capsys, *argv, "--cohorts", "dm2", "hf", "asthma")
+    assert code == 2 and out == "" and swept == []
+    assert (
+        err == "error: --cohorts applies to every library given: cohort(s) 'hf', 'asthma' not in library 'small-lib'\n"
+    )
+    code, out, err = run(capsys, *argv, "--cohorts", "dm2", "dm2")
+    assert code == 0, err
+    assert len(swept) == 2 and "sweep-lib" in out and "small-lib" in out

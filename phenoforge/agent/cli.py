@@ -170,35 +170,45 @@ def review(
     return state, not state.pending
 
 
-def check_output_path(flag: str, value: str | None) -> None:
+def check_output_path(flag: str, value: str | None, example: str = "concept_set.csv") -> None:
     """Refuse an output path that cannot be written before any work is done, in one line."""
     if not value:
         return
     path = Path(value)
     if path.is_dir():
-        raise PhenoforgeError(f"{flag} {path} is a folder; give a file name, e.g. {path / 'concept_set.csv'}")
+        raise PhenoforgeError(f"{flag} {path} is a folder; give a file name, e.g. {path / example}")
     if not path.parent.is_dir():
         raise PhenoforgeError(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another")
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, text: str, out: TextIO) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as error:
         raise PhenoforgeError(
             f"cannot write {path} ({error.strerror or error}); the session is saved: write it again with --resume"
         ) from None
-    print(f"wrote {path}")
+    print(f"wrote {path}", file=out)
 
 
-def _write_outputs(state: AssemblyState, con, args: argparse.Namespace) -> None:  # noqa: ANN001
+def _prompting_on(out: TextIO) -> Callable[[str], str]:
+    """``input`` with its prompt written to ``out`` (stderr under ``--json``, so stdout stays JSON)."""
+
+    def read(prompt: str) -> str:
+        print(prompt, end="", file=out, flush=True)
+        return input()
+
+    return read
+
+
+def _write_outputs(state: AssemblyState, con, args: argparse.Namespace, out: TextIO) -> None:  # noqa: ANN001
     from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
 
     assert state.concept_set is not None
     if args.csv:
-        _write(Path(args.csv), concept_set_csv(state.concept_set))
+        _write(Path(args.csv), concept_set_csv(state.concept_set), out)
     if args.circe:
-        _write(Path(args.circe), concept_set_circe_json(con, state.concept_set))
+        _write(Path(args.circe), concept_set_circe_json(con, state.concept_set), out)
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
@@ -252,21 +262,24 @@ def cmd_assemble(args: argparse.Namespace) -> int:
             k=args.k,
             generator=args.generator,
         )
-    print_terms(state, sys.stdout)
+    # under --json, stdout holds the concept set's JSON alone: everything said to the reviewer goes to stderr
+    out = sys.stderr if args.json else sys.stdout
+    read = _prompting_on(out) if args.json else input
+    print_terms(state, out)
     if state.pending:
         if not reviewer:
             if args.yes or args.no_input or not sys.stdin.isatty():
                 raise PhenoforgeError("a reviewer name is required to record decisions: pass --reviewer NAME")
-            reviewer = input("reviewer name: ").strip()
+            reviewer = read("reviewer name: ").strip()
             if not reviewer:
                 raise PhenoforgeError("a reviewer name is required to record decisions")
         if args.yes or args.no_input:
             decision: Decision = "accept" if args.yes else "reject"
             state = workflow.decide(state, [(c.code, decision, False) for c in state.pending], reviewer)
-            print(f"{decision}ed {len(state.candidates)} generated candidates as {reviewer}")
+            print(f"{decision}ed {len(state.candidates)} generated candidates as {reviewer}", file=out)
         else:
-            state = settle_ambiguous(state, input, sys.stdout)
-            state, finished = review(state, reviewer, input, sys.stdout)
+            state = settle_ambiguous(state, read, out)
+            state, finished = review(state, reviewer, read, out)
             if not finished:
                 return 0
     state = workflow.finish(state, con)
@@ -275,14 +288,15 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     print(
         f"\nconcept set: {len(concept_set.entries)} codes "
         f"({sum(1 for e in concept_set.entries if e.tier == 'curated')} curated, "
-        f"{sum(1 for e in concept_set.entries if e.tier == 'generated')} generated)"
+        f"{sum(1 for e in concept_set.entries if e.tier == 'generated')} generated)",
+        file=out,
     )
     for item in concept_set.unmappable:
-        print(f"  unmappable '{item.term}': {item.reason}")
+        print(f"  unmappable '{item.term}': {item.reason}", file=out)
     if args.json:
         print(concept_set.model_dump_json(indent=1))
-    _write_outputs(state, con, args)
-    print(f"session {state.session_id} saved")
+    _write_outputs(state, con, args, out)
+    print(f"session {state.session_id} saved", file=out)
     return 0
 
 
@@ -426,6 +440,8 @@ def _print_repeat(report, out: TextIO) -> None:  # noqa: ANN001
 
 
 def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from phenoforge.cli import _positive_int  # the other commands' -k check (loaded: it calls this function)
+
     assemble = subparsers.add_parser(
         "assemble",
         help="assemble a concept set from a population description (curated first, human gate)",
@@ -440,7 +456,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "--timeout", type=float, default=30.0, help="Claude: seconds to wait for one request (default 30)"
     )
     assemble.add_argument("--library", action="append", help="library id/folder to check (repeatable; default all)")
-    assemble.add_argument("--k", type=int, default=10, help="hits per term (default 10)")
+    assemble.add_argument("--k", type=_positive_int("k"), default=10, help="hits per term (default 10)")
     assemble.add_argument(
         "--generator",
         choices=["hybrid", *SET_BUILDERS],
@@ -461,7 +477,11 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     assemble.add_argument("--audit", metavar="SESSION", help="print a session's decision trail (CSV; --json)")
     assemble.add_argument("--csv", metavar="FILE", help="write the concept set as CSV")
     assemble.add_argument("--circe", metavar="FILE", help="write the concept set as Circe concept-set JSON")
-    assemble.add_argument("--json", action="store_true", help="print JSON")
+    assemble.add_argument(
+        "--json",
+        action="store_true",
+        help="print the concept set (or --audit trail) as JSON alone; the rest goes to stderr",
+    )
     assemble.set_defaults(func=cmd_assemble)
 
     evaluate = subparsers.add_parser(
@@ -498,7 +518,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         default=600.0,
         help="Claude: seconds for the whole run, retries included (default 600); cases after it is spent fail at once",
     )
-    evaluate.add_argument("--k", type=int, default=10)
+    evaluate.add_argument("--k", type=_positive_int("k"), default=10)
     evaluate.add_argument("--no-dense", action="store_true")
     evaluate.add_argument("--json", action="store_true")
     evaluate.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -267,11 +267,13 @@ CSV_COLUMNS = [
     "predicted_codes",
     "ground_truth_codes",
     "unresolvable_ground_truth",
+    "provenance",
 ]
 
 
 def report_csv(report: BenchmarkReport) -> str:
-    """One row per cohort and method; code lists space-separated."""
+    """One row per cohort and method; code lists space-separated. The last column holds each
+    predicted code's provenance as JSON (``{"I50.9": ["bm25 rank 1"]}``), as ``run export`` keeps it."""
     buffer = io.StringIO()
     writer = SafeWriter(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -292,6 +294,7 @@ def report_csv(report: BenchmarkReport) -> str:
                 " ".join(r.predicted_codes),
                 " ".join(r.ground_truth_codes),
                 " ".join(r.unresolvable_ground_truth),
+                json.dumps({code: r.provenance[code] for code in r.predicted_codes if code in r.provenance}),
             ]
         )
     return buffer.getvalue()

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.engine.hybrid import fuse, fusion_depth
+from phenoforge.errors import PhenoforgeError
 from phenoforge.eval.evaluate import TruthIndexes, aggregate, evaluate, score_matches
 from phenoforge.eval.matching import NearestIndex, match_cohort
 from phenoforge.eval.measures import Measure
@@ -238,9 +239,21 @@ def run_methods(
     dense_problem: str | None = None,
     extra_runs: Sequence[Run] = (),
 ) -> BenchmarkReport:
-    """Run ``methods`` over ``qrels`` and score them (plus any ``extra_runs``, e.g. imported)."""
+    """Run ``methods`` over ``qrels`` and score them (plus any ``extra_runs``, e.g. imported).
+
+    A run named like one of the methods would be scored as that method (their results merged):
+    refused before any work, as is a second run of one name.
+    """
     _check_parameters(k, dense_weight)
     chosen = resolve_methods(methods)
+    names = [m.name for m in chosen]
+    for extra in extra_runs:
+        if extra.name in names:
+            raise PhenoforgeError(
+                f"the run is named {extra.name!r}, like a method it is compared with; give it another name "
+                "(run import --name, or the Benchmark page's run name)"
+            )
+        names.append(extra.name)
     hierarchy = get_hierarchy(con)
     retrieval = Retrieval(con, dense, fusion_depth(k))
     context = MethodContext(
@@ -259,7 +272,9 @@ def run_methods(
     if any(m.retrieves for m in chosen):
         queries = [cohort.cohort_name for cohort in qrels.cohorts.values()]
         deepest = max((m.depth or 0 for m in chosen if m.retrieves), default=0)
-        retrieval.prefetch(queries, dense=any(m.retrieves_dense for m in chosen), depth=deepest or None)
+        retrieval.prefetch(
+            queries, dense=any(m.retrieves_dense for m in chosen), depth=deepest or None, progress=progress
+        )
     skipped: list[str] = []
     runs: list[Run] = []
     records: dict[str, MethodRecord] = {}
@@ -298,7 +313,7 @@ def run_benchmark(
     (``methods["hybrid"].degraded``, with ``dense_problem`` when the caller knows why).
     """
     _check_parameters(k, dense_weight)
-    qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold)
+    qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold, progress)
     return run_methods(con, qrels, methods, dense, k, dense_weight, measures, progress, dense_problem)
 
 
@@ -317,6 +332,9 @@ class RankingCache(BaseModel):
     library_dir: str
     depth: int
     cohorts: list[CohortRankings]
+    skipped: dict[str, str] = Field(
+        default_factory=dict, description="cohort id -> why it cannot be scored (as in Qrels.skipped)"
+    )
     _truth: dict[str, TruthIndexes] = PrivateAttr(default_factory=dict)
 
     def truth_indexes(self, hierarchy: Hierarchy) -> TruthIndexes:
@@ -339,6 +357,7 @@ class RankingCache(BaseModel):
                 for c in self.cohorts
                 if c.ground_truth_codes
             },
+            skipped=self.skipped,
         )
 
     @property
@@ -358,7 +377,7 @@ def collect_rankings(
     """Query BM25 (and dense, when given) once per cohort, deep enough to re-fuse at any weight."""
     qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold, progress)
     retrieval = Retrieval(con, dense, depth)
-    retrieval.prefetch([cohort.cohort_name for cohort in qrels.cohorts.values()])
+    retrieval.prefetch([cohort.cohort_name for cohort in qrels.cohorts.values()], progress=progress)
     cohorts = [
         CohortRankings(
             cohort_id=cohort.cohort_id,
@@ -372,7 +391,7 @@ def collect_rankings(
         )
         for cohort in qrels.cohorts.values()
     ]
-    return RankingCache(library_dir=str(library_dir), depth=depth, cohorts=cohorts)
+    return RankingCache(library_dir=str(library_dir), depth=depth, cohorts=cohorts, skipped=dict(qrels.skipped))
 
 
 def rescore_hybrid(
@@ -398,4 +417,8 @@ def rescore_hybrid(
     qrels = cache.qrels()
     results = evaluate(hierarchy, qrels, run, truth_indexes=cache.truth_indexes(hierarchy))
     degraded = None if cache.has_dense else "no dense rankings in the cache: BM25 alone"
-    return aggregate(results, methods={"hybrid": MethodRecord(name="hybrid", label="Hybrid (RRF)", degraded=degraded)})
+    return aggregate(
+        results,
+        qrels.skipped_lines(),
+        methods={"hybrid": MethodRecord(name="hybrid", label="Hybrid (RRF)", degraded=degraded)},
+    )

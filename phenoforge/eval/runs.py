@@ -114,7 +114,10 @@ def _validate(
             entries.sort(key=lambda entry: (entry.rank is None, entry.rank or 0))
     missing = [cid for cid in qrels.cohorts if cid not in cohorts]
     notes = (
-        [f"{len(missing)} cohort(s) of the library have no rows in this run and score as empty lists"]
+        [
+            f"{len(missing)} cohort(s) of the library have no rows in this run: it is scored, and compared, "
+            f"on the {len(cohorts)} it answers"
+        ]
         if missing
         else []
     )

@@ -167,6 +167,28 @@ def _unterminated_quote_line(text: str, delimiter: str) -> int | None:
     return quote_line if in_quotes else None
 
 
+def _shared_name_notes(cohorts: dict[str, _PendingCohort], limit: int = 10) -> list[str]:
+    """A note per cohort name (letter case aside) that several cohort ids share, naming their first lines.
+
+    Kept, not refused (two versions of one definition may share a name), but a benchmark queries a
+    cohort by its name: such cohorts get the same predicted list, and a picker shows the same name twice.
+    """
+    by_name: dict[str, list[str]] = {}
+    for cohort_id, cohort in cohorts.items():
+        by_name.setdefault(cohort.name.casefold(), []).append(cohort_id)
+    shared = [ids for ids in by_name.values() if len(ids) > 1]
+    notes = [
+        f"cohort name {cohorts[ids[0]].name!r} is used by {len(ids)} cohorts ("
+        + ", ".join(f"{cohort_id!r} on line {cohorts[cohort_id].line}" for cohort_id in ids[:5])
+        + (f", and {len(ids) - 5} more" if len(ids) > 5 else "")
+        + "): a benchmark queries each by its name, so they get the same predicted list"
+        for ids in shared[:limit]
+    ]
+    if len(shared) > limit:
+        notes.append(f"... and {len(shared) - limit} more cohort name(s) used by several cohorts")
+    return notes
+
+
 def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[RowProblem]]:
     """Cohorts from the CSV text, warnings, and every row problem found (all of them)."""
     notes: list[str] = []
@@ -276,6 +298,7 @@ def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[Ro
         problems.append(RowProblem(line=2, message="no data rows below the header"))
     if duplicates:
         notes.append(f"{duplicates} repeated (cohort_id, code) row(s) were merged")
+    notes += _shared_name_notes(cohorts)
     result = [
         SourceCohort(
             cohort_id=cohort_id,

@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.bm25 import get_bm25_index
 
 Ranking = list[tuple[str, float]]
@@ -70,26 +71,38 @@ class Retrieval:
     def _missing(memo: dict[str, _Packed], queries: Sequence[str], depth: int) -> list[str]:
         return [q for q in dict.fromkeys(queries) if q not in memo or memo[q].depth < depth]
 
-    def prefetch(self, queries: Sequence[str], dense: bool = True, depth: int | None = None) -> None:
+    def prefetch(
+        self,
+        queries: Sequence[str],
+        dense: bool = True,
+        depth: int | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> None:
         """Rank every query up front (dense too, when asked), in one batch where the retriever supports it.
 
         BM25 ranks each query on its own (its batch call only skips repeats), so it is asked in blocks
         of ``PREFETCH_BLOCK``; the dense retriever gets every query in one call, because its exact
-        scan's float rounding depends on which queries share a matrix product.
+        scan's float rounding depends on which queries share a matrix product. ``progress`` hears of
+        each BM25 block and of the dense call's start and end (a large library takes minutes here).
         """
+        progress = progress or no_progress
         depth = max(depth or self.depth, self.depth)
         todo = self._missing(self._bm25, queries, depth)
         if todo:
             index = get_bm25_index(self.con)
             batch = getattr(index, "rankings", None)
             for start in range(0, len(todo), PREFETCH_BLOCK):
+                progress(start, len(todo), f"BM25 rankings, {depth} deep")
                 block = todo[start : start + PREFETCH_BLOCK]
                 results = batch(block, depth) if batch else [index.ranking(q, depth) for q in block]
                 self._bm25.update((q, _Packed(depth, ranked)) for q, ranked in zip(block, results, strict=True))
+            progress(len(todo), len(todo), f"BM25 rankings, {depth} deep")
         if dense and self.dense is not None:
             todo = self._missing(self._dense, queries, depth)
             if todo:
+                progress(0, len(todo), f"dense rankings of {len(todo)} queries, {depth} deep")
                 self._fetch_dense(todo, depth)
+                progress(len(todo), len(todo), f"dense rankings of {len(todo)} queries, {depth} deep")
 
     def _fetch_dense(self, queries: list[str], depth: int) -> None:
         dense = self.dense

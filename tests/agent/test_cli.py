@@ -67,6 +67,39 @@ def test_assemble_yes_writes_exports(tmp_path: Path, fixture_library: Path, caps
     assert all(record.decision == "accept" and record.reviewer == "ann" for record in trail)
 
 
+def test_assemble_json_keeps_stdout_json(tmp_path: Path, fixture_library: Path, capsys) -> None:
+    """``--json`` is for a pipe: stdout is the concept set's JSON alone, what the reviewer reads goes to stderr."""
+    out_csv = tmp_path / "set.csv"
+    args = ["assemble", DESCRIPTION, "--reviewer", "ann", "--yes", "--library", str(fixture_library)]
+    assert main([*args, "--json", "--csv", str(out_csv)]) == 0
+    captured = capsys.readouterr()
+    concept_set = json.loads(captured.out)  # was: the session's terms, then JSON, then "session ... saved"
+    session = audit.list_sessions()[0]
+    assert concept_set == json.loads(audit.load_state(session.session_id).concept_set.model_dump_json())
+    assert any(entry["code"] == "J45" for entry in concept_set["entries"])
+    assert "curated -> fixlib/fix-ASTHMA" in captured.err and "concept set:" in captured.err
+    assert f"wrote {out_csv}" in captured.err and f"session {session.session_id} saved" in captured.err
+
+
+def test_assemble_json_prompts_on_stderr(monkeypatch, fixture_library: Path, capsys) -> None:
+    prompts = scripted(monkeypatch, ["A"])
+    assert main(["assemble", DESCRIPTION, "--reviewer", "bob", "--library", str(fixture_library), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["entries"]  # the JSON alone, after an interactive review
+    assert prompts == [""] and agent_cli.PROMPT in captured.err  # the prompt itself was written to stderr
+
+
+@pytest.mark.parametrize("command", [["assemble", DESCRIPTION, "--reviewer", "ann", "--yes"], ["decompose-eval"]])
+@pytest.mark.parametrize("k", ["0", "-3", "ten"])
+def test_k_must_be_positive_before_any_work(command: list[str], k: str, capsys) -> None:
+    """--k 0 ran: assemble saved a session of "unmappable: retrieval found nothing", decompose-eval printed zeros."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--k", k])
+    assert exit_info.value.code == 2
+    assert f"argument --k: k must be a positive integer, got {k!r}" in capsys.readouterr().err
+    assert audit.list_sessions() == []
+
+
 def test_interactive_review_handles_bad_input(monkeypatch, fixture_library: Path, capsys) -> None:
     prompts = scripted(monkeypatch, ["what?", "e", "r", "R"])
     assert main(["assemble", DESCRIPTION, "--reviewer", "bob", "--library", str(fixture_library)]) == 0

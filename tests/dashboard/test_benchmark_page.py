@@ -78,6 +78,25 @@ def test_run_shows_the_package_numbers(
     assert report_csv(saved.report).count("\n") == 13
 
 
+def test_the_csv_download_keeps_each_codes_provenance(app: Callable[[str], AppTest]) -> None:
+    """The page's CSV carries what ``run export`` carries: why each predicted code is in the list."""
+    import csv
+    import io
+    import json
+
+    _run_page(app)
+    saved = app_state.load_benchmark_run(app_state.list_benchmark_runs()[0].run_id)
+    rows = list(csv.DictReader(io.StringIO(report_csv(saved.report), newline="")))
+    assert list(rows[0])[-1] == "provenance"
+    by_key = {(r.cohort_id, r.method): r for r in saved.report.results}
+    for row in rows:
+        result = by_key[(row["cohort_id"], row["method"])]
+        provenance = json.loads(row["provenance"])
+        assert list(provenance) == [c for c in result.predicted_codes if c in result.provenance]
+        assert provenance == {code: result.provenance[code] for code in provenance}
+    assert any(json.loads(row["provenance"]) for row in rows)  # the fixture's methods do give reasons
+
+
 def test_baseline_switch_changes_deltas(app: Callable[[str], AppTest]) -> None:
     at = _run_page(app)
     at.selectbox(key="bench_baseline").set_value("hybrid").run()

@@ -95,3 +95,53 @@ def test_a_set_builder_is_swept_with_in_sample_beside_cross_validated(
 
     at.selectbox(key="hw_method").set_value("hybrid").run()  # back to the slider
     assert not at.exception and at.slider
+
+
+@pytest.fixture
+def mixed_library_app(dashboard_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    """The fixture data plus a library whose second cohort lists only codes the vocabulary lacks."""
+    import shutil
+
+    import streamlit as st
+
+    from tests.dashboard.fixture_data import dashboard_env
+    from tests.fixture_library import write_icd_library
+
+    data = tmp_path / "data"
+    shutil.copytree(dashboard_data, data, ignore=shutil.ignore_patterns("app_state.sqlite*"))
+    write_icd_library(
+        data / "libraries" / "mixed",
+        {"hf": ("Heart failure", ["I50.9"], False), "gone": ("Unknown condition", ["Q98.111"], False)},
+        "mixed",
+    )
+    for key, value in dashboard_env(data).items():
+        monkeypatch.setenv(key, value)
+    st.cache_resource.clear()
+    at = AppTest.from_file(str(Path(__file__).parents[2] / "pages/3_Hybrid_weight.py"), default_timeout=60).run()
+    assert not at.exception
+    at.selectbox(key="hw_library").set_value("mixed").run()
+    assert not at.exception
+    return at
+
+
+def test_the_slider_names_a_cohort_it_cannot_score(mixed_library_app: AppTest) -> None:
+    """Means over one of two cohorts say so, and a choice of only the unscorable one is not a silent 0.0000."""
+    at = mixed_library_app
+    assert {m.label: m.value for m in at.metric}["Mean coverage"] == "1.0000"  # hf alone: its one code found
+    assert [e.label for e in at.expander] == ["1 cohort(s) not scored (the means leave them out)"]
+    assert "gone/*: no resolvable ground-truth codes" in at.expander[0].markdown[0].value
+
+    at.multiselect(key="hw_cohorts_mixed").set_value(["gone"]).run()
+    assert not at.exception
+    assert not at.metric  # no zeros that look like a score
+    assert "gone/*: no resolvable ground-truth codes" in at.warning[0].value
+
+
+def test_a_sweep_of_only_unscorable_cohorts_says_so(mixed_library_app: AppTest) -> None:
+    at = mixed_library_app
+    at.multiselect(key="hw_cohorts_mixed").set_value(["gone"]).run()
+    at.selectbox(key="hw_method").set_value("subtree").run()
+    at.button(key="hw_run_sweep").click().run()
+    assert not at.exception  # was KeyError: 'dense_weight' on an empty table
+    assert "gone/*: no resolvable ground-truth codes" in at.warning[0].value
+    assert not at.metric

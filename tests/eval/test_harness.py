@@ -319,10 +319,30 @@ def test_unknown_method_is_a_value_error(fixture_con: duckdb.DuckDBPyConnection,
         run_benchmark(fixture_con, library, SCORED, methods=["bm25", "tfidf"])
 
 
-def test_progress_is_reported(fixture_con: duckdb.DuckDBPyConnection, library: Path) -> None:
+def test_progress_is_reported(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
+    """Every stage that takes minutes on a large library says so: the curated sets, the rankings, the methods."""
+    library = write_icd_library(tmp_path / "progress-lib", COHORTS, "progress-lib")  # its curated sets not cached
     seen: list[tuple[int, int, str]] = []
-    run_benchmark(fixture_con, library, SCORED, methods=["bm25"], progress=lambda d, t, m: seen.append((d, t, m)))
-    assert seen[0][:2] == (0, len(SCORED)) and seen[-1][:2] == (len(SCORED), len(SCORED))
+    run_benchmark(
+        fixture_con,
+        library,
+        SCORED,
+        methods=["bm25", "hybrid"],
+        dense=FakeDense(),
+        progress=lambda d, t, m: seen.append((d, t, m)),
+    )
+    # the curated sets of the whole library are resolved (and cached) first: silent before
+    assert seen[0] == (0, len(COHORTS), "curated sets: dm2")
+    assert (len(COHORTS), len(COHORTS), "curated sets loaded") in seen
+    # then each retriever ranks every query once: silent before
+    bm25 = [(d, t) for d, t, m in seen if m.startswith("BM25 rankings")]
+    dense = [(d, t) for d, t, m in seen if m.startswith("dense rankings")]
+    assert bm25[0] == (0, len(SCORED)) and bm25[-1] == (len(SCORED), len(SCORED))
+    assert dense == [(0, len(SCORED)), (len(SCORED), len(SCORED))]
+    assert seen.index(next(s for s in seen if s[2] == "curated sets loaded")) < seen.index(
+        next(s for s in seen if s[2].startswith("BM25 rankings"))
+    )
+    assert seen[-1][:2] == (len(SCORED), len(SCORED))
 
 
 # --- dense, and the slider path ------------------------------------------------------------------------
@@ -358,6 +378,8 @@ def test_rescore_hybrid_equals_run_benchmark(fixture_con: duckdb.DuckDBPyConnect
         assert fast.mean_over_inclusion_by_method == pytest.approx(slow.mean_over_inclusion_by_method)
         assert fast.mean_hierarchical_score_by_method == pytest.approx(slow.mean_hierarchical_score_by_method)
         assert fast.mean_exact_f1_by_method == pytest.approx(slow.mean_exact_f1_by_method)
+        # the cohort with nothing resolvable is named as skipped by both paths, not dropped silently
+        assert fast.skipped == slow.skipped == ["empty/*: no resolvable ground-truth codes"]
     # rescoring itself queried nothing: every dense call since the cache came from run_benchmark
     assert dense.calls - calls == 5 * len(SCORED)
 

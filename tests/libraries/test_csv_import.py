@@ -240,3 +240,54 @@ def test_cohort_ids_from_other_tools_are_accepted(fixture_con: duckdb.DuckDBPyCo
     files = [entry.file for entry in manifest.cohorts]
     assert all(f.startswith("cohorts/") and "/" not in f.removeprefix("cohorts/") and ":" not in f for f in files)
     assert load_curated_concept_set(fixture_con, tmp_path / "lib", "phecode:250.2").codes == ["E11.9"]
+
+
+def test_a_cohort_name_shared_by_two_ids_is_warned_about_with_its_lines(
+    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    """Two ids under one name (say, the same cohort pasted twice under new ids) import, but not silently:
+    the benchmark queries both with the same text."""
+    path = tmp_path / "twice.csv"
+    path.write_text(
+        "cohort_id,cohort_name,code\n"
+        "hf-1,Heart failure,I50.9\n"
+        "asthma,Asthma,J45.909\n"
+        "hf-2,heart failure,I50.21\n"
+        "hf-1,Heart failure,I50.22\n",
+        encoding="utf-8",
+    )
+    with pytest.warns(LibraryImportWarning) as caught:
+        manifest = import_library_csv(fixture_con, path, tmp_path / "lib")
+    expected = (
+        "cohort name 'Heart failure' is used by 2 cohorts ('hf-1' on line 2, 'hf-2' on line 4): "
+        "a benchmark queries each by its name, so they get the same predicted list"
+    )
+    assert [str(w.message) for w in caught] == [f"twice.csv: {expected}"]
+    assert manifest.report["warnings"] == [expected]
+    assert manifest.stats.n_cohorts == 3  # kept: a warning, not a refusal
+
+
+def test_distinct_cohort_names_import_without_a_warning(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
+    path = tmp_path / "fine.csv"
+    path.write_text("cohort_id,cohort_name,code\nhf,Heart failure,I50.9\nhf,Heart failure,I50.21\n", encoding="utf-8")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LibraryImportWarning)
+        manifest = import_library_csv(fixture_con, path, tmp_path / "lib")
+    assert manifest.report["warnings"] == []
+
+
+def test_many_cohorts_under_one_name_make_one_short_warning(
+    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    path = tmp_path / "many.csv"
+    path.write_text(
+        "cohort_id,cohort_name,code\n" + "".join(f"hf-{i},Heart failure,I50.9\n" for i in range(40)), encoding="utf-8"
+    )
+    with pytest.warns(LibraryImportWarning) as caught:
+        manifest = import_library_csv(fixture_con, path, tmp_path / "lib")
+    (message,) = manifest.report["warnings"]
+    assert message.startswith("cohort name 'Heart failure' is used by 40 cohorts ('hf-0' on line 2, ")
+    assert "'hf-4' on line 6, and 35 more)" in message and "hf-5'" not in message
+    assert len(caught) == 1
