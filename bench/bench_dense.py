@@ -11,6 +11,8 @@ few dozen queries, medians over ``--query-runs`` runs, split into embedding and 
     python bench/bench_dense.py                       # composed onnx-fp32 (the default build here)
     python bench/bench_dense.py --mode both --precision all --build-runs 1   # every configuration
                                                       # beside the exact torch fp32 reference
+    python bench/bench_dense.py --precision auto-paths --build-runs 3   # onnx-fp32 against torch-bf16:
+                                                      # is auto's pick the faster one on this CPU?
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ RUNTIMES = {  # name: (precision, runtime); "fp32" is the torch fp32 reference
 PRECISIONS = {
     **{name: [name] for name in RUNTIMES},
     "both": ["fp32", "bf16"],
+    "auto-paths": ["onnx-fp32", "bf16"],  # the two builds precision="auto" picks between, same run
     "all": ["fp32", "onnx-fp32", "onnx-int8", "bf16"],
 }
 
@@ -160,7 +163,7 @@ def main() -> int:
         choices=sorted(PRECISIONS),
         default="onnx-fp32",
         help="runtime/precision(s) for the build: fp32 and bf16 are torch (fp32 is the "
-        "reference); onnx-fp32 is the default on CPUs without native bf16",
+        "reference); onnx-fp32 is what precision=auto builds on every CPU",
     )
     parser.add_argument(
         "--build-runs", type=int, default=1, help="builds per configuration; the median is printed (default 1: minutes)"

@@ -432,8 +432,8 @@ def test_real_model_finds_heart_failure(tmp_path: Path) -> None:
         assert retriever.is_ready and calls[-1] == n_retrievable
         assert retriever.manifest is not None and retriever.manifest.count == n_retrievable
         assert retriever.manifest is not None and retriever.manifest.dim == 384
-        expected = "bf16" if dense.cpu_has_native_bf16() else "fp32"
-        assert retriever.manifest.precision == expected
+        # fp32 on every CPU, bf16 or not: the index, and every list built from it, does not depend on the CPU
+        assert retriever.manifest.precision == "fp32"
         top3 = retriever.search("heart failure", k=3).codes
         assert any(code.startswith("I50") for code in top3), top3
         assert retriever.search("asthma attack", k=3).codes[0].startswith("J45")
