@@ -248,12 +248,15 @@ def transfer_features(hierarchy: Hierarchy, table: CandidateTable, view: Knowled
     rows[:, col["tr_best_sim"]] = np.where(member.any(0), (member * sims[:, None]).max(0), 0.0)
     rows[:, col["tr_n_match"]] = (member & (sims[:, None] >= MATCH_FLOOR)).sum(0)
     stats = hierarchy_stats(hierarchy)
-    categories = [hierarchy.ancestor_of_kind(node, "category") for node in table.ids]
-    share: dict[int | None, float] = {None: 0.0}
-    for cat in set(categories):
-        if cat is not None:
-            share[cat] = top.cohort.categories.get(cat, 0) / max(stats.billable_count(cat), 1)
-    rows[:, col["tr_cat_in_top"]] = [share[c] for c in categories]
+    nodes = stats.node_table()
+    # each candidate's nearest category at or above it (-1: none), from the node table's rows
+    own = nodes.own_category[nodes.rows(table.ids)]
+    present, where = np.unique(own, return_inverse=True)
+    share = [
+        0.0 if row < 0 else top.cohort.categories.get(cat, 0) / max(stats.billable_count(cat), 1)
+        for row, cat in zip(present.tolist(), nodes.ids[present].tolist(), strict=True)
+    ]
+    rows[:, col["tr_cat_in_top"]] = np.asarray(share, dtype=np.float64)[where.reshape(-1)]
     return rows
 
 
