@@ -35,6 +35,9 @@ class TruthIndexes:
     def __init__(self, hierarchy: Hierarchy) -> None:
         self.hierarchy = hierarchy
         self._indexes: dict[tuple[str, tuple[str, ...]], NearestIndex] = {}
+        self._last: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], CohortMatches]] = {}
+        """per cohort, the latest predicted codes matched and their matches: a run answering a cohort with
+        the codes the run before gave (curated_transfer falling back to the learned set) reuses them"""
 
     def get(self, cohort: CuratedSet) -> NearestIndex:
         key = (cohort.cohort_id, tuple(cohort.codes))
@@ -43,6 +46,17 @@ class TruthIndexes:
             ids = [cid for cid in (self.hierarchy.resolve(code) for code in cohort.codes) if cid is not None]
             index = self._indexes[key] = NearestIndex(self.hierarchy, ids)
         return index
+
+    def matches(self, cohort: CuratedSet, predicted_codes: Sequence[str]) -> CohortMatches:
+        """``match_cohort`` of the cohort's truth and ``predicted_codes`` (the same object as last time
+        when this cohort was last matched against the same codes: matching is a function of the two lists)."""
+        key = (tuple(cohort.codes), tuple(predicted_codes))
+        last = self._last.get(cohort.cohort_id)
+        if last is not None and last[0] == key:
+            return last[1]
+        found = match_cohort(self.hierarchy, cohort.codes, predicted_codes, self.get(cohort))
+        self._last[cohort.cohort_id] = (key, found)
+        return found
 
 
 def score_matches(
@@ -93,7 +107,7 @@ def evaluate(
     results = []
     for cohort in qrels.cohorts.values():
         entries = run.cohorts.get(cohort.cohort_id, [])
-        matches = match_cohort(hierarchy, cohort.codes, [e.code for e in entries], truth_indexes.get(cohort))
+        matches = truth_indexes.matches(cohort, [e.code for e in entries])
         provenance = {e.code: e.provenance for e in entries if e.provenance}
         results.append(
             score_matches(

@@ -37,7 +37,7 @@ from phenoforge.setbuild.api import (
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH, CandidateTable
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError, learned_features, predict_many
-from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet, CodeProvenance
+from phenoforge.setbuild.models import SET_BUILDERS, BuiltCode, BuiltSet, CodeProvenance
 from phenoforge.setbuild.transfer import TRANSFER_METHOD, KnowledgeLeakError, copied_groups
 
 FITTED_DENSE_WEIGHT = 0.5
@@ -167,6 +167,19 @@ def to_entries(built: BuiltSet) -> list[RunEntry]:
         )
         for rank, item in enumerate(built.codes, start=1)
     ]
+
+
+def _shared_entries(context: MethodContext, built: BuiltSet) -> list[RunEntry]:
+    """``to_entries(built)``; a set holding the very code list of one converted before in this run
+    (curated_transfer's fallback is the learned set, its codes shared) gets those entries again."""
+    memo: dict[int, tuple[list[BuiltCode], list[RunEntry]]] = context.options.setdefault("set-building:entries", {})
+    known = memo.pop(id(built.codes), None)
+    if known is not None and known[0] is built.codes:
+        return list(known[1])
+    entries = to_entries(built)
+    if built.method == "learned" and built.codes:  # the one set another builder hands over as it is
+        memo[id(built.codes)] = (built.codes, entries)
+    return entries
 
 
 @dataclass
@@ -428,7 +441,7 @@ def make_predict_batch(builder: str) -> Callable[[MethodContext, Sequence[Cohort
         for task, built in zip(tasks, sets, strict=True):
             for note in [*built.notes, *([built.fallback] if built.fallback else [])]:
                 context.note(builder, task.cohort_id, note)
-            out.append(to_entries(built))
+            out.append(_shared_entries(context, built))
         return out
 
     return predict_batch

@@ -54,6 +54,7 @@ from phenoforge.setbuild.transfer import (
     build_transfer,
     curated_knowledge,
     embed_fn_of,
+    embed_identity_of,
     tune_transfer,
     with_transfer_features,
 )
@@ -191,7 +192,7 @@ def bundled_knowledge(
 ) -> CuratedKnowledge:
     """The curated cohorts of every installed bundled library (a user's import is never knowledge)."""
     bundled = [lib for lib in libraries if not is_user_import(lib)]
-    return curated_knowledge(con, hierarchy, bundled, library_stamp, embed_fn_of(dense))
+    return curated_knowledge(con, hierarchy, bundled, library_stamp, embed_fn_of(dense), embed_identity_of(dense))
 
 
 def _knowledge_key(knowledge: CuratedKnowledge, held_out_group: str | None) -> str:

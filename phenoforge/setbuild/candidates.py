@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+import numpy as np
+
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.hybrid import rrf_fuse
 from phenoforge.engine.query import tokenize
@@ -107,12 +109,14 @@ def _ranks(
     scores: dict[int, float] = {}
     direct = hierarchy.ids_by_display_code()  # what ``resolve`` answers first, without a call per code
     ranking = ranking or []
-    ids = [direct.get(code) if type(code) is str else None for code, _score in ranking]
-    if None not in ids and len(set(ids)) == len(ids):
-        # the usual case (every code known, each once): the same dicts as the loop below, built in C
-        known = cast(list[int], ids)
-        ranks = dict(zip(known, range(1, len(known) + 1), strict=True))
-        return ranks, dict(zip(known, [float(score) for _code, score in ranking], strict=True))
+    codes, given = (tuple(column) for column in zip(*ranking, strict=True)) if ranking else ((), ())
+    if set(map(type, codes)) <= {str}:
+        ids = list(map(direct.get, codes))
+        if None not in ids and len(set(ids)) == len(ids):
+            # the usual case (every code known, each once): the same dicts as the loop below, built in C
+            known = cast(list[int], ids)
+            ranks = dict(zip(known, range(1, len(known) + 1), strict=True))
+            return ranks, dict(zip(known, map(float, given), strict=True))
     for rank, (code, score) in enumerate(ranking, start=1):
         concept_id = direct.get(code) if isinstance(code, str) else None
         if concept_id is None:
@@ -187,17 +191,28 @@ def build_candidates(
             add(below, node)
     if len(origin) >= MAX_CANDIDATES:
         table.notes.append(f"candidates capped at {MAX_CANDIDATES}")
-    # provenance: the best-ranked hit at or above each candidate, when there is one
-    for node in origin:
-        best = min(
-            (hit_rank[a] for a in hierarchy.chain(node) if a in hit_rank),
-            default=None,
-        )
-        if best is not None:
-            origin[node] = next(a for a in hierarchy.chain(node) if hit_rank.get(a) == best)
     table.ids = list(origin)
-    table.origin = [origin[node] for node in table.ids]
+    table.origin = _provenance(hierarchy, table.ids, [origin[node] for node in table.ids], hit_rank)
     return table
+
+
+def _provenance(hierarchy: Hierarchy, ids: list[int], origin: list[int], hit_rank: dict[int, int]) -> list[int]:
+    """Per candidate, the best-ranked hit at or above it (its chain holds each node once and every hit has
+    its own rank, so that hit is unique), else its ``origin`` as given: read from the node table's chains."""
+    from phenoforge.setbuild.features import hierarchy_stats  # features builds on this module
+
+    if not ids or not hit_rank:
+        return origin
+    nodes = hierarchy_stats(hierarchy).node_table()
+    chain = nodes.chain[nodes.rows(ids)]
+    no_hit = np.iinfo(np.int64).max
+    rank_of_row = np.full(len(nodes.ids) + 1, no_hit, dtype=np.int64)  # the last entry answers the -1 padding
+    rank_of_row[nodes.rows(hit_rank)] = list(hit_rank.values())
+    ranks = rank_of_row[chain]
+    at = ranks.argmin(axis=1)
+    every = np.arange(len(ids))
+    best = nodes.ids[chain[every, at]]
+    return np.where(ranks[every, at] != no_hit, best, np.asarray(origin, dtype=np.int64)).tolist()
 
 
 def lexical_overlap(query_tokens: Sequence[str], text: str) -> float:

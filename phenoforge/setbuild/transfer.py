@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import re
 import threading
+import zipfile
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
 from pydantic import BaseModel, Field
 
+from phenoforge.config import data_dir
 from phenoforge.engine.curated import Library, load_curated_concept_set
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import tokenize
@@ -36,6 +41,7 @@ from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES, hierarchy_stats
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
+from phenoforge.storage import remove_stale_temporaries, temporary_sibling
 
 TRANSFER_VERSION = "2"
 """Bumped when the transfer features change: fitted models that read them are then refitted."""
@@ -55,6 +61,7 @@ differ in them name different conditions however close their embeddings are."""
 POLARITY_PENALTY = 0.3
 
 EmbedFn = Callable[[list[str]], np.ndarray]
+log = logging.getLogger(__name__)
 
 
 class KnowledgeLeakError(PhenoforgeError):
@@ -118,6 +125,9 @@ class CuratedKnowledge:
     embed: EmbedFn | None = None
     digest: str = ""
     problems: list[str] = field(default_factory=list)
+    single_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    """cohort name -> ``embed([name])[0]``, stored beside the knowledge: what ``query_vector`` would embed
+    for a query that is a cohort name (every query of a bundled benchmark)"""
     _query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -132,7 +142,9 @@ class CuratedKnowledge:
         with self._lock:
             cached = self._query_vectors.get(query)
         if cached is None:
-            cached = np.asarray(self.embed([query]), dtype=np.float32)[0]
+            cached = self.single_vectors.get(query)
+            if cached is None:
+                cached = np.asarray(self.embed([query]), dtype=np.float32)[0]
             with self._lock:
                 self._remember({query: cached})
         return cached
@@ -236,12 +248,15 @@ def transfer_features(hierarchy: Hierarchy, table: CandidateTable, view: Knowled
     rows[:, col["tr_best_sim"]] = np.where(member.any(0), (member * sims[:, None]).max(0), 0.0)
     rows[:, col["tr_n_match"]] = (member & (sims[:, None] >= MATCH_FLOOR)).sum(0)
     stats = hierarchy_stats(hierarchy)
-    categories = [hierarchy.ancestor_of_kind(node, "category") for node in table.ids]
-    share: dict[int | None, float] = {None: 0.0}
-    for cat in set(categories):
-        if cat is not None:
-            share[cat] = top.cohort.categories.get(cat, 0) / max(stats.billable_count(cat), 1)
-    rows[:, col["tr_cat_in_top"]] = [share[c] for c in categories]
+    nodes = stats.node_table()
+    # each candidate's nearest category at or above it (-1: none), from the node table's rows
+    own = nodes.own_category[nodes.rows(table.ids)]
+    present, where = np.unique(own, return_inverse=True)
+    share = [
+        0.0 if row < 0 else top.cohort.categories.get(cat, 0) / max(stats.billable_count(cat), 1)
+        for row, cat in zip(present.tolist(), nodes.ids[present].tolist(), strict=True)
+    ]
+    rows[:, col["tr_cat_in_top"]] = np.asarray(share, dtype=np.float64)[where.reshape(-1)]
     return rows
 
 
@@ -302,10 +317,13 @@ def curated_knowledge(
     libraries: Sequence[Library],
     stamp: Callable[[Library], str],
     embed: EmbedFn | None = None,
+    embed_identity: str | None = None,
 ) -> CuratedKnowledge:
     """The knowledge of ``libraries`` (bundled ones; the caller leaves user imports out), cached per process.
 
-    A library whose cohort files cannot be read is left out and named in ``problems``.
+    A library whose cohort files cannot be read is left out and named in ``problems``. The knowledge
+    is also stored in ``data/models`` (``stored_knowledge``) when every library was read and the
+    embedding, if any, declares ``embed_identity`` (what its vectors depend on).
     """
     stamps = sorted((lib.library_id, stamp(lib)) for lib in libraries)
     key = (hierarchy.build_id, json.dumps(stamps), embed is not None)
@@ -313,6 +331,39 @@ def curated_knowledge(
         cached = _KNOWLEDGE.get(key)
     if cached is not None:
         return cached
+    digest = hashlib.sha1(json.dumps([stamps, embed is not None, TRANSFER_VERSION]).encode()).hexdigest()[:12]
+    identity = (embed_identity or None) if embed is not None else "no embedding"
+    path = knowledge_path(hierarchy.build_id, stamps, identity) if identity is not None else None
+    knowledge = None
+    if path is not None and path.is_file():
+        try:
+            knowledge = load_knowledge(path, hierarchy, stamps, identity or "")
+        except KnowledgeFileError as error:
+            log.warning("curated knowledge unusable, built again: %s", error)
+    if knowledge is None:
+        knowledge = _computed_knowledge(con, hierarchy, libraries, embed, stored=path is not None)
+        if path is not None and not knowledge.problems:
+            try:
+                save_knowledge(knowledge, path, hierarchy.build_id, stamps, identity or "")
+            except OSError as error:
+                log.warning(
+                    "curated knowledge not stored (%s): built again by the next process", error.strerror or error
+                )
+    knowledge.embed = embed if knowledge.vectors is not None else None
+    knowledge.digest = digest
+    with _KNOWLEDGE_LOCK:
+        _KNOWLEDGE[key] = knowledge
+    return knowledge
+
+
+def _computed_knowledge(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    libraries: Sequence[Library],
+    embed: EmbedFn | None,
+    stored: bool,
+) -> CuratedKnowledge:
+    """The knowledge read from the libraries' files and embedded now (``stored``: with the single-name vectors)."""
     cohorts: list[KnownCohort] = []
     problems: list[str] = []
     for library in libraries:
@@ -321,13 +372,165 @@ def curated_knowledge(
         except LibraryError as error:
             problems.append(f"{library.library_id} left out of the curated knowledge ({error})")
     vectors = None
+    singles: dict[str, np.ndarray] = {}
     if embed is not None and cohorts:
         vectors = np.asarray(embed([c.cohort_name for c in cohorts]), dtype=np.float32)
-    digest = hashlib.sha1(json.dumps([stamps, embed is not None, TRANSFER_VERSION]).encode()).hexdigest()[:12]
-    knowledge = CuratedKnowledge(cohorts, vectors, embed if vectors is not None else None, digest, problems)
-    with _KNOWLEDGE_LOCK:
-        _KNOWLEDGE[key] = knowledge
-    return knowledge
+        if stored and not problems:  # each name alone, as ``query_vector`` embeds a query (once per data dir)
+            for name in dict.fromkeys(c.cohort_name for c in cohorts):
+                singles[name] = np.asarray(embed([name]), dtype=np.float32)[0]
+    return CuratedKnowledge(cohorts, vectors, problems=problems, single_vectors=singles)
+
+
+# -- the knowledge stored in data/models (read in milliseconds instead of seconds of file reading and embedding)
+
+KNOWLEDGE_FORMAT = 1
+
+
+class KnowledgeFileError(ValueError):
+    """A stored curated knowledge that cannot be used (corrupt, another build, libraries or embedding)."""
+
+
+def knowledge_path(build: str, stamps: Sequence[tuple[str, str]], identity: str) -> Path:
+    """Where the knowledge of these libraries (``stamps``: id and content stamp of each) is kept for vocabulary
+    build ``build`` and the embedding ``identity``: the name says all three, so another state is another file."""
+    key = hashlib.sha1(json.dumps([build, list(map(list, stamps)), identity, TRANSFER_VERSION]).encode())
+    return data_dir() / "models" / f"curated-knowledge-{build}-{key.hexdigest()[:16]}-v{KNOWLEDGE_FORMAT}.npz"
+
+
+def _knowledge_arrays(knowledge: CuratedKnowledge) -> dict[str, np.ndarray]:
+    cohorts = knowledge.cohorts
+    categories = [sorted(c.categories.items()) for c in cohorts]
+    names = [c.cohort_name for c in cohorts]
+    arrays = {
+        "library_ids": np.array([c.library_id for c in cohorts], dtype=str),
+        "cohort_ids": np.array([c.cohort_id for c in cohorts], dtype=str),
+        "cohort_names": np.array(names, dtype=str),
+        "groups": np.array([json.dumps(sorted(c.groups)) for c in cohorts], dtype=str),
+        "id_offsets": np.concatenate([[0], np.cumsum([len(c.ids) for c in cohorts])]).astype(np.int64),
+        "ids": np.concatenate([c.ids for c in cohorts] or [np.zeros(0)]).astype(np.int64),
+        "category_offsets": np.concatenate([[0], np.cumsum([len(c) for c in categories])]).astype(np.int64),
+        "category_ids": np.array([cat for c in categories for cat, _n in c], dtype=np.int64),
+        "category_counts": np.array([n for c in categories for _cat, n in c], dtype=np.int64),
+    }
+    if knowledge.vectors is not None:
+        arrays["vectors"] = knowledge.vectors
+        single_names = sorted(knowledge.single_vectors)
+        arrays["single_names"] = np.array(single_names, dtype=str)
+        arrays["single_vectors"] = np.stack([knowledge.single_vectors[n] for n in single_names]).astype(np.float32)
+    return arrays
+
+
+def _checksum(arrays: dict[str, np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        value = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}:{value.dtype.str}:{value.shape}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
+
+
+def save_knowledge(
+    knowledge: CuratedKnowledge, path: Path, build: str, stamps: Sequence[tuple[str, str]], identity: str
+) -> None:
+    """Write the knowledge atomically (a temporary sibling, then a rename); plain arrays, no pickles, with a
+    checksum of every array so a file changed afterwards is refused."""
+    arrays: dict[str, Any] = _knowledge_arrays(knowledge)
+    meta = {"format": KNOWLEDGE_FORMAT, "build_id": build, "stamps": list(map(list, stamps)), "identity": identity}
+    arrays["meta"] = np.array(json.dumps(meta))
+    arrays["checksum"] = np.array(_checksum(arrays))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent)
+    tmp = temporary_sibling(path)
+    try:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, **arrays)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_knowledge(
+    path: Path, hierarchy: Hierarchy, stamps: Sequence[tuple[str, str]], identity: str
+) -> CuratedKnowledge:
+    """The stored knowledge of these libraries, build and embedding, or ``KnowledgeFileError`` saying why not."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise KnowledgeFileError(f"{path}: cannot be read ({type(error).__name__}: {error})") from None
+    needed = {"meta", "checksum", *_knowledge_arrays(CuratedKnowledge([])).keys()}
+    missing = needed - set(arrays)
+    if missing:
+        raise KnowledgeFileError(f"{path}: lacks {', '.join(sorted(missing))}")
+    checksum = str(arrays.pop("checksum"))
+    if _checksum(arrays) != checksum:
+        raise KnowledgeFileError(f"{path}: its arrays do not match their checksum (changed after writing)")
+    try:
+        meta = json.loads(str(arrays.pop("meta")))
+        made_for = (meta["format"], meta["build_id"], meta["stamps"], meta["identity"])
+    except (ValueError, KeyError, TypeError):
+        raise KnowledgeFileError(f"{path}: no readable description") from None
+    wanted = (KNOWLEDGE_FORMAT, hierarchy.build_id, list(map(list, stamps)), identity)
+    for what, found, expected in zip(
+        ("format", "vocabulary build", "libraries", "embedding"), made_for, wanted, strict=True
+    ):
+        if found != expected:
+            raise KnowledgeFileError(f"{path}: made for another {what} ({str(found)[:80]})")
+    n = len(arrays["cohort_names"])
+    id_offsets, category_offsets = arrays["id_offsets"], arrays["category_offsets"]
+    ids, category_ids, category_counts = arrays["ids"], arrays["category_ids"], arrays["category_counts"]
+    for offsets, values in ((id_offsets, ids), (category_offsets, category_ids)):
+        if len(offsets) != n + 1 or offsets[0] != 0 or offsets[-1] != len(values) or (np.diff(offsets) < 0).any():
+            raise KnowledgeFileError(f"{path}: offsets do not add up")
+    if any(len(arrays[name]) != n for name in ("library_ids", "cohort_ids", "groups")):
+        raise KnowledgeFileError(f"{path}: per-cohort arrays of different lengths")
+    if len(category_counts) != len(category_ids):
+        raise KnowledgeFileError(f"{path}: category counts do not match their categories")
+    known = hierarchy.code
+    if any(int(node) not in known for node in np.unique(np.concatenate([ids, category_ids])).tolist()):
+        raise KnowledgeFileError(f"{path}: a concept id outside vocabulary build {hierarchy.build_id}")
+    vectors = arrays.get("vectors")
+    singles: dict[str, np.ndarray] = {}
+    if identity != "no embedding":
+        single_names = arrays.get("single_names")
+        single_vectors = arrays.get("single_vectors")
+        if vectors is None or single_names is None or single_vectors is None:
+            raise KnowledgeFileError(f"{path}: lacks the name vectors")
+        if vectors.dtype != np.float32 or vectors.ndim != 2 or len(vectors) != n:
+            raise KnowledgeFileError(f"{path}: vectors are {vectors.dtype} {vectors.shape}, not {n} float32 rows")
+        if single_vectors.dtype != np.float32 or single_vectors.shape != (len(single_names), vectors.shape[1]):
+            raise KnowledgeFileError(f"{path}: single-name vectors are {single_vectors.dtype} {single_vectors.shape}")
+        singles = dict(zip(single_names.tolist(), single_vectors, strict=True))
+    elif vectors is not None:
+        raise KnowledgeFileError(f"{path}: vectors stored for a knowledge without embedding")
+    names = arrays["cohort_names"].tolist()
+    cohorts = []
+    offsets, cat_bounds = id_offsets.tolist(), category_offsets.tolist()
+    for i, (library_id, cohort_id, groups) in enumerate(
+        zip(arrays["library_ids"].tolist(), arrays["cohort_ids"].tolist(), arrays["groups"].tolist(), strict=True)
+    ):
+        categories = Counter(
+            dict(
+                zip(
+                    category_ids[cat_bounds[i] : cat_bounds[i + 1]].tolist(),
+                    category_counts[cat_bounds[i] : cat_bounds[i + 1]].tolist(),
+                    strict=True,
+                )
+            )
+        )
+        cohorts.append(
+            KnownCohort(
+                library_id=library_id,
+                groups=frozenset(json.loads(groups)),
+                cohort_id=cohort_id,
+                cohort_name=names[i],
+                ids=ids[offsets[i] : offsets[i + 1]].copy(),
+                categories=categories,
+                words=name_words(names[i]),
+                polarity=polarity(names[i]),
+            )
+        )
+    return CuratedKnowledge(cohorts, vectors, single_vectors=singles)
 
 
 def copied_groups(
@@ -345,6 +548,15 @@ def copied_groups(
         if cohort.library_id != library.library_id and tuple(cohort.ids.tolist()) in scored
         for group in cohort.groups
     }
+
+
+def embed_identity_of(dense: object | None) -> str | None:
+    """The identity of the dense retriever's embedding (``engine.dense.model.embed_identity``), None without one."""
+    if dense is None:
+        return None
+    from phenoforge.engine.dense.model import embed_identity
+
+    return embed_identity(getattr(dense, "embed_fn", None))
 
 
 def embed_fn_of(dense: object | None) -> EmbedFn | None:
@@ -484,6 +696,11 @@ __all__ = [
     "copied_groups",
     "curated_knowledge",
     "embed_fn_of",
+    "embed_identity_of",
+    "load_knowledge",
+    "save_knowledge",
+    "knowledge_path",
+    "KnowledgeFileError",
     "transfer_features",
     "TransferParams",
     "build_transfer",

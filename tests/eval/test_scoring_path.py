@@ -127,3 +127,52 @@ def test_display_codes_resolve_as_resolve_does(fixture_con: duckdb.DuckDBPyConne
     assert all(
         hierarchy.code[node] in direct for node in hierarchy.code if hierarchy.resolve(hierarchy.code[node]) == node
     )
+
+
+def test_a_run_repeating_the_previous_runs_codes_reuses_its_matches(
+    fixture_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """curated_transfer often answers with the learned set: its matches are the learned run's, and its
+    results equal those of scoring it alone; other codes, or another cohort, are matched afresh."""
+    from phenoforge.eval import evaluate as evaluate_module
+    from phenoforge.eval.evaluate import TruthIndexes, evaluate
+    from phenoforge.eval.harness import score_runs
+    from phenoforge.eval.qrels import CuratedSet, Qrels
+    from phenoforge.eval.runs import Run, RunEntry
+
+    hierarchy = get_hierarchy(fixture_con)
+    qrels = Qrels(
+        library_id="lib",
+        library_path="",
+        cohorts={
+            "dm": CuratedSet(cohort_id="dm", cohort_name="diabetes", codes=["E11.21", "E11.9"]),
+            "hf": CuratedSet(cohort_id="hf", cohort_name="heart failure", codes=["I50.9"]),
+        },
+    )
+
+    def run(name: str, dm: list[str], hf: list[str]) -> Run:
+        cohorts = {"dm": dm, "hf": hf}
+        return Run(
+            name=name,
+            cohorts={
+                c: [RunEntry(code=code, rank=r, provenance=[name]) for r, code in enumerate(codes, 1)]
+                for c, codes in cohorts.items()
+            },
+        )
+
+    runs = [run("learned", ["E11.9", "E11.22"], ["I50"]), run("transfer", ["E11.9", "E11.22"], ["I50.9"])]
+    runs.append(run("other", ["E11.9"], ["I50"]))
+    calls: list[tuple[str, ...]] = []
+    original = evaluate_module.match_cohort
+
+    def counting(hierarchy_, truth, predicted, index=None):  # noqa: ANN001, ANN202
+        calls.append(tuple(predicted))
+        return original(hierarchy_, truth, predicted, index)
+
+    monkeypatch.setattr(evaluate_module, "match_cohort", counting)
+    report = score_runs(hierarchy, qrels, runs)
+    # learned: 2 cohorts; transfer: only hf differs; other: dm differs from transfer's, hf from transfer's
+    assert calls == [("E11.9", "E11.22"), ("I50",), ("I50.9",), ("E11.9",), ("I50",)]
+    alone = [r for one in runs for r in evaluate(hierarchy, qrels, one, None, TruthIndexes(hierarchy))]
+    assert len(report.results) == len(alone) == 6
+    assert sorted(r.model_dump_json() for r in report.results) == sorted(r.model_dump_json() for r in alone)

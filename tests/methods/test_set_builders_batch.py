@@ -158,3 +158,25 @@ def test_the_batch_handles_typed_codes_unknown_codes_and_foreign_words_as_one_at
     assert any("is the code" in note for note in batched[0].notes), batched[0].notes
     assert not batched[1].codes and "not an ICD-10-CM code" in batched[1].notes[0], batched[1].notes
     assert any("ignored" in note for note in batched[2].notes), batched[2].notes
+
+
+def test_the_transfer_fallback_reuses_the_learned_sets_entries() -> None:
+    """curated_transfer falling back hands over the learned set's very code list: converted once, the
+    same entries in both runs; a set with equal codes in another list is converted on its own."""
+    from types import SimpleNamespace
+
+    from phenoforge.methods.set_building import _shared_entries, to_entries
+    from phenoforge.setbuild.models import BuiltCode, BuiltSet, CodeProvenance
+
+    provenance = CodeProvenance(source="model", via_code="E11", via_rank=1, score=0.9, rule="p >= 0.5")
+    codes = [BuiltCode(code=c, name=c, provenance=provenance) for c in ("E11.9", "E11.21")]
+    learned = BuiltSet(method="learned", query="diabetes", codes=codes)
+    fallback = learned.model_copy(update={"method": "curated_transfer", "notes": ["the learned set"]})
+    lookalike = BuiltSet(method="curated_transfer", query="diabetes", codes=list(codes))
+    context = SimpleNamespace(options={})
+    first = _shared_entries(context, learned)  # type: ignore[arg-type]
+    again = _shared_entries(context, fallback)  # type: ignore[arg-type]
+    assert again == first and all(a is b for a, b in zip(again, first, strict=True)) and again is not first
+    other = _shared_entries(context, lookalike)  # type: ignore[arg-type]
+    assert other == to_entries(lookalike) and not any(a is b for a, b in zip(other, first, strict=True))
+    assert context.options["set-building:entries"] == {}  # handed over once, then forgotten

@@ -102,3 +102,29 @@ def test_agreement_scales_cosines_between_the_best_and_the_one_at_agreement_dept
     assert agreement(table, hierarchy.resolve("I50.9")) == pytest.approx(0.5 * (0.7 - 0.5) / (0.9 - 0.5))
     assert agreement(table, hierarchy.resolve("I48.0")) == 0.0  # below the floor: no dense backing, not negative
     assert agreement(table, hierarchy.resolve("I50")) == pytest.approx(1.0)
+
+
+def test_built_codes_equal_validated_ones(hierarchy: Hierarchy) -> None:
+    """``finish`` constructs the records without validating: they equal what validation makes of them,
+    a numpy rank included (read as the ``int`` it stands for)."""
+    import numpy as np
+
+    from phenoforge.setbuild.assemble import SetAssembler
+    from phenoforge.setbuild.models import BuiltSet
+
+    retrieval = Retrieval(
+        query="heart failure",
+        bm25=[("I50", 10.0), ("I50.9", 9.0), ("I48.0", 1.0)],
+        dense=[("I50", 0.9), ("I50.9", 0.85), ("I48.0", 0.1)],
+    )
+    table = build_candidates(hierarchy, retrieval)
+    assembler = SetAssembler(hierarchy, "learned", "heart failure")
+    assembler.add_node(hierarchy.resolve("I48.0"), "model", np.float64(0.1234567891), "p >= 0.5", via_rank=np.int64(3))
+    for built in (build_cutoff(hierarchy, table), build_subtree(hierarchy, table), assembler.finish()):
+        assert built.codes
+        validated = BuiltSet.model_validate(built.model_dump())
+        assert validated == built and validated.model_dump_json() == built.model_dump_json()
+        for item in built.codes:
+            rank = item.provenance.via_rank
+            assert type(item.provenance.score) is float and (rank is None or type(rank) is int)
+    assert assembler.result.codes[0].provenance.score == 0.123457

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
-from phenoforge.setbuild.candidates import _ranks
+from phenoforge.setbuild.candidates import _provenance, _ranks
 from tests.fixture_vocab import FIXTURE_NODES
 
 CODES = [code for code, *_ in FIXTURE_NODES]
@@ -47,3 +47,29 @@ def test_ranks_equal_the_per_code_loop(
 def test_ranks_of_nothing(fixture_con: duckdb.DuckDBPyConnection) -> None:
     assert _ranks(get_hierarchy(fixture_con), None) == ({}, {})
     assert _ranks(get_hierarchy(fixture_con), []) == ({}, {})
+
+
+def _provenance_loop(hierarchy: Hierarchy, ids: list[int], origin: list[int], hit_rank: dict[int, int]) -> list[int]:
+    """The reference: the best-ranked hit on each candidate's chain, else the origin as given."""
+    out = []
+    for node, given_origin in zip(ids, origin, strict=True):
+        best = min((hit_rank[a] for a in hierarchy.chain(node) if a in hit_rank), default=None)
+        out.append(given_origin if best is None else next(a for a in hierarchy.chain(node) if hit_rank.get(a) == best))
+    return out
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    candidates=st.lists(st.sampled_from(CODES), unique=True, max_size=30),
+    hits=st.lists(st.sampled_from(CODES), unique=True, max_size=12),
+)
+def test_provenance_equals_the_per_candidate_loop(
+    fixture_con: duckdb.DuckDBPyConnection, candidates: list[str], hits: list[str]
+) -> None:
+    hierarchy = get_hierarchy(fixture_con)
+    ids = [node for node in map(hierarchy.resolve, candidates) if node is not None]
+    hit_rank = {node: rank for rank, node in enumerate(map(hierarchy.resolve, hits), start=1) if node is not None}
+    origin = [ids[-1]] * len(ids) if ids else []  # what the roll-up gave: kept where no hit is above
+    found = _provenance(hierarchy, ids, origin, hit_rank)
+    assert found == _provenance_loop(hierarchy, ids, origin, hit_rank)
+    assert all(type(node) is int for node in found)

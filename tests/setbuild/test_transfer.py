@@ -107,3 +107,27 @@ def test_the_query_vector_cache_is_bounded_and_keeps_the_newest(monkeypatch: pyt
     assert len(calls) == before  # the newest are still served from the cache
     known.query_vector("a")
     assert len(calls) == before + 1  # the oldest was dropped and is embedded again
+
+
+def test_the_category_share_is_the_per_candidate_one(
+    hierarchy: Hierarchy, knowledge: CuratedKnowledge, other_examples: list[Example], train_examples: list[Example]
+) -> None:
+    """``tr_cat_in_top`` read from the node table equals each candidate's own category walk, bit for bit."""
+    from phenoforge.setbuild.features import hierarchy_stats
+
+    stats = hierarchy_stats(hierarchy)
+    col = TRANSFER_FEATURES.index("tr_cat_in_top")
+    checked = 0
+    for ex in [*other_examples, *train_examples]:
+        view = knowledge.view({ex.group})
+        found = view.matches(ex.table.query)
+        rows = transfer_features(hierarchy, ex.table, view)
+        if not found or not len(ex.table):
+            continue
+        top = found[0].cohort
+        for i, node in enumerate(ex.table.ids):
+            cat = hierarchy.ancestor_of_kind(node, "category")
+            expected = 0.0 if cat is None else top.categories.get(cat, 0) / max(stats.billable_count(cat), 1)
+            assert rows[i, col] == expected, (ex.key, hierarchy.code[node])
+        checked += int(rows[:, col].any())
+    assert checked  # some candidates share a category with the matched cohort

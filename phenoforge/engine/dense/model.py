@@ -6,7 +6,9 @@ Everything that turns text into vectors lives here (precision modes, the CPU che
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -204,6 +206,9 @@ def _onnx_embed_fn(batch_size: int, precision: Precision, max_seq_length: int, n
     embed.batch_invariant = True  # type: ignore[attr-defined]
     embed.open_sessions = lambda: sorted(sessions)  # type: ignore[attr-defined]
     embed.model_name = DEFAULT_MODEL_NAME  # type: ignore[attr-defined]
+    embed.identity = _identity(  # type: ignore[attr-defined]
+        "onnx", precision, ("onnxruntime", "tokenizers"), [path], batch_size, max_seq_length, num_threads
+    )
     return embed
 
 
@@ -310,7 +315,71 @@ def default_embed_fn(
     embed.runtime = "torch"  # type: ignore[attr-defined]
     embed.choice = describe_auto_choice() if auto else "torch-" + precision  # type: ignore[attr-defined]
     embed.model_name = DEFAULT_MODEL_NAME  # type: ignore[attr-defined]
+    embed.identity = _identity(  # type: ignore[attr-defined]
+        "torch",
+        precision,
+        ("torch", "transformers", "sentence-transformers"),
+        sorted(model_path().glob("*")),
+        batch_size,
+        max_seq_length,
+        torch.get_num_threads(),
+        f"single texts {'direct' if direct_ok else 'encode'}",
+    )
     return embed
+
+
+def _identity(
+    runtime: str,
+    precision: str,
+    packages: tuple[str, ...],
+    files: list[Path],
+    batch_size: int,
+    max_seq_length: int,
+    threads: int | None,
+    *extra: str,
+) -> str:
+    """What a text's vector from one embed function depends on besides the texts embedded with it: model
+    files, runtime and precision, library versions, batch and thread settings, this CPU. Vectors stored
+    under it (``embed_identity``) are used only by a process whose embed function has the same one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "absent"
+
+    parts = [
+        DEFAULT_MODEL_NAME,
+        f"{runtime}-{precision}",
+        *(f"{package} {installed(package)}" for package in packages),
+        *(f"{f.name}:{f.stat().st_size}" for f in files if f.is_file()),
+        f"batch {batch_size}",
+        f"max_seq {max_seq_length}",
+        f"threads {threads}",
+        platform.machine(),
+        _cpu_model(),
+        *extra,
+    ]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return platform.processor() or "unknown cpu"
+    found = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    flags = re.search(r"^flags\s*:\s*(.+)$", text, re.MULTILINE)
+    described = found.group(1).strip() if found else platform.processor() or "unknown cpu"
+    return described + " " + hashlib.sha1((flags.group(1) if flags else "").encode()).hexdigest()[:8]
+
+
+def embed_identity(embed_fn: object) -> str | None:
+    """The ``identity`` an embed function declares (``default_embed_fn``'s do), None when it declares none:
+    its vectors are then never stored, only computed."""
+    identity = getattr(embed_fn, "identity", None)
+    return identity if isinstance(identity, str) and identity else None
 
 
 def cpu_has_native_bf16() -> bool:
