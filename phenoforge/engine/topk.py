@@ -14,7 +14,15 @@ def top_indices(scores: np.ndarray, n: int, positive_only: bool = False) -> np.n
 
     >>> top_indices(np.array([0.1, 0.5, 0.5, 0.9]), 2).tolist()
     [3, 1]
+    >>> top_indices(np.array([0.0, 0.5, 0.0, 0.9]), 3, positive_only=True).tolist()
+    [3, 1]
     """
+    if positive_only:
+        # BM25 scores most of the vocabulary 0: select among the positive ones only (the same indices,
+        # since a tie order by index within them is the order by index overall), not over all ~98k
+        positive = np.flatnonzero(scores > 0)
+        if len(positive) < len(scores):
+            return positive[top_indices(scores[positive], n)]
     n = min(n, len(scores))
     if n <= 0:
         return np.zeros(0, dtype=np.int64)
