@@ -58,7 +58,10 @@ def model_path() -> Path:
 def describe_auto_choice() -> str:
     """What ``precision="auto"`` picks on this CPU, and why (printed by ``build``)."""
     native = "; this CPU has native bf16, opt-in with precision='bf16'" if cpu_has_native_bf16() else ""
-    return f"onnx-fp32: the same vectors on every CPU (ONNX Runtime fp32 gives torch fp32's vectors){native}"
+    return (
+        "onnx-fp32: fp32 on every CPU, so the code lists do not depend on the CPU "
+        f"(ONNX Runtime fp32 gives torch fp32's vectors){native}"
+    )
 
 
 def onnx_model_file() -> Path:

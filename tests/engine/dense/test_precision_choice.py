@@ -1,4 +1,4 @@
-"""precision="auto" gives the same vectors on every CPU: fp32 through ONNX Runtime, bf16 or not."""
+"""precision="auto" is fp32 through ONNX Runtime on every CPU, bf16 or not: the code lists do not depend on the CPU."""
 
 from __future__ import annotations
 
