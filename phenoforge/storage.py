@@ -14,7 +14,9 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from phenoforge.errors import DiskFullError
 
@@ -36,6 +38,20 @@ _DISK_FULL_TEXTS = ("no space left on device", "disk is full", "disk quota excee
 def temporary_sibling(dest: Path, kind: str = "tmp") -> Path:
     """A unique hidden sibling of ``dest`` that names this process: ``.<name>.<pid>.<hex>.<kind>``."""
     return dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.{kind}")
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write ``path`` through ``write`` into a temporary sibling, then rename it into place: a reader sees
+    the old file or the whole new one; what killed writers left in the folder goes first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent)
+    tmp = temporary_sibling(path)
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def process_alive(pid: int) -> bool:

@@ -21,7 +21,7 @@ from phenoforge.engine.curated import load_library
 from phenoforge.errors import DiskFullError
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
 from phenoforge.libraries import import_library_csv
-from phenoforge.storage import is_disk_full, remove_stale_temporaries
+from phenoforge.storage import is_disk_full, remove_stale_temporaries, write_atomically
 from tests.fixture_vocab import fixture_rows
 
 GOOD_CSV = "cohort_id,cohort_name,code\nhf,Heart failure,I50.9\n"
@@ -172,3 +172,21 @@ def test_vocabulary_build_removes_a_dead_builds_temporary_database() -> None:
 
 def test_remove_stale_temporaries_on_a_missing_folder(tmp_path: Path) -> None:
     assert remove_stale_temporaries(tmp_path / "nope") == []
+
+
+def test_write_atomically_keeps_the_old_file_when_the_writer_fails_and_clears_dead_writers(tmp_path: Path) -> None:
+    target = tmp_path / "models" / "table.npz"
+    write_atomically(target, lambda handle: handle.write(b"old"))
+    left_by_a_dead_writer = target.with_name(f".{target.name}.{dead_pid()}.0123abcd.tmp")
+    left_by_a_dead_writer.write_bytes(b"half")
+
+    def fails_halfway(handle) -> None:  # noqa: ANN001
+        handle.write(b"ne")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomically(target, fails_halfway)
+    assert target.read_bytes() == b"old"
+    assert sorted(path.name for path in target.parent.iterdir()) == ["table.npz"]  # no temporary of ours or theirs
+    write_atomically(target, lambda handle: handle.write(b"new"))
+    assert target.read_bytes() == b"new"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import zipfile
 from collections.abc import Iterable
@@ -28,7 +27,7 @@ from phenoforge.setbuild.candidates import (
     billable_below,
     lexical_overlap,
 )
-from phenoforge.storage import remove_stale_temporaries, temporary_sibling
+from phenoforge.storage import write_atomically
 
 FEATURE_FAMILIES: dict[str, list[str]] = {
     "bm25": ["bm25_rank", "bm25_rel", "anc_best_bm25_rel"],
@@ -249,15 +248,7 @@ def save_node_table(table: _NodeTable, path: Path) -> None:
         "word_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
         "word_rows": np.array([row for word in words for row in table.rows_with_word[word]], dtype=np.int64),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent)
-    tmp = temporary_sibling(path)
-    try:
-        with open(tmp, "wb") as handle:
-            np.savez(handle, **arrays)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically(path, lambda handle: np.savez(handle, **arrays))
 
 
 class NodeTableError(ValueError):

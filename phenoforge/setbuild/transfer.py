@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import threading
 import zipfile
@@ -41,7 +40,7 @@ from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES, hierarchy_stats
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
-from phenoforge.storage import remove_stale_temporaries, temporary_sibling
+from phenoforge.storage import write_atomically
 
 TRANSFER_VERSION = "2"
 """Bumped when the transfer features change: fitted models that read them are then refitted."""
@@ -438,15 +437,7 @@ def save_knowledge(
     meta = {"format": KNOWLEDGE_FORMAT, "build_id": build, "stamps": list(map(list, stamps)), "identity": identity}
     arrays["meta"] = np.array(json.dumps(meta))
     arrays["checksum"] = np.array(_checksum(arrays))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent)
-    tmp = temporary_sibling(path)
-    try:
-        with open(tmp, "wb") as handle:
-            np.savez(handle, **arrays)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically(path, lambda handle: np.savez(handle, **arrays))
 
 
 def load_knowledge(
