@@ -6,7 +6,7 @@ import numpy as np
 
 
 def top_indices(scores: np.ndarray, n: int, positive_only: bool = False) -> np.ndarray:
-    """Indices of the ``n`` best scores, best first, ties broken by index.
+    """Indices of the ``n`` best scores, best first, ties broken by index; a NaN score is never ranked.
 
     Every candidate tied with the n-th score is considered before the cut, so the top ``n`` is
     always a prefix of the top ``n + m``: a deeper ranking never reorders a shallower one, which
@@ -17,6 +17,11 @@ def top_indices(scores: np.ndarray, n: int, positive_only: bool = False) -> np.n
     >>> top_indices(np.array([0.0, 0.5, 0.0, 0.9]), 3, positive_only=True).tolist()
     [3, 1]
     """
+    if scores.dtype.kind == "f":
+        unranked = np.isnan(scores)
+        if unranked.any():  # a NaN compares false with everything: it would be the threshold and empty the cut
+            kept = np.flatnonzero(~unranked)
+            return kept[top_indices(scores[kept], n, positive_only)]
     if positive_only:
         # BM25 scores most of the vocabulary 0: select among the positive ones only (the same indices,
         # since a tie order by index within them is the order by index overall), not over all ~98k

@@ -30,3 +30,18 @@ def test_a_deeper_positive_ranking_extends_a_shallower_one(values: list[float], 
     shallow = top_indices(scores, n, positive_only=True).tolist()
     deep = top_indices(scores, n + 5, positive_only=True).tolist()
     assert deep[: len(shallow)] == shallow
+
+
+@given(
+    st.lists(st.one_of(st.floats(-2, 2), st.just(float("nan"))), max_size=30),
+    st.integers(0, 35),
+    st.booleans(),
+)
+def test_a_nan_score_is_left_out_not_the_whole_ranking(values: list[float], n: int, positive_only: bool) -> None:
+    # a NaN was the partition's threshold when it fell at the cut, and ``scores >= nan`` emptied the result:
+    # [nan, 0.5, 0.9] gave [] for n=1 and [2, 1] for n=5
+    scores = np.array(values, dtype=np.float64)
+    kept = np.flatnonzero(~np.isnan(scores))
+    assert top_indices(scores, n, positive_only).tolist() == kept[top_indices(scores[kept], n, positive_only)].tolist()
+    expected = [i for i in sorted(kept.tolist(), key=lambda i: (-scores[i], i)) if not positive_only or scores[i] > 0]
+    assert top_indices(scores, n, positive_only).tolist() == expected[:n]
