@@ -325,7 +325,8 @@ def curated_knowledge(
     embedding, if any, declares ``embed_identity`` (what its vectors depend on).
     """
     stamps = sorted((lib.library_id, stamp(lib)) for lib in libraries)
-    key = (hierarchy.build_id, json.dumps(stamps), embed is not None)
+    # the embedding's identity too: another embedder in this process (another precision) gets its own vectors
+    key = (hierarchy.build_id, json.dumps(stamps), embed is not None, embed_identity or None)
     with _KNOWLEDGE_LOCK:
         cached = _KNOWLEDGE.get(key)
     if cached is not None:

@@ -268,3 +268,30 @@ def test_a_library_left_out_is_not_stored(
     assert knowledge.problems and "fixture-broken left out" in knowledge.problems[0]
     assert {c.library_id for c in knowledge.cohorts} == {"fixture-other"}
     assert not knowledge_path(hierarchy.build_id, _stamps(libraries), IDENTITY).exists()
+
+
+class OtherIdentifiedEmbedder(FakeEmbedder):
+    """Another model (another precision, say) in the same process: other vectors, another identity."""
+
+    identity = "fake-embedder-2"
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        return -super().__call__(texts)
+
+
+def test_another_embedder_in_the_same_process_gets_its_own_vectors(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, libraries_root: Path
+) -> None:
+    # the per-process cache was keyed on the libraries and "some embedding" only: a second embedder with
+    # another identity got the first one's vectors (and its embed function for queries)
+    libraries = _libraries(libraries_root)
+    first = curated_knowledge(fixture_con, hierarchy, libraries, library_stamp, IdentifiedEmbedder(), IDENTITY)
+    other_model = OtherIdentifiedEmbedder()
+    other = curated_knowledge(
+        fixture_con, hierarchy, libraries, library_stamp, other_model, embed_identity(other_model)
+    )
+    assert first.vectors is not None and other.vectors is not None
+    assert np.array_equal(other.vectors, -first.vectors)
+    assert other.embed is other_model
+    again = curated_knowledge(fixture_con, hierarchy, libraries, library_stamp, IdentifiedEmbedder(), IDENTITY)
+    assert again is first  # the same embedder still gets the process's cached knowledge
