@@ -468,6 +468,16 @@ def load_knowledge(
     ):
         if found != expected:
             raise KnowledgeFileError(f"{path}: made for another {what} ({str(found)[:80]})")
+    for name in ("library_ids", "cohort_ids", "cohort_names", "groups", "single_names"):
+        if name in arrays and (arrays[name].dtype.kind != "U" or arrays[name].ndim != 1):
+            raise KnowledgeFileError(f"{path}: {name} are {arrays[name].dtype} {arrays[name].shape}, not 1-d text")
+    for name in ("id_offsets", "ids", "category_offsets", "category_ids", "category_counts"):
+        if arrays[name].dtype != np.int64 or arrays[name].ndim != 1:
+            raise KnowledgeFileError(f"{path}: {name} are {arrays[name].dtype} {arrays[name].shape}, not 1-d int64")
+    try:
+        group_sets = [frozenset(map(str, json.loads(groups))) for groups in arrays["groups"].tolist()]
+    except (ValueError, TypeError):
+        raise KnowledgeFileError(f"{path}: library groups that are not lists of names") from None
     n = len(arrays["cohort_names"])
     id_offsets, category_offsets = arrays["id_offsets"], arrays["category_offsets"]
     ids, category_ids, category_counts = arrays["ids"], arrays["category_ids"], arrays["category_counts"]
@@ -492,6 +502,10 @@ def load_knowledge(
             raise KnowledgeFileError(f"{path}: vectors are {vectors.dtype} {vectors.shape}, not {n} float32 rows")
         if single_vectors.dtype != np.float32 or single_vectors.shape != (len(single_names), vectors.shape[1]):
             raise KnowledgeFileError(f"{path}: single-name vectors are {single_vectors.dtype} {single_vectors.shape}")
+        if not (np.isfinite(vectors).all() and np.isfinite(single_vectors).all()):
+            raise KnowledgeFileError(f"{path}: vectors that are not finite numbers")
+        if len(set(single_names.tolist())) != len(single_names):
+            raise KnowledgeFileError(f"{path}: a single-name vector stored twice")
         singles = dict(zip(single_names.tolist(), single_vectors, strict=True))
     elif vectors is not None:
         raise KnowledgeFileError(f"{path}: vectors stored for a knowledge without embedding")
@@ -499,7 +513,7 @@ def load_knowledge(
     cohorts = []
     offsets, cat_bounds = id_offsets.tolist(), category_offsets.tolist()
     for i, (library_id, cohort_id, groups) in enumerate(
-        zip(arrays["library_ids"].tolist(), arrays["cohort_ids"].tolist(), arrays["groups"].tolist(), strict=True)
+        zip(arrays["library_ids"].tolist(), arrays["cohort_ids"].tolist(), group_sets, strict=True)
     ):
         categories = Counter(
             dict(
@@ -513,7 +527,7 @@ def load_knowledge(
         cohorts.append(
             KnownCohort(
                 library_id=library_id,
-                groups=frozenset(json.loads(groups)),
+                groups=groups,
                 cohort_id=cohort_id,
                 cohort_name=names[i],
                 ids=ids[offsets[i] : offsets[i + 1]].copy(),

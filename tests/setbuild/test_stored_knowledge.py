@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -295,3 +296,46 @@ def test_another_embedder_in_the_same_process_gets_its_own_vectors(
     assert other.embed is other_model
     again = curated_knowledge(fixture_con, hierarchy, libraries, library_stamp, IdentifiedEmbedder(), IDENTITY)
     assert again is first  # the same embedder still gets the process's cached knowledge
+
+
+def _not_json(original: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"groups": np.array(["not json"] * len(original["groups"]))}
+
+
+def _nan_vector(original: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    vectors = original["vectors"].copy()
+    vectors[0, 0] = np.nan
+    return {"vectors": vectors}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_not_json, "library groups"),
+        (_nan_vector, "not finite"),
+        (lambda original: {"ids": original["ids"].astype(np.float64) + 0.5}, "not 1-d int64"),
+        (lambda original: {"cohort_names": original["cohort_names"].reshape(-1, 1)}, "not 1-d text"),
+        (lambda original: {"single_names": np.array(["x"] * len(original["single_names"]))}, "stored twice"),
+    ],
+)
+def test_a_foreign_file_with_a_matching_checksum_is_refused_not_a_crash(
+    fixture_con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    libraries_root: Path,
+    change: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    message: str,
+) -> None:
+    # these passed the checksum and then crashed the caller (JSONDecodeError, AttributeError) or were used
+    # (NaN vectors, float concept ids, one name's vector for every name)
+    libraries = _libraries(libraries_root)
+    stamps = _stamps(libraries)
+    built = _knowledge(fixture_con, hierarchy, libraries, IdentifiedEmbedder())
+    path = knowledge_path(hierarchy.build_id, stamps, IDENTITY)
+    with np.load(path) as stored:
+        original = {name: stored[name] for name in stored.files}
+    _with_checksum(path, **{**original, **change(original)})
+    with pytest.raises(KnowledgeFileError, match=message):
+        load_knowledge(path, hierarchy, stamps, IDENTITY)
+    model = IdentifiedEmbedder()
+    _same(built, _knowledge(fixture_con, hierarchy, libraries, model))  # built again, not used
+    assert model.calls > 0
