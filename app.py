@@ -76,6 +76,9 @@ def dense_section() -> None:
             status = manager.status()
     if status.state == "ready":
         st.success("Dense index: ready")
+        st.caption(status.message)
+        if status.note:
+            st.info(status.note)
         return
     if status.state == "building":
         st.session_state["dense_was_building"] = True

@@ -67,6 +67,8 @@ def _dense_or_none(con, wanted: bool, build: bool = False, progress: ProgressCal
     retriever = dense_module.load_dense_if_ready(con)
     if retriever is None:
         print(f"note: {dense_unavailable_message(dense_module.dense_index_status(con))}", file=sys.stderr)
+    elif (note := retriever.status.precision_note()) is not None:
+        print(f"note: {note}", file=sys.stderr)  # a bf16 index is used as it is: say so
     return retriever
 
 
@@ -173,9 +175,12 @@ def cmd_build(args: argparse.Namespace) -> int:
             retriever = _dense_or_none(con, True, build=True, progress=progress)
             status = retriever.status
             print(
-                f"dense index: {status.state}, {status.count:,} codes ({status.model}, {status.mode}), "
-                f"built {status.built_at}"
+                f"dense index: {status.state}, {status.count:,} codes ({status.model}, {status.mode}, "
+                f"{status.runtime}), built {status.built_at}"
             )
+            note = status.precision_note()
+            if note:
+                print(f"note: {note}")
         if not args.skip_libraries and not args.no_fit:
             from phenoforge.methods.set_building import fit_for_installed_libraries
 

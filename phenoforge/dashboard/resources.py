@@ -118,6 +118,14 @@ RECHECK_SECONDS = 5.0
 """How often a missing index is looked for again (another process may have built it)."""
 
 
+def _ready_state(retriever: object) -> DenseState:
+    """A ready index's state: its status line (codes, build, how it was embedded) and its precision note."""
+    status = getattr(retriever, "status", None)
+    if status is None or not hasattr(status, "precision_note"):
+        return DenseState(state="ready", message="dense index ready")
+    return DenseState(state="ready", message=status.message(), note=status.precision_note())
+
+
 class DenseState(BaseModel):
     """What a page needs to say about the dense index right now."""
 
@@ -127,6 +135,8 @@ class DenseState(BaseModel):
     message: str = ""
     error: str | None = None
     seconds: float = 0.0
+    note: str | None = None
+    """For a ready index embedded otherwise than the default (bf16, int8): what it is and how to rebuild it."""
 
     @property
     def fraction(self) -> float:
@@ -177,7 +187,7 @@ class DenseManager:
         with self._lock:
             if retriever is not None:
                 self._retriever = retriever
-                self._state = DenseState(state="ready", message="dense index ready")
+                self._state = _ready_state(retriever)
             elif unusable is not None and self._state.state in ("missing", "corrupt", "stale"):
                 self._state = (
                     DenseState(state="missing")
@@ -238,7 +248,7 @@ class DenseManager:
             return
         with self._lock:
             self._retriever = retriever
-            self._state = DenseState(state="ready", message="dense index ready")
+            self._state = _ready_state(retriever)
 
     def wait(self, timeout: float = 60.0) -> DenseState:
         """Block until a running build ends (tests and scripts; pages poll instead)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import duckdb
 import pytest
@@ -14,6 +15,7 @@ from phenoforge.dashboard import resources
 from phenoforge.dashboard.benchmark import leaderboard, run_and_save
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.db import vocabulary_info
+from phenoforge.engine.dense.store import DenseIndexStatus
 from tests.dashboard.fixture_data import LIBRARY_DIR, LIBRARY_ID
 from tests.fixture_vocab import build_fixture_vocab
 
@@ -90,4 +92,14 @@ def test_first_run_builds_vocabulary_and_dense_index(
     assert state.state == "ready"
     at.run()
     assert "Dense index: ready" in _texts(at)
+    assert state.message.startswith("dense index ready (") and state.message in _texts(at)  # codes, how embedded
     assert (empty / "dense" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(("runtime", "noted"), [("torch-bf16", True), ("onnx-fp32", False)])
+def test_a_ready_index_built_in_bf16_is_noted_on_home(runtime: str, noted: bool) -> None:
+    # Home said "Dense index: ready" and nothing else for an index built in bf16 before auto became fp32
+    status = DenseIndexStatus(state="ready", count=3, mode="composed", search="exact", runtime=runtime)
+    state = resources._ready_state(SimpleNamespace(status=status))
+    assert state.state == "ready" and runtime in state.message
+    assert (state.note is not None and "build --force" in state.note) is noted

@@ -593,3 +593,23 @@ def test_onnx_vectors_ignore_the_batch_and_a_batch_process_keeps_one_session(
     singles = np.vstack([batch_first([text]) for text in texts])
     assert batch_first.open_sessions() == ["batch"]  # its single texts ran in the batch session
     assert np.array_equal(together, one_by_one) and np.array_equal(singles, one_by_one)  # bit for bit
+
+
+@pytest.mark.parametrize(
+    ("runtime", "noted"), [("torch-bf16", True), ("onnx-int8", True), ("onnx-fp32", False), ("unknown", False)]
+)
+def test_a_ready_index_says_how_it_was_embedded(
+    built: DenseRetriever, index_dir: Path, runtime: str, noted: bool
+) -> None:
+    # precision="auto" became ONNX fp32 on every CPU; an index built in bf16 before stays ready, and build, Home
+    # and the status line said nothing of it: a user could not tell their code lists still came from bf16 vectors
+    manifest = _manifest(index_dir)
+    manifest["runtime"] = runtime
+    (index_dir / "manifest.json").write_text(json.dumps(manifest))
+    status = dense_index_status(built.con, index_dir)
+    assert status.state == "ready" and status.runtime == runtime  # usable, not stale
+    assert runtime in status.message()
+    note = status.precision_note()
+    assert (note is not None) is noted
+    if note is not None:
+        assert runtime in note and "build --force" in note and "fp32" in note

@@ -65,6 +65,8 @@ class DenseIndexStatus(BaseModel):
     distinct-text layout's int8 copy proposes candidates, ``int8+rescore`` when the int8 copy of all
     rows does (either re-scored in fp32), ``exact`` when queries scan every fp32 row."""
     index_dir: str = ""
+    runtime: str | None = None
+    """How the stored vectors were embedded (``onnx-fp32``, ``torch-bf16``, ...), from the manifest."""
 
     @property
     def ready(self) -> bool:
@@ -73,7 +75,7 @@ class DenseIndexStatus(BaseModel):
     def message(self) -> str:
         """One line for a person: what is wrong and the command that fixes it."""
         if self.state == "ready":
-            return f"dense index ready ({self.count} codes, {self.mode} build, {self.search} search)"
+            return f"dense index ready ({self.count} codes, {self.mode} build, {self.runtime}, {self.search} search)"
         what = {
             "missing": "is not built",
             "stale": "is stale",
@@ -81,6 +83,16 @@ class DenseIndexStatus(BaseModel):
         }[self.state]
         detail = f" ({self.reason})" if self.reason and self.state != "missing" else ""
         return f"the dense index {what}{detail}: rebuild it with `{self.rebuild_command}`"
+
+    def precision_note(self) -> str | None:
+        """For a ready index embedded otherwise than the default (ONNX fp32, since ``precision="auto"`` is fp32
+        on every CPU): what it is and the command that rebuilds it in fp32. It stays usable, not stale."""
+        if self.state != "ready" or not (self.runtime or "").endswith(("-bf16", "-int8")):
+            return None  # fp32, or an embed function of the caller's own (``unknown``)
+        return (
+            f"the dense index was embedded in {self.runtime}; the default is now ONNX fp32 on every CPU (code lists "
+            f"that do not depend on the CPU): `{self.rebuild_command} --force` rebuilds it in fp32"
+        )
 
 
 class DenseManifest(BaseModel):
@@ -203,6 +215,7 @@ def _inspect(
         return status, None
     status.count, status.model = manifest.count, manifest.model
     status.built_at, status.mode = manifest.built_at, manifest.mode
+    status.runtime = manifest.runtime or manifest.precision
     status.search = (
         "ann"
         if manifest.ann_file
