@@ -367,13 +367,14 @@ def _identity(
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
-def _cpu_model() -> str:
+def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's name and a hash of its instruction-set flags (x86 ``flags``, ARM ``Features`` and part)."""
     try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return platform.processor() or "unknown cpu"
-    found = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
-    flags = re.search(r"^flags\s*:\s*(.+)$", text, re.MULTILINE)
+    found = re.search(r"^(?:model name|CPU part)\s*:\s*(.+)$", text, re.MULTILINE)
+    flags = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.MULTILINE)
     described = found.group(1).strip() if found else platform.processor() or "unknown cpu"
     return described + " " + hashlib.sha1((flags.group(1) if flags else "").encode()).hexdigest()[:8]
 
