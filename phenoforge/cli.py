@@ -56,8 +56,15 @@ def _connect():  # noqa: ANN202 - a DuckDB connection
     return connect()
 
 
-def _dense_or_none(con, wanted: bool, build: bool = False, progress: ProgressCallback | None = None):  # noqa: ANN001, ANN202
-    """The dense retriever when its index is ready (or built on request); None otherwise."""
+def _dense_or_none(  # noqa: ANN202
+    con,  # noqa: ANN001
+    wanted: bool,
+    build: bool = False,
+    progress: ProgressCallback | None = None,
+    precision_note: bool = True,
+):
+    """The dense retriever when its index is ready (or built on request); None otherwise. A ready index
+    embedded in bf16 or int8 gets a note on stderr (``precision_note``: unless the caller printed it)."""
     if not wanted:
         return None
     from phenoforge.engine import dense as dense_module
@@ -67,7 +74,7 @@ def _dense_or_none(con, wanted: bool, build: bool = False, progress: ProgressCal
     retriever = dense_module.load_dense_if_ready(con)
     if retriever is None:
         print(f"note: {dense_unavailable_message(dense_module.dense_index_status(con))}", file=sys.stderr)
-    elif (note := retriever.status.precision_note()) is not None:
+    elif precision_note and (note := retriever.status.precision_note()) is not None:
         print(f"note: {note}", file=sys.stderr)  # a bf16 index is used as it is: say so
     return retriever
 
@@ -184,7 +191,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         if not args.skip_libraries and not args.no_fit:
             from phenoforge.methods.set_building import fit_for_installed_libraries
 
-            retriever = None if args.no_dense else _dense_or_none(con, True)
+            retriever = None if args.no_dense else _dense_or_none(con, True, precision_note=False)  # said above
             for scored, fitted in fit_for_installed_libraries(con, retriever, progress):
                 model = "membership model" if fitted.model is not None else "no membership model"
                 print(

@@ -388,3 +388,31 @@ def test_only_broken_libraries_is_a_one_line_error(capsys: pytest.CaptureFixture
     code, _out, err = run(capsys, "benchmark", "--no-dense", "--quiet")
     assert code == 2
     assert str(broken / "manifest.json") in err and "Traceback" not in err
+
+
+def test_build_on_a_bf16_index_says_so_once_and_keeps_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # precision="auto" is ONNX fp32 now; an index built in bf16 before stays ready, and build said nothing of it
+    import json
+
+    from phenoforge.engine.db import connect
+    from phenoforge.engine.dense import ensure_dense_index
+    from phenoforge.engine.dense import retriever as dense_retriever
+    from tests.engine.fake_embedder import FakeEmbedder
+
+    monkeypatch.setattr(dense_retriever, "default_embed_fn", FakeEmbedder)  # the set builders' fit embeds too
+
+    con = connect()
+    retriever = ensure_dense_index(con, embed_fn=FakeEmbedder())
+    manifest_path = retriever.index_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["runtime"] = "torch-bf16"
+    manifest_path.write_text(json.dumps(manifest))
+    con.close()
+    code, out, err = run(capsys, "build", "--quiet")
+    assert code == 0
+    assert "dense index: ready" in out and "torch-bf16" in out
+    notes = [line for line in (out + err).splitlines() if "embedded in torch-bf16" in line]
+    assert len(notes) == 1 and "build --force" in notes[0]  # said once, with the command that rebuilds
+    assert json.loads(manifest_path.read_text())["built_at"] == manifest["built_at"]  # kept, not rebuilt
