@@ -195,11 +195,29 @@ def shot(driver: Any, name: str) -> Path:
     return path
 
 
-def click_button(driver: Any, label: str) -> None:
+def click(driver: Any, xpath: str, timeout: float = WAIT) -> None:
+    """Click the element at ``xpath`` once the page has settled: scrolled to the middle of the view, and
+    clicked again while another element still lies over it (a slider of a page still laying itself out
+    took a click meant for an expander under load)."""
+    from selenium.common.exceptions import ElementClickInterceptedException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    xpath = f'//button[.//p[normalize-space()="{label}"] or normalize-space()="{label}"]'
-    button = WebDriverWait(driver, WAIT).until(ec.element_to_be_clickable((By.XPATH, xpath)))
-    button.click()
+    def clicked(d: Any) -> bool:
+        try:
+            element = ec.element_to_be_clickable((By.XPATH, xpath))(d)
+            if not element:
+                return False
+            d.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+            element.click()
+            return True
+        except (ElementClickInterceptedException, StaleElementReferenceException):
+            return False
+
+    wait_idle(driver, timeout)
+    WebDriverWait(driver, timeout, poll_frequency=0.3).until(clicked)
+
+
+def click_button(driver: Any, label: str) -> None:
+    click(driver, f'//button[.//p[normalize-space()="{label}"] or normalize-space()="{label}"]')

@@ -89,7 +89,7 @@ def test_every_page_in_a_real_browser(server: str, data_dir: Path, browser) -> N
     web.no_exception(driver)
     assert driver.find_elements(By.CSS_SELECTOR, '[data-testid="stPlotlyChart"]')
     web.shot(driver, "2-benchmark")
-    driver.find_element(By.XPATH, '//a[.//p[normalize-space()="Open in the drilldown"]]').click()
+    web.click(driver, '//a[.//p[normalize-space()="Open in the drilldown"]]')
     web.wait_text(driver, "Type 2 diabetes mellitus · bm25", "From saved run")
     assert "cohort=503" in driver.current_url and "run=" in driver.current_url
     web.no_exception(driver)
@@ -184,7 +184,7 @@ def test_an_imported_run_sits_beside_the_builtins_with_paired_tests(  # type: ig
     driver = browser()
     driver.get(f"{server}/Benchmark")
     web.wait_text(driver, "Score your own run (CSV or JSON)")
-    driver.find_element(By.XPATH, '//summary[.//p[normalize-space()="Score your own run (CSV or JSON)"]]').click()
+    web.click(driver, '//summary[.//p[normalize-space()="Score your own run (CSV or JSON)"]]')
     web.wait_text(driver, "Run file")
     driver.find_element(By.CSS_SELECTOR, '[data-testid="stFileUploader"] input[type="file"]').send_keys(str(run_file))
     web.wait_text(driver, "colleague.csv")
