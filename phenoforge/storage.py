@@ -40,7 +40,7 @@ def temporary_sibling(dest: Path, kind: str = "tmp") -> Path:
     return dest.with_name(f".{dest.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.{kind}")
 
 
-def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` through ``write`` into a temporary sibling, then rename it into place: a reader sees
     the old file or the whole new one; what killed writers left in the folder goes first."""
     path.parent.mkdir(parents=True, exist_ok=True)

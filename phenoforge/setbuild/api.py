@@ -58,7 +58,7 @@ from phenoforge.setbuild.transfer import (
     tune_transfer,
     with_transfer_features,
 )
-from phenoforge.storage import remove_stale_temporaries, temporary_sibling
+from phenoforge.storage import write_atomically
 
 METHODS = SET_BUILDERS
 FIT_FORMAT_VERSION = 1
@@ -365,22 +365,11 @@ def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> N
 def _store(path: Path, text: str, notes: list[str]) -> None:
     """Write a fitted piece; a data/models that cannot be written is a note (fitted for this run only), not a crash."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(path, text)
+        # a temporary unique to this writer: two threads or processes fitting one group at once would
+        # otherwise share one temporary name, and the second rename would fail
+        write_atomically(path, lambda handle: handle.write(text.encode("utf-8")))
     except OSError as error:
         notes.append(not_stored(path, error))
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write through a temporary file unique to this writer: two threads or processes fitting one
-    group at once would otherwise share one temporary name, and the second rename would fail."""
-    remove_stale_temporaries(path.parent)  # what a killed writer left behind
-    tmp = temporary_sibling(path)
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _fit_params(

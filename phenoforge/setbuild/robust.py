@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from phenoforge.engine.db import build_id
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import STOPWORDS, abbreviations_typed, tokenize
 from phenoforge.engine.schema import ICD10CM
-from phenoforge.storage import remove_stale_temporaries, temporary_sibling
+from phenoforge.storage import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -168,21 +167,11 @@ def _stored_frequency(con: duckdb.DuckDBPyConnection, build: str) -> Counter[str
         log.warning("%s: unreadable (%s): counted again", path, type(error).__name__)
     frequency = count_words(con)
     try:
-        write_json_atomically(path, {"format": WORD_COUNTS_FORMAT, "build_id": build, "counts": dict(frequency)})
+        stored = {"format": WORD_COUNTS_FORMAT, "build_id": build, "counts": dict(frequency)}
+        write_atomically(path, lambda handle: handle.write(json.dumps(stored).encode("utf-8")))
     except OSError as error:
         log.warning("word counts not stored (%s): counted again by the next process", error.strerror or error)
     return frequency
-
-
-def write_json_atomically(path: Path, value: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent)
-    tmp = temporary_sibling(path)
-    try:
-        tmp.write_text(json.dumps(value), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 @dataclass
