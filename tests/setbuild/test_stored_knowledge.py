@@ -28,6 +28,7 @@ from phenoforge.setbuild.transfer import (
 from tests.engine.fake_embedder import FakeEmbedder
 from tests.fixture_library import write_icd_library
 from tests.setbuild.conftest import OTHER_COHORTS
+from tests.setbuild.npz_files import read_npz, rewrite_npz, write_npz
 
 IDENTITY = "fake-embedder-1"
 QUERIES = ["Heart failure", "Type 2 diabetes mellitus", "Congestive heart failure", "asthma without status"]
@@ -135,23 +136,12 @@ def test_a_corrupt_knowledge_file_is_logged_and_built_again(
     _same(knowledge, _knowledge(fixture_con, hierarchy, libraries, IdentifiedEmbedder()))  # replaced by a good one
 
 
-def _rewrite(path: Path, **changes: np.ndarray) -> None:
-    with np.load(path) as stored:
-        arrays = {name: stored[name] for name in stored.files}
-    arrays.update(changes)
-    with open(path, "wb") as handle:
-        np.savez(handle, **arrays)
-
-
 def _with_checksum(path: Path, **changes: np.ndarray) -> None:
     """Change arrays and write a checksum that matches them: only the content checks can refuse it."""
-    with np.load(path) as stored:
-        arrays = {name: stored[name] for name in stored.files if name != "checksum"}
-    arrays.update(changes)
+    arrays = {**read_npz(path), **changes}
     arrays.pop("checksum", None)
     arrays["checksum"] = np.array(transfer._checksum(arrays))
-    with open(path, "wb") as handle:
-        np.savez(handle, **arrays)
+    write_npz(path, arrays)
 
 
 def test_a_changed_or_foreign_knowledge_file_is_refused(
@@ -161,10 +151,9 @@ def test_a_changed_or_foreign_knowledge_file_is_refused(
     stamps = _stamps(libraries)
     built = _knowledge(fixture_con, hierarchy, libraries, IdentifiedEmbedder())
     path = knowledge_path(hierarchy.build_id, stamps, IDENTITY)
-    with np.load(path) as stored:
-        original = {name: stored[name] for name in stored.files}
+    original = read_npz(path)
     assert built.vectors is not None
-    _rewrite(path, vectors=built.vectors * 0.5)  # a vector edited, the checksum not
+    rewrite_npz(path, vectors=built.vectors * 0.5)  # a vector edited, the checksum not
     with pytest.raises(KnowledgeFileError, match="checksum"):
         load_knowledge(path, hierarchy, stamps, IDENTITY)
     meta = json.loads(str(original["meta"]))
@@ -331,8 +320,7 @@ def test_a_foreign_file_with_a_matching_checksum_is_refused_not_a_crash(
     stamps = _stamps(libraries)
     built = _knowledge(fixture_con, hierarchy, libraries, IdentifiedEmbedder())
     path = knowledge_path(hierarchy.build_id, stamps, IDENTITY)
-    with np.load(path) as stored:
-        original = {name: stored[name] for name in stored.files}
+    original = read_npz(path)
     _with_checksum(path, **{**original, **change(original)})
     with pytest.raises(KnowledgeFileError, match=message):
         load_knowledge(path, hierarchy, stamps, IDENTITY)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -29,6 +28,7 @@ from phenoforge.setbuild.features import (
     save_node_table,
     stored_node_table,
 )
+from tests.setbuild.npz_files import rewrite_npz
 from tests.setbuild.test_features_vectorised import CASES
 
 
@@ -81,28 +81,20 @@ def test_a_corrupt_node_table_is_logged_and_built_again(hierarchy: Hierarchy, ca
     _same_table(table, load_node_table(path, hierarchy, _HierarchyStats(hierarchy)))  # replaced by a good one
 
 
-def _rewrite(path: Path, **changes: np.ndarray) -> None:
-    with np.load(path) as stored:
-        arrays = {name: stored[name] for name in stored.files}
-    arrays.update(changes)
-    with open(path, "wb") as handle:
-        np.savez(handle, **arrays)
-
-
 def test_a_node_table_of_another_build_or_with_bad_rows_is_refused(hierarchy: Hierarchy) -> None:
     path = node_table_path(hierarchy.build_id)
     save_node_table(complete_node_table(hierarchy, _HierarchyStats(hierarchy)), path)
     size = len(_NodeTable(hierarchy, _HierarchyStats(hierarchy)).ids)
-    _rewrite(path, build_id=np.array("another-build"))
+    rewrite_npz(path, build_id=np.array("another-build"))
     with pytest.raises(NodeTableError, match="made for vocabulary build another-build"):
         load_node_table(path, hierarchy, _HierarchyStats(hierarchy))
-    _rewrite(path, build_id=np.array(hierarchy.build_id), parent=np.full(size, size + 5, dtype=np.int64))
+    rewrite_npz(path, build_id=np.array(hierarchy.build_id), parent=np.full(size, size + 5, dtype=np.int64))
     with pytest.raises(NodeTableError, match="row index outside the table"):
         load_node_table(path, hierarchy, _HierarchyStats(hierarchy))
-    _rewrite(path, parent=np.zeros(size, dtype=np.int64), billable=np.full(size, -1, dtype=np.int64))
+    rewrite_npz(path, parent=np.zeros(size, dtype=np.int64), billable=np.full(size, -1, dtype=np.int64))
     with pytest.raises(NodeTableError, match="incomplete"):
         load_node_table(path, hierarchy, _HierarchyStats(hierarchy))
-    _rewrite(path, billable=np.zeros(size - 1, dtype=np.int64))
+    rewrite_npz(path, billable=np.zeros(size - 1, dtype=np.int64))
     with pytest.raises(NodeTableError, match="billable is int64"):
         load_node_table(path, hierarchy, _HierarchyStats(hierarchy))
 
