@@ -204,6 +204,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from phenoforge.agent.lay_terms import spell_out_for_search
+    from phenoforge.engine.codes import single_code_token
     from phenoforge.engine.hybrid import search_concepts
 
     con = _connect()
@@ -214,15 +215,16 @@ def cmd_search(args: argparse.Namespace) -> int:
         return _search_set_builder(con, args, query)
     methods = ["bm25", "dense", "hybrid"] if args.method == "all" else [args.method]
     dense = _dense_or_none(con, any(method in ("dense", "hybrid") for method in methods))
-    typed = args.query.strip()
-    if typed and not any(ch.isspace() for ch in typed) and any(ch.isdigit() for ch in typed):
-        from phenoforge.engine.expansion import lookup
+    if single_code_token(args.query) is not None:  # the hierarchy is read only for a query that may be a code
+        from phenoforge.engine.expansion import get_hierarchy
+        from phenoforge.methods.set_building import code_typed_as_query
 
-        concept = lookup(con, typed)
-        if concept is not None:  # its digits match unrelated descriptions as words: say what the code is
+        typed_code = code_typed_as_query(get_hierarchy(con), args.query)
+        if typed_code is not None:  # its digits match unrelated descriptions as words: say what the code is
+            code, name = typed_code
             print(
-                f"note: {concept.code} is the code of {concept.name!r}; the rankings match description words, not "
-                f"codes: `python -m phenoforge lookup {concept.code}` shows it, `--method learned` builds "
+                f"note: {code} is the code of {name!r}; the rankings match description words, not "
+                f"codes: `python -m phenoforge lookup {code}` shows it, `--method learned` builds "
                 "a list from its name",
                 file=sys.stderr,
             )

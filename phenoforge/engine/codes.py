@@ -89,3 +89,14 @@ def typed_as_code(token: str) -> bool:
     """Whether a code-shaped token was surely meant as a code (dotted, or four characters or more), so a
     code the vocabulary lacks is worth reporting; "B12" or "G3a" may be words of a description."""
     return "." in token or len(token) >= 4
+
+
+def single_code_token(text: str) -> str | None:
+    """``text`` stripped when it could be one code typed as a whole query (one token holding a digit),
+    else None: the cheap test before a vocabulary lookup ("I50.9", " i509 "; not "heart failure").
+
+    >>> single_code_token(" i509 "), single_code_token("heart failure"), single_code_token("asthma")
+    ('i509', None, None)
+    """
+    typed = text.strip()
+    return typed if typed and not any(ch.isspace() for ch in typed) and any(ch.isdigit() for ch in typed) else None

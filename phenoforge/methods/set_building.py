@@ -19,6 +19,7 @@ import duckdb
 import numpy as np
 
 from phenoforge.config import ProgressCallback
+from phenoforge.engine.codes import single_code_token
 from phenoforge.engine.curated import list_libraries, load_library
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import query_problem
@@ -264,8 +265,8 @@ def _letters_but_none_english(word: str) -> bool:
 
 def code_typed_as_query(hierarchy: Hierarchy, query: str) -> tuple[str, str] | None:
     """(code, name) when the whole query is one ICD-10-CM code of the vocabulary (``I50.9``, `` i509 ``)."""
-    typed = query.strip()
-    if not typed or any(ch.isspace() for ch in typed) or not any(ch.isdigit() for ch in typed):
+    typed = single_code_token(query)
+    if typed is None:
         return None
     node = hierarchy.resolve(typed)
     return (hierarchy.code[node], hierarchy.name[node]) if node is not None and hierarchy.name.get(node) else None
