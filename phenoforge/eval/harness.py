@@ -28,6 +28,7 @@ from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_scor
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult, MethodRecord
 from phenoforge.eval.qrels import CuratedSet, Qrels, load_qrels
 from phenoforge.eval.runs import Run, RunEntry
+from phenoforge.memory import collections_paused
 from phenoforge.methods import CohortTask, Method, MethodContext, MethodSetup, SkipMethod, get_method
 from phenoforge.methods.registry import builtin_methods
 from phenoforge.methods.retrieval import Retrieval
@@ -227,6 +228,7 @@ def score_runs(
     return aggregate(results, skipped, measures, methods)
 
 
+@collections_paused()
 def run_methods(
     con: duckdb.DuckDBPyConnection,
     qrels: Qrels,

@@ -40,6 +40,7 @@ from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError, learned_features, predict_many
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltCode, BuiltSet, CodeProvenance
 from phenoforge.setbuild.transfer import TRANSFER_METHOD, KnowledgeLeakError, copied_groups
+from phenoforge.trusted import trusted
 
 FITTED_DENSE_WEIGHT = 0.5
 """The fusion weight the builders are fitted and run at (their features read the fused ranking)."""
@@ -163,8 +164,8 @@ def to_entries(built: BuiltSet) -> list[RunEntry]:
     # fields of validated models, already of their declared types: constructed without validating
     # again (tens of thousands of codes per benchmark)
     return [
-        RunEntry.model_construct(
-            code=item.code, rank=rank, score=item.provenance.score, provenance=[describe(item.provenance)]
+        trusted(
+            RunEntry, code=item.code, rank=rank, score=item.provenance.score, provenance=[describe(item.provenance)]
         )
         for rank, item in enumerate(built.codes, start=1)
     ]

@@ -417,8 +417,8 @@ def _fit_params(
 
 def robust_query(con: duckdb.DuckDBPyConnection, query: str) -> tuple[str, dict[str, str]]:
     """The typo-corrected query to run the retrievers with, and the umbrella nodes of it (code -> text)."""
-    searched = get_typo_corrector(con).correct(query).corrected
     hierarchy = get_hierarchy(con)
+    searched = get_typo_corrector(con, hierarchy.build_id).correct(query).corrected
     return searched, {hierarchy.code[n]: text for n, text in umbrella_nodes(con, hierarchy, searched).items()}
 
 

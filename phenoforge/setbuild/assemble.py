@@ -14,6 +14,7 @@ from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.eval import harness
 from phenoforge.setbuild.candidates import CandidateTable, billable_below
 from phenoforge.setbuild.models import BuiltCode, BuiltSet, CodeProvenance, Source
+from phenoforge.trusted import trusted
 
 
 class SetAssembler:
@@ -54,10 +55,12 @@ class SetAssembler:
         """
         code, name = self.hierarchy.code, self.hierarchy.name
         self.result.codes = [
-            BuiltCode.model_construct(
+            trusted(
+                BuiltCode,
                 code=code[code_id],
                 name=name[code_id],
-                provenance=CodeProvenance.model_construct(
+                provenance=trusted(
+                    CodeProvenance,
                     source=kind,
                     via_code=code[via],
                     via_rank=None if via_rank is None else int(via_rank),
@@ -79,12 +82,12 @@ def agreement(table: CandidateTable, node: int, dense_weight: float = 0.5) -> fl
     BM25 scores are unbounded and cosines cluster, so each is put on its own top-relative scale
     (cosine between the one at rank ``AGREEMENT_DEPTH`` and the best) before they are averaged.
     """
-    bm25 = table.bm25_score.get(node, 0.0) / table.top_bm25 if table.top_bm25 > 0 else 0.0
-    if not table.dense_score:
+    bm25 = table.bm25.score_of(node, 0.0) / table.top_bm25 if table.top_bm25 > 0 else 0.0
+    if not len(table.dense):
         return bm25
     floor = table.agreement_floor_dense
     span = max(table.top_dense - floor, 1e-6)
-    dense = max(table.dense_score.get(node, floor) - floor, 0.0) / span
+    dense = max(table.dense.score_of(node, floor) - floor, 0.0) / span
     return (1.0 - dense_weight) * bm25 + dense_weight * dense
 
 

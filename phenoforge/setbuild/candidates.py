@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
 
@@ -71,6 +70,64 @@ def ancestor_of_kind(hierarchy: Hierarchy, concept_id: int, kind: str) -> int | 
     return hierarchy.ancestor_of_kind(concept_id, kind)
 
 
+class RankedIds:
+    """One retriever's ranking as concept ids: each resolvable code once (its first place), best first.
+
+    Arrays, not dictionaries: a builder's rankings are 5,000 deep and the features read them as
+    arrays over the node table, so dictionaries of them were made only to be turned back into
+    arrays (about a second of a benchmark). ``rank_of``/``score_of`` answer the few single lookups.
+    """
+
+    __slots__ = ("ids", "ranks", "scores", "_sorted")
+
+    def __init__(self, ids: np.ndarray, ranks: np.ndarray, scores: np.ndarray) -> None:
+        self.ids = ids
+        """concept ids, int64, in ranking order, each once"""
+        self.ranks = ranks
+        """each id's 1-based place in the retriever's list (unresolvable codes took places too)"""
+        self.scores = scores
+        """each id's score, float64"""
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+
+    @classmethod
+    def of(cls, ranks: dict[int, int], scores: dict[int, float]) -> RankedIds:
+        """From a rank and a score per concept id (the same keys), in rank order (tests, hand-made tables)."""
+        ids = sorted(ranks, key=ranks.__getitem__)
+        return cls(
+            np.asarray(ids, dtype=np.int64),
+            np.asarray([ranks[i] for i in ids], dtype=np.int64),
+            np.asarray([scores[i] for i in ids], dtype=np.float64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _position(self, concept_id: int) -> int | None:
+        if self._sorted is None:
+            order = np.argsort(self.ids, kind="stable")
+            self._sorted = (self.ids[order], order)
+        keys, order = self._sorted
+        at = int(np.searchsorted(keys, concept_id))
+        return int(order[at]) if at < len(keys) and keys[at] == concept_id else None
+
+    def score_of(self, concept_id: int, default: float) -> float:
+        at = self._position(concept_id)
+        return default if at is None else float(self.scores[at])
+
+    def rank_of(self, concept_id: int) -> int | None:
+        at = self._position(concept_id)
+        return None if at is None else int(self.ranks[at])
+
+    def rank_dict(self) -> dict[int, int]:
+        return dict(zip(self.ids.tolist(), self.ranks.tolist(), strict=True))
+
+    def score_dict(self) -> dict[int, float]:
+        return dict(zip(self.ids.tolist(), self.scores.tolist(), strict=True))
+
+
+_NO_RANKING = RankedIds(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+
+
 @dataclass
 class CandidateTable:
     """Billable candidates of one query with the per-hit evidence the builders and features read."""
@@ -81,10 +138,8 @@ class CandidateTable:
     hit_rank: dict[int, int]
     """concept id -> 1-based fused rank, for hits within ``HIT_DEPTH``"""
     fused_score: dict[int, float]
-    bm25_rank: dict[int, int]
-    bm25_score: dict[int, float]
-    dense_rank: dict[int, int]
-    dense_score: dict[int, float]
+    bm25: RankedIds = _NO_RANKING
+    dense: RankedIds = _NO_RANKING
     umbrellas: dict[int, str] = field(default_factory=dict)
     ids: list[int] = field(default_factory=list)
     origin: list[int] = field(default_factory=list)
@@ -94,6 +149,23 @@ class CandidateTable:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def bm25_rank(self) -> dict[int, int]:
+        """concept id -> BM25 rank (a dictionary made on each read: for tests and reference code)"""
+        return self.bm25.rank_dict()
+
+    @property
+    def bm25_score(self) -> dict[int, float]:
+        return self.bm25.score_dict()
+
+    @property
+    def dense_rank(self) -> dict[int, int]:
+        return self.dense.rank_dict()
+
+    @property
+    def dense_score(self) -> dict[int, float]:
+        return self.dense.score_dict()
+
     top_bm25: float = 0.0
     top_dense: float = 0.0
     floor_dense: float = 0.0
@@ -102,29 +174,39 @@ class CandidateTable:
     top_fused: float = 0.0
 
 
-def _ranks(
-    hierarchy: Hierarchy, ranking: Sequence[tuple[str, float]] | None
-) -> tuple[dict[int, int], dict[int, float]]:
-    ranks: dict[int, int] = {}
-    scores: dict[int, float] = {}
+def _ranks(hierarchy: Hierarchy, ranking: Sequence[tuple[str, float]] | None) -> RankedIds:
+    """A ranking's resolvable codes as concept ids, each at its first place, with their ranks and scores."""
     direct = hierarchy.ids_by_display_code()  # what ``resolve`` answers first, without a call per code
     ranking = ranking or []
-    codes, given = (tuple(column) for column in zip(*ranking, strict=True)) if ranking else ((), ())
+    if not ranking:
+        return _NO_RANKING
+    codes, given = (list(column) for column in zip(*ranking, strict=True))
     if set(map(type, codes)) <= {str}:
         ids = list(map(direct.get, codes))
         if None not in ids and len(set(ids)) == len(ids):
-            # the usual case (every code known, each once): the same dicts as the loop below, built in C
-            known = cast(list[int], ids)
-            ranks = dict(zip(known, range(1, len(known) + 1), strict=True))
-            return ranks, dict(zip(known, map(float, given), strict=True))
+            # the usual case (every code known, each once): the arrays the loop below makes, made in C
+            return RankedIds(
+                np.asarray(ids, dtype=np.int64),
+                np.arange(1, len(ids) + 1, dtype=np.int64),
+                np.asarray(list(map(float, given)), dtype=np.float64),
+            )
+    seen: set[int] = set()
+    rows: list[tuple[int, int, float]] = []
     for rank, (code, score) in enumerate(ranking, start=1):
         concept_id = direct.get(code) if isinstance(code, str) else None
         if concept_id is None:
             concept_id = hierarchy.resolve(code)
-        if concept_id is not None and concept_id not in ranks:
-            ranks[concept_id] = rank
-            scores[concept_id] = float(score)
-    return ranks, scores
+        if concept_id is not None and concept_id not in seen:
+            seen.add(concept_id)
+            rows.append((concept_id, rank, float(score)))
+    if not rows:
+        return _NO_RANKING
+    ids_column, ranks_column, scores_column = zip(*rows, strict=True)
+    return RankedIds(
+        np.asarray(ids_column, dtype=np.int64),
+        np.asarray(ranks_column, dtype=np.int64),
+        np.asarray(scores_column, dtype=np.float64),
+    )
 
 
 def build_candidates(
@@ -134,8 +216,8 @@ def build_candidates(
     rollup_depth: int = ROLLUP_DEPTH,
 ) -> CandidateTable:
     """The candidate table of one query: hits' billable descendants plus the best hits' siblings."""
-    bm25_rank, bm25_score = _ranks(hierarchy, retrieval.bm25)
-    dense_rank, dense_score = _ranks(hierarchy, retrieval.dense)
+    bm25 = _ranks(hierarchy, retrieval.bm25)
+    dense = _ranks(hierarchy, retrieval.dense)
     fused = retrieval.fused()
     hit_rank: dict[int, int] = {}
     fused_score: dict[int, float] = {}
@@ -150,14 +232,12 @@ def build_candidates(
         fused=fused,
         hit_rank=hit_rank,
         fused_score=fused_score,
-        bm25_rank=bm25_rank,
-        bm25_score=bm25_score,
-        dense_rank=dense_rank,
-        dense_score=dense_score,
+        bm25=bm25,
+        dense=dense,
     )
-    table.top_bm25 = max(bm25_score.values(), default=0.0)
-    table.top_dense = max(dense_score.values(), default=0.0)
-    table.floor_dense = min(dense_score.values(), default=0.0)
+    table.top_bm25 = float(bm25.scores.max()) if len(bm25) else 0.0
+    table.top_dense = float(dense.scores.max()) if len(dense) else 0.0
+    table.floor_dense = float(dense.scores.min()) if len(dense) else 0.0
     shallow = [score for _code, score in (retrieval.dense or [])[:AGREEMENT_DEPTH]]
     table.agreement_floor_dense = min(shallow, default=0.0)
     table.top_fused = fused[0][1] if fused else 0.0
@@ -199,14 +279,14 @@ def build_candidates(
 def _provenance(hierarchy: Hierarchy, ids: list[int], origin: list[int], hit_rank: dict[int, int]) -> list[int]:
     """Per candidate, the best-ranked hit at or above it (its chain holds each node once and every hit has
     its own rank, so that hit is unique), else its ``origin`` as given: read from the node table's chains."""
-    from phenoforge.setbuild.features import hierarchy_stats  # features builds on this module
+    from phenoforge.setbuild.features import hierarchy_stats, scratch_array  # features builds on this module
 
     if not ids or not hit_rank:
         return origin
     nodes = hierarchy_stats(hierarchy).node_table()
     chain = nodes.chain[nodes.rows(ids)]
     no_hit = np.iinfo(np.int64).max
-    rank_of_row = np.full(len(nodes.ids) + 1, no_hit, dtype=np.int64)  # the last entry answers the -1 padding
+    rank_of_row = scratch_array("rank_of_row", len(nodes.ids) + 1, no_hit, np.int64)  # the last answers -1 padding
     rank_of_row[nodes.rows(hit_rank)] = list(hit_rank.values())
     ranks = rank_of_row[chain]
     at = ranks.argmin(axis=1)

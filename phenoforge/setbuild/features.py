@@ -139,7 +139,7 @@ class _NodeTable:
 
     def rows(self, nodes: Iterable[int]) -> np.ndarray:
         """The rows of concept ids (``ids`` is sorted: one binary search for all of them)."""
-        wanted = np.fromiter(nodes, dtype=np.int64)
+        wanted = nodes.astype(np.int64, copy=False) if isinstance(nodes, np.ndarray) else np.fromiter(nodes, np.int64)
         found = np.searchsorted(self.ids, wanted)
         if len(wanted) and (found.max() >= len(self.ids) or (self.ids[found] != wanted).any()):
             raise KeyError(f"concept ids not in the hierarchy: {sorted(set(wanted.tolist()) - set(self.row))[:5]}")
@@ -200,9 +200,10 @@ class _NodeTable:
 
     def query_bits(self, query_tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Per row, one bit per query position whose word is among the node's words (rows whose
-        words are known), and the mask of each word's first position."""
+        words are known), and the mask of each word's first position. The rows' bits are this
+        thread's scratch array: read them before the next call."""
         words = max(1, -(-len(query_tokens) // 64))
-        bits = np.zeros((len(self.ids), words), dtype=np.uint64)
+        bits = scratch_array("query_bits", (len(self.ids), words), 0, np.uint64)
         first = np.zeros(words, dtype=np.uint64)
         seen: set[str] = set()
         for position, token in enumerate(query_tokens):
@@ -320,6 +321,39 @@ def stored_node_table(hierarchy: Hierarchy, stats: _HierarchyStats) -> _NodeTabl
     return table
 
 
+class _Scratch(threading.local):
+    """Arrays the size of the node table, reused query after query (one set per thread).
+
+    ``candidate_features`` needs about fifteen of them per query (~100k rows each). Allocated fresh,
+    each is mapped, faulted in page by page and unmapped again (the CLI keeps glibc's mmap threshold
+    at 128 kB): that was half the features' time. Filling a kept array is a memset.
+    Nothing handed out leaves the call that asked: every value read from these is a gathered copy.
+    """
+
+    def __init__(self) -> None:
+        self.arrays: dict[tuple[str, tuple[int, ...], np.dtype], np.ndarray] = {}
+
+    def full(self, name: str, shape: int | tuple[int, ...], value: object, dtype: type = np.float64) -> np.ndarray:
+        """The thread's array ``name`` of ``shape`` and ``dtype``, every entry set to ``value``."""
+        key = (name, (shape,) if isinstance(shape, int) else tuple(shape), np.dtype(dtype))
+        array = self.arrays.get(key)
+        if array is None:
+            if len(self.arrays) >= _SCRATCH_ARRAYS:  # tables of many builds (tests): start over
+                self.arrays.clear()
+            array = self.arrays[key] = np.empty(key[1], dtype=key[2])
+        array.fill(value)
+        return array
+
+
+_SCRATCH_ARRAYS = 64
+_SCRATCH = _Scratch()
+
+
+def scratch_array(name: str, shape: int | tuple[int, ...], value: object, dtype: type = np.float64) -> np.ndarray:
+    """This thread's reusable array ``name`` filled with ``value``: valid until the next ask for ``name``."""
+    return _SCRATCH.full(name, shape, value, dtype)
+
+
 _LOG1P = np.zeros(0)
 
 
@@ -339,7 +373,7 @@ def _popcount(bits: np.ndarray) -> np.ndarray:
 def _ranks_by(rows: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     """1-based rank of each row by ``values`` descending, ties in the order given (``sorted`` is
     stable); ``MISSING_RANK`` for every other row."""
-    ranks = np.full(size, MISSING_RANK, dtype=np.int64)
+    ranks = scratch_array("ranks_by", size, MISSING_RANK, np.int64)
     order = np.lexsort((np.arange(len(rows)), -values))
     ranks[rows[order]] = np.arange(1, len(rows) + 1)
     return ranks
@@ -364,27 +398,27 @@ def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarra
     top_fused = table.top_fused or 1.0
 
     # the query's evidence, one entry per row of the node table
-    bm25_score = np.zeros(size)
-    bm25_rank = np.full(size, MISSING_RANK, dtype=np.int64)
-    if table.bm25_score:
-        at = nodes.rows(table.bm25_score)
-        bm25_score[at] = list(table.bm25_score.values())
-        bm25_rank[nodes.rows(table.bm25_rank)] = list(table.bm25_rank.values())
-    dense_score = np.full(size, floor_dense)
-    dense_rank = np.full(size, MISSING_RANK, dtype=np.int64)
-    dense_at = nodes.rows(table.dense_score)
-    dense_values = np.asarray(list(table.dense_score.values()), dtype=np.float64)
+    bm25_score = scratch_array("bm25_score", size, 0.0)
+    bm25_rank = scratch_array("bm25_rank", size, MISSING_RANK, np.int64)
+    if len(table.bm25):
+        at = nodes.rows(table.bm25.ids)
+        bm25_score[at] = table.bm25.scores
+        bm25_rank[at] = table.bm25.ranks
+    dense_score = scratch_array("dense_score", size, floor_dense)
+    dense_rank = scratch_array("dense_rank", size, MISSING_RANK, np.int64)
+    dense_at = nodes.rows(table.dense.ids)
+    dense_values = table.dense.scores
     if len(dense_at):
         dense_score[dense_at] = dense_values
-        dense_rank[nodes.rows(table.dense_rank)] = list(table.dense_rank.values())
+        dense_rank[dense_at] = table.dense.ranks
     no_hit = np.iinfo(np.int64).max
-    hit_rank = np.full(size, no_hit, dtype=np.int64)
-    fused_score = np.zeros(size)
+    hit_rank = scratch_array("hit_rank", size, no_hit, np.int64)
+    fused_score = scratch_array("fused_score", size, 0.0)
     hit_rows = nodes.rows(table.hit_rank)
     if len(hit_rows):
         hit_rank[hit_rows] = list(table.hit_rank.values())
         fused_score[nodes.rows(table.fused_score)] = list(table.fused_score.values())
-    umbrella = np.zeros(size, dtype=bool)
+    umbrella = scratch_array("umbrella", size, False, np.bool_)
     if table.umbrellas:
         umbrella[nodes.rows(table.umbrellas)] = True
 
@@ -392,7 +426,7 @@ def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarra
         return bm25_score[at] / top_bm25
 
     def dense_rel(at: np.ndarray) -> np.ndarray:
-        if not table.dense_score:
+        if not len(table.dense):
             return np.zeros(at.shape)
         return (dense_score[at] - floor_dense) / dense_span
 
@@ -407,19 +441,21 @@ def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarra
     candidates = nodes.rows(table.ids)
     nodes.fill(np.concatenate([candidates, voting_rows, covered_rows, hit_rows, dense_at]))
 
-    def under(members: np.ndarray) -> np.ndarray:
+    def under(name: str, members: np.ndarray) -> np.ndarray:
         """Per row, how many of ``members`` have it on their chain (a chain holds a node once)."""
         chains = nodes.chain[members]
-        return np.bincount(chains[chains >= 0], minlength=size)
+        counts = scratch_array(name, size, 0, np.int64)
+        np.add.at(counts, chains[chains >= 0], 1)
+        return counts
 
-    under_votes = under(voting_rows)
-    under_covered = under(covered_rows)
+    under_votes = under("under_votes", voting_rows)
+    under_covered = under("under_covered", covered_rows)
     category_best: dict[int, int] = {}
     for hit, rank in table.hit_rank.items():
         category = ancestor_of_kind(hierarchy, hit, "category")
         if category is not None and rank < category_best.get(category, 1 << 30):
             category_best[category] = rank
-    category_order = np.full(size, MISSING_RANK, dtype=np.int64)
+    category_order = scratch_array("category_order", size, MISSING_RANK, np.int64)
     ordered = sorted(category_best, key=category_best.__getitem__)
     category_order[nodes.rows(ordered)] = np.arange(1, len(ordered) + 1)
     n_votes = max(len(voting), 1)
@@ -430,18 +466,18 @@ def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarra
     own = in_category & (dense_category == dense_at)
     cat_own_rank = _ranks_by(dense_category[own], dense_values[own], size)
     member_category, member_cosine = dense_category[in_category], dense_values[in_category]
-    cat_max = np.full(size, floor_dense)
+    cat_max = scratch_array("cat_max", size, floor_dense)
     categories, first_seen = np.unique(member_category, return_index=True)
     if len(categories):
-        best = np.full(size, -np.inf)
+        best = scratch_array("best", size, -np.inf)
         np.maximum.at(best, member_category, member_cosine)
         cat_max[categories] = best[categories]
         # ties keep the order in which the dense ranking first reached each category
         order = np.lexsort((first_seen, -best[categories]))
-        cat_max_rank = np.full(size, MISSING_RANK, dtype=np.int64)
+        cat_max_rank = scratch_array("cat_max_rank", size, MISSING_RANK, np.int64)
         cat_max_rank[categories[order]] = np.arange(1, len(categories) + 1)
     else:
-        cat_max_rank = np.full(size, MISSING_RANK, dtype=np.int64)
+        cat_max_rank = scratch_array("cat_max_rank", size, MISSING_RANK, np.int64)
 
     chain = nodes.chain[candidates]
     on_chain = chain >= 0
@@ -522,4 +558,4 @@ def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarra
     return rows
 
 
-__all__ = ["FEATURE_FAMILIES", "FEATURE_NAMES", "candidate_features", "lexical_overlap"]
+__all__ = ["FEATURE_FAMILIES", "FEATURE_NAMES", "candidate_features", "lexical_overlap", "scratch_array"]

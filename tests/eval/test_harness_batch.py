@@ -85,3 +85,25 @@ def test_the_context_names_every_method_of_the_run(fixture_con: duckdb.DuckDBPyC
     second = Method(name="second", predict=predict, source="plugin", retrieves=False)
     run_benchmark(fixture_con, library, load_library(library).cohort_ids, methods=[first, second])
     assert seen and set(seen) == {("first", "second")}
+
+
+def test_methods_run_and_score_with_the_collector_paused(fixture_con: duckdb.DuckDBPyConnection, library: Path) -> None:
+    """A benchmark makes millions of acyclic objects: the collector's passes over them cost a third of
+    the run, so ``run_methods`` pauses it, and turns it back on after."""
+    import gc
+
+    seen: list[bool] = []
+
+    def predict(context: MethodContext, task: CohortTask) -> list[str]:
+        seen.append(gc.isenabled())
+        return _by_name(context, task)
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        _report(fixture_con, library, Method(name="mine", predict=predict, source="plugin", retrieves=False))
+        assert seen and not any(seen)
+        assert gc.isenabled()
+    finally:
+        if not was:
+            gc.disable()

@@ -4,6 +4,7 @@ exactly what the per-code loop gives, and odd rankings still take the loop."""
 from __future__ import annotations
 
 import duckdb
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,15 +39,21 @@ def test_ranks_equal_the_per_code_loop(
     hierarchy = get_hierarchy(fixture_con)
     if distinct:  # the fast path's case: known codes, each once
         ranking = list({code: (code, score) for code, score in ranking if code in CODES}.values())
-    ranks, scores = _ranks(hierarchy, ranking)
+    ranked = _ranks(hierarchy, ranking)
+    ranks, scores = ranked.rank_dict(), ranked.score_dict()
     expected_ranks, expected_scores = _loop(hierarchy, ranking)
     assert ranks == expected_ranks and list(ranks) == list(expected_ranks)  # same order too
     assert scores == expected_scores and all(type(value) is float for value in scores.values())
+    assert ranked.ids.dtype == np.int64 and ranked.ranks.dtype == np.int64 and ranked.scores.dtype == np.float64
+    for node in {*expected_ranks, *(hierarchy.resolve(code) for code in CODES)}:  # single lookups agree
+        assert ranked.rank_of(node) == expected_ranks.get(node)
+        assert ranked.score_of(node, -9.0) == expected_scores.get(node, -9.0)
 
 
 def test_ranks_of_nothing(fixture_con: duckdb.DuckDBPyConnection) -> None:
-    assert _ranks(get_hierarchy(fixture_con), None) == ({}, {})
-    assert _ranks(get_hierarchy(fixture_con), []) == ({}, {})
+    for nothing in (None, [], [("ZZZ.9", 1.0)]):
+        ranked = _ranks(get_hierarchy(fixture_con), nothing)
+        assert len(ranked) == 0 and ranked.rank_dict() == {} and ranked.score_of(1, 0.5) == 0.5
 
 
 def _provenance_loop(hierarchy: Hierarchy, ids: list[int], origin: list[int], hit_rank: dict[int, int]) -> list[int]:

@@ -17,6 +17,7 @@ from phenoforge.setbuild.candidates import (
     HIT_DEPTH,
     VOTE_DEPTH,
     CandidateTable,
+    RankedIds,
     Retrieval,
     ancestor_of_kind,
     billable_below,
@@ -221,10 +222,7 @@ def test_a_hand_made_table_with_a_hit_that_is_not_a_candidate(hierarchy: Hierarc
         fused=[],
         hit_rank={node("I73.9"): 1, node("E11.5"): 2, node("E11"): 3},
         fused_score={node("I73.9"): 0.03, node("E11.5"): 0.02, node("E11"): 0.01},
-        bm25_rank={},
-        bm25_score={},
-        dense_rank={node("E11.51"): 1},
-        dense_score={node("E11.51"): 0.4},
+        dense=RankedIds.of({node("E11.51"): 1}, {node("E11.51"): 0.4}),
         ids=[node("E11.51"), node("E11.9"), node("E11.65")],
     )
     table.top_fused, table.top_dense, table.floor_dense = 0.03, 0.4, 0.4
@@ -242,3 +240,24 @@ def test_hierarchy_stats_are_shared_per_build(hierarchy: Hierarchy) -> None:
     assert MISSING_RANK > 0 and HIT_DEPTH > 0 and VOTE_DEPTH > 0 and log_rank(None, 3) == math.log1p(3)
     assert ancestor_of_kind(hierarchy, hierarchy.resolve("E11.51"), "category") == hierarchy.resolve("E11")
     assert isinstance(Counter(), Counter) and _share([], set()) == 0.0
+
+
+def test_reused_scratch_arrays_carry_nothing_from_one_query_to_the_next(hierarchy: Hierarchy) -> None:
+    """The features fill arrays kept between calls: every case after every other case, in both
+    orders, must still equal the reference (a value left from the query before would differ)."""
+    tables = {name: build_candidates(hierarchy, CASES[name]) for name in sorted(CASES)}
+    for first in tables.values():
+        for second in tables.values():
+            candidate_features(hierarchy, first)
+            _assert_same(hierarchy, second)
+
+
+def test_threads_computing_features_at_once_get_the_reference_values(hierarchy: Hierarchy) -> None:
+    """Two dashboard sessions build sets at the same time: each thread has its own scratch arrays."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tables = [build_candidates(hierarchy, CASES[name]) for name in sorted(CASES)] * 20
+    expected = [reference_candidate_features(hierarchy, table) for table in tables]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda table: candidate_features(hierarchy, table), tables))
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import Hierarchy
@@ -124,3 +126,44 @@ def test_fit_builders_holds_out_the_scored_group_and_build_set_enforces_it(
             build_set(hierarchy, method, "Asthma", ranking, None, fitted, scored_library_id="fixture-train")
     again = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)
     assert any(note.startswith("reused the builders fitted on fixture-train") for note in again.notes)
+
+
+def test_robust_query_reads_no_build_id_per_query(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The corrector of the hierarchy's build is reused without a database query per cohort (a
+    millisecond each, a benchmark asks hundreds of times); without a build the query still happens."""
+    from phenoforge.setbuild import robust
+
+    corrector = get_typo_corrector(fixture_con)
+    asked: list[object] = []
+    real = robust.build_id
+    monkeypatch.setattr(robust, "build_id", lambda con: asked.append(con) or real(con))
+    assert get_typo_corrector(fixture_con, hierarchy.build_id) is corrector
+    assert robust_query(fixture_con, "Type 2 diabetis")[0] == "type 2 diabetes"
+    assert asked == []
+    assert get_typo_corrector(fixture_con) is corrector and len(asked) == 1
+
+
+_WORDS = ["heart", "failure", "chronic", "kidney", "disease", "diabetes", "type"]
+
+
+@given(
+    texts=st.lists(st.tuples(st.integers(1, 6), st.lists(st.sampled_from(_WORDS), max_size=6)), max_size=12),
+    query=st.lists(st.sampled_from([*_WORDS, "unknown"]), max_size=4),
+)
+def test_the_umbrella_word_index_finds_what_a_scan_of_every_text_finds(
+    texts: list[tuple[int, list[str]]], query: list[str]
+) -> None:
+    """The index compares only texts holding every query word: same nodes, same texts, same order."""
+    from phenoforge.setbuild.robust import MAX_EXTRA_WORDS, UmbrellaIndex
+
+    entries = [(node, frozenset(words), " ".join(words)) for node, words in texts]
+    words = set(query)
+    expected: dict[int, str] = {}
+    if words:
+        for node, text_words, text in entries:
+            if words <= text_words and len(text_words - words) <= MAX_EXTRA_WORDS and node not in expected:
+                expected[node] = text
+    found = UmbrellaIndex(entries).match(" ".join(query))
+    assert list(found.items()) == list(expected.items())
