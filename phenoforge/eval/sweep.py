@@ -29,6 +29,7 @@ from phenoforge.eval.models import BenchmarkReport, MethodRecord
 from phenoforge.eval.qrels import Qrels, load_qrels
 from phenoforge.eval.runs import Run
 from phenoforge.eval.selection import CrossValidatedChoice, cross_validate_choice, weights_problem
+from phenoforge.memory import collections_paused
 from phenoforge.methods import MethodContext, SkipMethod
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.methods.set_building import (
@@ -140,6 +141,7 @@ def _build_at(
     return build(method, build("learned") if method == TRANSFER_METHOD else None)
 
 
+@collections_paused()
 def sweep_set_builder(
     con: duckdb.DuckDBPyConnection,
     qrels: Qrels,
@@ -247,6 +249,7 @@ class LibrarySweep(BaseModel):
     """The cohorts left out (no ground-truth codes to score against), one line each, as the benchmark lists them."""
 
 
+@collections_paused()
 def sweep_library(
     con: duckdb.DuckDBPyConnection,
     library_dir: Path,

@@ -24,6 +24,7 @@ from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.errors import PhenoforgeError
+from phenoforge.memory import collections_paused
 from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
@@ -101,6 +102,7 @@ class FittedBuilders:
             self.knowledge.check_excludes([group, library_group({"library_id": library_id}) if library_id else None])
 
 
+@collections_paused()
 def fit_builders(
     con: duckdb.DuckDBPyConnection,
     dense: object | None,
