@@ -88,18 +88,33 @@ class BM25Index:
 
     def ranking(self, query: str, n: int) -> list[tuple[str, float]]:
         """Top ``n`` (code, score) pairs with a positive score; ``[]`` for an unsearchable query."""
+        rows, scores = self.ranking_rows(query, n)
+        return list(zip(map(self.codes.__getitem__, rows.tolist()), scores.tolist(), strict=True))
+
+    def ranking_rows(self, query: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``ranking`` as rows of ``self.codes`` and their scores (float64): no (code, score) tuple per row,
+        for a caller keeping deep rankings or mapping rows to concept ids in one gather."""
+        nothing = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
         if query_problem(query) is not None or n <= 0:
-            return []
+            return nothing
         terms = [token for token in tokenize(query) if token in self._vocab]
         if not terms:
-            return []
-        return top_n(self._bm25.get_scores(terms), self.codes, n)
+            return nothing
+        scores = self._bm25.get_scores(terms)
+        rows = top_indices(scores, n, positive_only=True)
+        return rows.astype(np.int64, copy=False), scores[rows].astype(np.float64)
 
     def rankings(self, queries: list[str], n: int) -> list[list[tuple[str, float]]]:
         """``[self.ranking(q, n) for q in queries]``, scoring each distinct query once (a benchmark
         of many cohorts repeats few queries, and the harness asks for all of them at once)."""
         distinct = {query: self.ranking(query, n) for query in dict.fromkeys(queries)}
         return [list(distinct[query]) for query in queries]
+
+    def rankings_rows(self, queries: list[str], n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``[self.ranking_rows(q, n) for q in queries]``, each distinct query scored once (a repeated
+        query shares its arrays: read them, do not change them)."""
+        distinct = {query: self.ranking_rows(query, n) for query in dict.fromkeys(queries)}
+        return [distinct[query] for query in queries]
 
     def search(self, query: str, k: int = 10) -> SearchResult:
         problem = query_problem(query)

@@ -24,9 +24,14 @@ next is ranked, so a library's 5,000-deep rankings never exist as Python tuples 
 
 class _Packed:
     """One memoised ranking: its codes (the retriever's own strings) and its scores as one float64
-    array, about a fifth of a list of (code, float) tuples; unpacked on each read (the same values)."""
+    array, about a fifth of a list of (code, float) tuples; unpacked on each read (the same values).
 
-    __slots__ = ("depth", "codes", "scores", "as_given")
+    A retriever that answers with rows of its code list (``rankings_rows``) is kept as those rows
+    and the list itself (``source``): the codes are looked up on a read, and a set builder maps the
+    rows to concept ids in one gather instead of a dictionary lookup per code.
+    """
+
+    __slots__ = ("depth", "codes", "scores", "as_given", "rows", "source")
 
     @classmethod
     def of_arrays(cls, depth: int, codes: list[str], scores: np.ndarray) -> _Packed:
@@ -35,8 +40,17 @@ class _Packed:
         packed.codes, packed.scores = codes, scores
         return packed
 
+    @classmethod
+    def of_rows(cls, depth: int, rows: np.ndarray, scores: np.ndarray, source: list[str]) -> _Packed:
+        """From rows of the retriever's code list ``source`` (``rankings_rows``) and their scores."""
+        packed = cls(depth, [])
+        packed.rows, packed.scores, packed.source = rows, np.asarray(scores, dtype=np.float64), source
+        return packed
+
     def __init__(self, depth: int, ranking: Ranking) -> None:
         self.depth = depth
+        self.rows: np.ndarray | None = None
+        self.source: list[str] | None = None
         if all(type(score) is float for _code, score in ranking):
             self.codes: list[str] = [code for code, _score in ranking]
             self.scores: np.ndarray | None = np.fromiter(
@@ -49,6 +63,9 @@ class _Packed:
     def ranking(self, depth: int) -> Ranking:
         if self.as_given is not None or self.scores is None:
             return list((self.as_given or [])[:depth])
+        if self.rows is not None and self.source is not None:
+            codes = list(map(self.source.__getitem__, self.rows[:depth].tolist()))
+            return list(zip(codes, self.scores[:depth].tolist(), strict=True))
         return list(zip(self.codes[:depth], self.scores[:depth].tolist(), strict=True))
 
 
@@ -90,10 +107,18 @@ class Retrieval:
         todo = self._missing(self._bm25, queries, depth)
         if todo:
             index = get_bm25_index(self.con)
+            by_rows = getattr(index, "rankings_rows", None)
             batch = getattr(index, "rankings", None)
             for start in range(0, len(todo), PREFETCH_BLOCK):
                 progress(start, len(todo), f"BM25 rankings, {depth} deep")
                 block = todo[start : start + PREFETCH_BLOCK]
+                if by_rows is not None:
+                    answers = by_rows(block, depth)
+                    self._bm25.update(
+                        (q, _Packed.of_rows(depth, rows, scores, index.codes))
+                        for q, (rows, scores) in zip(block, answers, strict=True)
+                    )
+                    continue
                 results = batch(block, depth) if batch else [index.ranking(q, depth) for q in block]
                 self._bm25.update((q, _Packed(depth, ranked)) for q, ranked in zip(block, results, strict=True))
             progress(len(todo), len(todo), f"BM25 rankings, {depth} deep")
@@ -107,6 +132,11 @@ class Retrieval:
     def _fetch_dense(self, queries: list[str], depth: int) -> None:
         dense = self.dense
         assert dense is not None
+        by_rows = getattr(dense, "rankings_rows", None)
+        if by_rows is not None and isinstance(getattr(dense, "codes", None), list):
+            for q, (rows, scores) in zip(queries, by_rows(queries, depth), strict=True):
+                self._dense[q] = _Packed.of_rows(depth, rows, scores, dense.codes)
+            return
         packed = getattr(dense, "rankings_packed", None)
         if packed is not None:  # the real retriever: codes and a score array, no tuple per row
             for q, (codes, scores) in zip(queries, packed(queries, depth), strict=True):
@@ -119,18 +149,35 @@ class Retrieval:
     def bm25(self, query: str, depth: int | None = None) -> Ranking:
         """The BM25 ranking of ``query``, ``depth`` deep (the run's depth by default)."""
         depth = depth or self.depth
+        return self._bm25_entry(query, depth).ranking(depth)
+
+    def _bm25_entry(self, query: str, depth: int) -> _Packed:
         if query not in self._bm25 or self._bm25[query].depth < depth:
-            self._bm25[query] = _Packed(depth, get_bm25_index(self.con).ranking(query, depth))
-        return self._bm25[query].ranking(depth)
+            self.prefetch([query], dense=False, depth=depth)
+        return self._bm25[query]
+
+    def _dense_entry(self, query: str, depth: int) -> _Packed:
+        if query not in self._dense or self._dense[query].depth < depth:
+            if any(getattr(self.dense, name, None) is not None for name in ("rankings_rows", "rankings_packed")):
+                self._fetch_dense([query], depth)
+            else:
+                assert self.dense is not None
+                self._dense[query] = _Packed(depth, self.dense.ranking(query, depth))
+        return self._dense[query]
 
     def dense_ranking(self, query: str, depth: int | None = None) -> Ranking | None:
         """The dense ranking ``depth`` deep, or None without a dense retriever."""
         if self.dense is None:
             return None
         depth = depth or self.depth
-        if query not in self._dense or self._dense[query].depth < depth:
-            if getattr(self.dense, "rankings_packed", None) is not None:
-                self._fetch_dense([query], depth)
-            else:
-                self._dense[query] = _Packed(depth, self.dense.ranking(query, depth))
-        return self._dense[query].ranking(depth)
+        return self._dense_entry(query, depth).ranking(depth)
+
+    def rows(self, query: str, depth: int, dense: bool = False) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+        """The BM25 (or dense) ranking ``depth`` deep as (rows, scores, the retriever's code list), when
+        the retriever answered in rows; None otherwise (read ``bm25``/``dense_ranking`` then)."""
+        if dense and self.dense is None:
+            return None
+        packed = self._dense_entry(query, depth) if dense else self._bm25_entry(query, depth)
+        if packed.rows is None or packed.source is None or packed.scores is None:
+            return None
+        return packed.rows[:depth], packed.scores[:depth], packed.source

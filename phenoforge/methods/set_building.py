@@ -35,7 +35,14 @@ from phenoforge.setbuild.api import (
     library_stamp,
     robust_query,
 )
-from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH, CandidateTable
+from phenoforge.setbuild.candidates import (
+    AGREEMENT_DEPTH,
+    FUSION_DEPTH,
+    RETRIEVAL_DEPTH,
+    CandidateTable,
+    RankedIds,
+    ranked_rows,
+)
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError, learned_features, predict_many
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltCode, BuiltSet, CodeProvenance
@@ -206,12 +213,28 @@ def _prepare(context: MethodContext, query: str) -> _Prepared:
 
 def _prepared(context: MethodContext, query: str) -> _Prepared:
     searched, umbrellas = robust_query(context.con, query)
-    bm25 = context.retrieval.bm25(searched, RETRIEVAL_DEPTH)
-    dense = context.retrieval.dense_ranking(searched, RETRIEVAL_DEPTH)
+    bm25_ids, dense_ids = (_ranked_ids(context, searched, dense) for dense in (False, True))
+    # with a ranking's concept ids in hand, its (code, score) list is read only as deep as the table needs
+    bm25 = context.retrieval.bm25(searched, FUSION_DEPTH if bm25_ids is not None else RETRIEVAL_DEPTH)
+    dense = context.retrieval.dense_ranking(searched, AGREEMENT_DEPTH if dense_ids is not None else RETRIEVAL_DEPTH)
     table = candidate_table(
-        context.hierarchy, query, bm25, dense, searched_as_of(query, searched), umbrellas, FITTED_DENSE_WEIGHT
+        context.hierarchy,
+        query,
+        bm25,
+        dense,
+        searched_as_of(query, searched),
+        umbrellas,
+        FITTED_DENSE_WEIGHT,
+        bm25_ids=bm25_ids,
+        dense_ids=dense_ids,
     )
     return _Prepared(searched, umbrellas, bm25, dense, table)
+
+
+def _ranked_ids(context: MethodContext, query: str, dense: bool) -> RankedIds | None:
+    """A ranking ``RETRIEVAL_DEPTH`` deep as concept ids, when its retriever answered in rows (one gather)."""
+    rows = context.retrieval.rows(query, RETRIEVAL_DEPTH, dense=dense)
+    return ranked_rows(context.hierarchy, *rows) if rows is not None else None
 
 
 def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBuilders) -> BuiltSet:

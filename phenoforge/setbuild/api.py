@@ -25,7 +25,7 @@ from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.errors import PhenoforgeError
 from phenoforge.memory import collections_paused
-from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
+from phenoforge.setbuild.candidates import CandidateTable, RankedIds, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
 from phenoforge.setbuild.groups import is_training_library, library_group
@@ -432,8 +432,11 @@ def candidate_table(
     searched_as: str | None = None,
     umbrellas: dict[str, str] | None = None,
     dense_weight: float = 0.5,
+    bm25_ids: RankedIds | None = None,
+    dense_ids: RankedIds | None = None,
 ) -> CandidateTable:
-    """The candidate table every builder chooses from, for one query's rankings."""
+    """The candidate table every builder chooses from, for one query's rankings (``bm25_ids`` and
+    ``dense_ids``: the same rankings as concept ids, when the caller has them; see ``candidates.Retrieval``)."""
     retrieval = Retrieval(
         query=query,
         bm25=bm25,
@@ -441,6 +444,8 @@ def candidate_table(
         dense_weight=dense_weight,
         searched_as=searched_as,
         umbrellas=umbrellas or {},
+        bm25_ids=bm25_ids,
+        dense_ids=dense_ids,
     )
     return build_candidates(hierarchy, retrieval)
 

@@ -9,6 +9,7 @@ nearest hit at or above it, which is its provenance when a builder keeps it.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -35,6 +36,8 @@ MAX_ROLLUP_SIZE = 400
 MAX_CANDIDATES = 5000
 VOTE_DEPTH = 30
 """Hits that vote for the category, block and parent of a candidate."""
+FUSION_DEPTH = 200
+"""How deep each ranking enters the fused ranking the hits come from."""
 
 
 @dataclass
@@ -49,8 +52,13 @@ class Retrieval:
     """the query the retrievers actually ran (typo-corrected), when it differs from ``query``"""
     umbrellas: dict[str, str] = field(default_factory=dict)
     """code of a block or category the vocabulary names as an umbrella of the query -> its text"""
+    bm25_ids: RankedIds | None = None
+    """the BM25 ranking as concept ids when the caller has it (``ranked_rows``); then ``bm25`` need only
+    be as deep as the fusion reads (``FUSION_DEPTH``)"""
+    dense_ids: RankedIds | None = None
+    """the dense ranking as concept ids, likewise; then ``dense`` need only reach ``AGREEMENT_DEPTH``"""
 
-    def fused(self, depth: int = 200) -> list[tuple[str, float]]:
+    def fused(self, depth: int = FUSION_DEPTH) -> list[tuple[str, float]]:
         """Weighted RRF of the two rankings cut at ``depth`` each (BM25 alone without dense)."""
         if self.dense is None:
             return rrf_fuse([[c for c, _ in self.bm25[:depth]]], [1.0])
@@ -209,6 +217,46 @@ def _ranks(hierarchy: Hierarchy, ranking: Sequence[tuple[str, float]] | None) ->
     )
 
 
+_ROW_IDS: dict[int, tuple[list[str], str, np.ndarray | None]] = {}
+_ROW_IDS_LOCK = threading.Lock()
+_ROW_ID_LISTS = 8
+
+
+def _row_ids(hierarchy: Hierarchy, source: list[str]) -> np.ndarray | None:
+    """Per row of a retriever's code list, its concept id; None when a code is unknown or listed twice
+    (then a ranking's rows are not its concept ids one to one). Kept per list and build: a list is the
+    retriever's own, alive as long as its index, and held here so its id is never reused."""
+    key = id(source)
+    with _ROW_IDS_LOCK:
+        known = _ROW_IDS.get(key)
+    if known is not None and known[0] is source and known[1] == hierarchy.build_id:
+        return known[2]
+    direct = hierarchy.ids_by_display_code()
+    found = [direct.get(code) if isinstance(code, str) else None for code in source]
+    ids = None
+    if None not in found and len(set(found)) == len(found):
+        ids = np.asarray(found, dtype=np.int64)
+    with _ROW_IDS_LOCK:
+        if len(_ROW_IDS) >= _ROW_ID_LISTS:
+            _ROW_IDS.clear()
+        _ROW_IDS[key] = (source, hierarchy.build_id, ids)
+    return ids
+
+
+def ranked_rows(hierarchy: Hierarchy, rows: np.ndarray, scores: np.ndarray, source: list[str]) -> RankedIds | None:
+    """A ranking given as rows of ``source`` (a retriever's code list) as concept ids: one gather.
+
+    The same ``RankedIds`` that ``_ranks`` makes of the (code, score) list, or None when ``source`` has
+    a code the vocabulary does not know or lists one twice (read the list then).
+    """
+    ids = _row_ids(hierarchy, source)
+    if ids is None:
+        return None
+    if not len(rows):
+        return _NO_RANKING
+    return RankedIds(ids[rows], np.arange(1, len(rows) + 1, dtype=np.int64), np.asarray(scores, dtype=np.float64))
+
+
 def build_candidates(
     hierarchy: Hierarchy,
     retrieval: Retrieval,
@@ -216,8 +264,8 @@ def build_candidates(
     rollup_depth: int = ROLLUP_DEPTH,
 ) -> CandidateTable:
     """The candidate table of one query: hits' billable descendants plus the best hits' siblings."""
-    bm25 = _ranks(hierarchy, retrieval.bm25)
-    dense = _ranks(hierarchy, retrieval.dense)
+    bm25 = retrieval.bm25_ids if retrieval.bm25_ids is not None else _ranks(hierarchy, retrieval.bm25)
+    dense = retrieval.dense_ids if retrieval.dense_ids is not None else _ranks(hierarchy, retrieval.dense)
     fused = retrieval.fused()
     hit_rank: dict[int, int] = {}
     fused_score: dict[int, float] = {}

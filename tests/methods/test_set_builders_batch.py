@@ -180,3 +180,27 @@ def test_the_transfer_fallback_reuses_the_learned_sets_entries() -> None:
     other = _shared_entries(context, lookalike)  # type: ignore[arg-type]
     assert other == to_entries(lookalike) and not any(a is b for a, b in zip(other, first, strict=True))
     assert context.options["set-building:entries"] == {}  # handed over once, then forgotten
+
+
+@pytest.mark.usefixtures("small_models")
+def test_rankings_read_as_rows_give_the_sets_the_code_lists_give(
+    fixture_con: duckdb.DuckDBPyConnection,
+    installed: dict[str, Path],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The builders map a retriever's rows to concept ids in one gather; a retriever without rows
+    (a plugin's) is read as (code, score) lists 5,000 deep: the same sets and provenance either way."""
+    with monkeypatch.context() as patch:
+        patch.setattr(Retrieval, "rows", lambda self, query, depth, dense=False: None)
+        expected = _results(fixture_con, installed[HCC_ID], BUILDERS)
+    read_as_rows: list[bool] = []
+    original = Retrieval.rows
+
+    def watched(self: Retrieval, query: str, depth: int, dense: bool = False):  # noqa: ANN202
+        found = original(self, query, depth, dense)
+        read_as_rows.append(found is not None)
+        return found
+
+    monkeypatch.setattr(Retrieval, "rows", watched)
+    assert _results(fixture_con, installed[HCC_ID], BUILDERS) == expected
+    assert read_as_rows and any(read_as_rows)  # the fixture's BM25 answers in rows

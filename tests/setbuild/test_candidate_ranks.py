@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
-from phenoforge.setbuild.candidates import _provenance, _ranks
+from phenoforge.setbuild.candidates import _provenance, _ranks, ranked_rows
 from tests.fixture_vocab import FIXTURE_NODES
 
 CODES = [code for code, *_ in FIXTURE_NODES]
@@ -80,3 +80,39 @@ def test_provenance_equals_the_per_candidate_loop(
     found = _provenance(hierarchy, ids, origin, hit_rank)
     assert found == _provenance_loop(hierarchy, ids, origin, hit_rank)
     assert all(type(node) is int for node in found)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    words=st.lists(st.sampled_from(["diabetes", "heart", "failure", "kidney", "asthma", "type", "2"]), max_size=3),
+    depth=st.integers(0, 60),
+)
+def test_rows_of_a_retrievers_code_list_give_the_same_ranking_as_its_codes(
+    fixture_con: duckdb.DuckDBPyConnection, words: list[str], depth: int
+) -> None:
+    """A set builder maps BM25's rows to concept ids in one gather: exactly what ``_ranks`` makes of
+    the (code, score) list the same query gives."""
+    from phenoforge.engine.bm25 import get_bm25_index
+
+    hierarchy = get_hierarchy(fixture_con)
+    index = get_bm25_index(fixture_con)
+    query = " ".join(words)
+    rows, scores = index.ranking_rows(query, depth)
+    via_rows = ranked_rows(hierarchy, rows, scores, index.codes)
+    via_codes = _ranks(hierarchy, index.ranking(query, depth))
+    assert via_rows is not None
+    for name in ("ids", "ranks", "scores"):
+        assert np.array_equal(getattr(via_rows, name), getattr(via_codes, name)), name
+
+
+def test_a_code_list_with_an_unknown_or_repeated_code_is_not_mapped_by_rows(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """Then rows are not concept ids one to one: the caller reads the (code, score) list instead."""
+    hierarchy = get_hierarchy(fixture_con)
+    rows, scores = np.array([0, 1]), np.array([2.0, 1.0])
+    assert ranked_rows(hierarchy, rows, scores, ["E11.9", "NOT.A.CODE"]) is None
+    assert ranked_rows(hierarchy, rows, scores, ["E11.9", "E11.9"]) is None
+    mapped = ranked_rows(hierarchy, rows, scores, ["E11.9", "I50.9"])
+    assert mapped is not None and mapped.ids.tolist() == [hierarchy.resolve("E11.9"), hierarchy.resolve("I50.9")]
+    assert mapped.ranks.tolist() == [1, 2] and mapped.scores.tolist() == [2.0, 1.0]

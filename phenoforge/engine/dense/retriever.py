@@ -434,10 +434,23 @@ class DenseRetriever:
     def rankings_packed(self, queries: list[str], n: int) -> list[tuple[list[str], np.ndarray]]:
         """``rankings`` as (codes, cosine array) per query: the same codes and values without a
         (code, score) tuple per row, for callers keeping many deep rankings (a set builder's run).
-        A query repeated in ``queries`` shares one answer: read it, do not change it."""
+        A query repeated in ``queries`` shares its cosine array: read it, do not change it."""
+        codes = self._codes
+        return [
+            (list(map(codes.__getitem__, rows.tolist())), scores) for rows, scores in self.rankings_rows(queries, n)
+        ]
+
+    @property
+    def codes(self) -> list[str]:
+        """The index's code per row (what ``rankings_rows`` rows point into); empty without an index."""
+        return self._codes
+
+    def rankings_rows(self, queries: list[str], n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``rankings`` as (rows of ``codes``, cosine array) per query: one gather maps the rows to
+        anything kept per row (a set builder's concept ids). A repeated query shares its arrays."""
         self._require_ready()
-        empty: tuple[list[str], np.ndarray] = ([], np.zeros(0))
-        results: list[tuple[list[str], np.ndarray]] = [empty for _ in queries]
+        empty: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0))
+        results: list[tuple[np.ndarray, np.ndarray]] = [empty for _ in queries]
         if n <= 0:
             return results
         wanted: list[tuple[int, str]] = []
@@ -450,7 +463,7 @@ class DenseRetriever:
         distinct = list(dict.fromkeys(text for _position, text in wanted))
         tops = self._top_many(self._query_vectors(distinct), n)
         by_text = {
-            text: (list(map(self._codes.__getitem__, top.tolist())), np.asarray(scores))
+            text: (np.asarray(top, dtype=np.int64), np.asarray(scores))
             for text, (top, scores) in zip(distinct, tops, strict=True)
         }
         for position, text in wanted:
