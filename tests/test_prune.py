@@ -370,3 +370,30 @@ def test_the_fit_a_benchmark_of_a_library_declaring_another_group_than_its_famil
     set_building.clear_fitted()
     again = run_benchmark(fixture_con, old_hcc, load_library(old_hcc).cohort_ids, methods=["learned"])
     assert any(note.startswith("reused the builders") for note in again.methods["learned"].notes)
+
+
+def test_while_a_fit_has_no_model_only_another_builds_parameters_go(
+    fixture_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bundle fitted with too little data names no model folder, so which parameters it read is not known."""
+    from phenoforge.setbuild.learned import TrainingDataTooSmall
+
+    def too_small(*_args: object, **_kwargs: object) -> None:
+        raise TrainingDataTooSmall("too few cohorts")
+
+    monkeypatch.setattr(api, "ensure_model", too_small)
+    _install(TRAIN_COHORTS)
+    _fit(fixture_con)
+    models = _models()
+    params = sorted(n for n in _names(models) if n.startswith("builder-params-"))
+    assert params
+    stored = json.loads((models / params[0]).read_text())
+    (models / "builder-params-aaaaaaaaaaaa.json").write_text(json.dumps(stored))  # this build, no fit names it
+    other = {**stored, "vocabulary_build_id": "0" * 32}
+    (models / "builder-params-bbbbbbbbbbbb.json").write_text(json.dumps(other))
+    result = prune.prune(fixture_con, None)
+    left = _names(models)
+    assert "builder-params-aaaaaaaaaaaa.json" in left and set(params) <= left
+    assert "builder-params-bbbbbbbbbbbb.json" not in left
+    assert [entry.name for entry in result.removed] == ["builder-params-bbbbbbbbbbbb.json"]
+    assert any("names no membership model" in note for note in result.plan.notes)
