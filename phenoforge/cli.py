@@ -198,8 +198,43 @@ def cmd_build(args: argparse.Namespace) -> int:
                     f"set builders for {scored}: fitted on {', '.join(fitted.training_libraries) or 'nothing'} "
                     f"({model})"
                 )
+    if not args.keep_stale:
+        # everything current is written now: what no current state reads goes (a failure is a warning)
+        _prune_models(con, dry_run=False, verbose=False, prefix="stale: ")
     print(f"done in {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def _prune_models(con, dry_run: bool, verbose: bool, prefix: str = "") -> bool:  # noqa: ANN001
+    """Prune data/models against the state later commands load (the dense index when it is ready) and print what
+    went (``phenoforge.prune``); False when something could not be removed."""
+    from phenoforge.engine.dense import load_dense_if_ready
+    from phenoforge.prune import PruneError, describe, prune
+
+    try:
+        result = prune(con, load_dense_if_ready(con), dry_run=dry_run)
+    except (PruneError, PhenoforgeError) as error:  # after a build, a warning: what it built stands
+        print(f"{prefix}data/models not pruned: {error}", file=sys.stderr)
+        return False
+    lines = describe(result, verbose=verbose)
+    quiet = not verbose and not result.removed and not result.failed
+    for line in lines[:-1]:
+        print(f"{prefix}{line}", file=sys.stderr if line.startswith("could not") else sys.stdout)
+    if not quiet:
+        print(f"{prefix}{lines[-1]}")
+    return not result.failed
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from phenoforge.engine.db import connect, database_state
+
+    state = database_state(vocab_db_path())
+    if state != "current":  # never built here: clean does not build, and cannot tell what is current without it
+        raise PhenoforgeError(
+            f"the vocabulary database ({vocab_db_path()}) is {state}: which files under data/models are current "
+            "cannot be told, nothing was removed; `python -m phenoforge build` builds it and then prunes"
+        )
+    return 0 if _prune_models(connect(build=False), dry_run=args.dry_run, verbose=True) else 1
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -672,8 +707,28 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not fit the set builders now (they are fitted on first use instead)",
     )
+    build.add_argument(
+        "--keep-stale",
+        action="store_true",
+        help="keep the files under data/models no current state reads (by default build removes them at the end "
+        "and lists each one; see `clean`)",
+    )
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=cmd_build)
+
+    clean = sub.add_parser(
+        "clean",
+        help="remove stale files under data/models (old vocabulary builds, libraries, indexes, packages)",
+        description="Removes what no current state reads under data/models: node tables, word counts and curated "
+        "knowledge of other vocabulary builds or libraries, fitted set builders, membership models and tuned "
+        "parameters no current fit uses, ONNX exports of other model packages or torch versions, temporaries of "
+        "processes that no longer run. Current files, files another process holds the lock of, files it does "
+        "not recognise and symbolic links are kept. `build` does this at its end.",
+    )
+    clean.add_argument(
+        "--dry-run", action="store_true", help="list what would be removed and the bytes it would free; remove nothing"
+    )
+    clean.set_defaults(func=cmd_clean)
 
     search = sub.add_parser("search", help="search the vocabulary")
     search.add_argument("query")

@@ -67,6 +67,12 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def temporary_owner(name: str) -> int | None:
+    """The process id a temporary sibling's name carries (``temporary_sibling``), None for any other name."""
+    match = _TEMPORARY.match(name)
+    return int(match["pid"]) if match else None
+
+
 def remove_stale_temporaries(folder: Path) -> list[Path]:
     """Remove the temporaries in ``folder`` left by processes that no longer run; returns what went."""
     removed: list[Path] = []

@@ -20,7 +20,7 @@ import numpy as np
 
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.codes import single_code_token
-from phenoforge.engine.curated import list_libraries, load_library
+from phenoforge.engine.curated import Library, list_libraries, load_library
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import query_problem
 from phenoforge.errors import LibraryError
@@ -28,12 +28,18 @@ from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.base import CohortTask, Method, MethodContext, MethodSetup, SkipMethod
 from phenoforge.setbuild.api import (
     FittedBuilders,
+    StoredFitFiles,
     build_set,
     candidate_table,
     fit_builders,
+    groups_of,
+    held_out_groups,
     is_user_import,
+    knowledge_identity,
     library_stamp,
     robust_query,
+    stored_fit_files,
+    training_libraries,
 )
 from phenoforge.setbuild.candidates import (
     AGREEMENT_DEPTH,
@@ -46,7 +52,15 @@ from phenoforge.setbuild.candidates import (
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError, learned_features, predict_many
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltCode, BuiltSet, CodeProvenance
-from phenoforge.setbuild.transfer import TRANSFER_METHOD, KnowledgeLeakError, copied_groups
+from phenoforge.setbuild.transfer import (
+    TRANSFER_METHOD,
+    KnowledgeFileError,
+    KnowledgeLeakError,
+    copied_groups,
+    embed_identity_of,
+    knowledge_path,
+    load_knowledge,
+)
 from phenoforge.trusted import trusted
 
 FITTED_DENSE_WEIGHT = 0.5
@@ -63,10 +77,21 @@ def scored_group(context: MethodContext) -> str | None:
     none (a Quan Elixhauser, an older data directory) still belongs with its near-duplicates, which
     ``library_group``'s fallback knows and the library id alone does not.
     """
-    declared = context.library_group if context.library_group != context.library_id else None
-    if not context.library_id and not declared:
-        return None
-    return library_group({"library_id": context.library_id, "group": declared}) or None
+    return scoring_fit_groups(context.library_id, context.library_group)[0]
+
+
+def scoring_fit_groups(library_id: str, group: str) -> tuple[str | None, list[str]]:
+    """The group a library scored by the harness is held out with (``group``: what the harness passes, its
+    manifest's declared group else its id), and the further group its builders leave out: a library declaring
+    a group other than its id's family (cms-hcc-v28-old as "old") is held out with both."""
+    declared = group if group != library_id else None
+    if not library_id and not declared:
+        held_out = None
+    else:
+        held_out = library_group({"library_id": library_id, "group": declared}) or None
+    family = library_group({"library_id": library_id}) if library_id else ""
+    extra = [family] if family not in ("", held_out, library_id.lower()) else []
+    return held_out, extra
 
 
 def fitted_for(context: MethodContext) -> FittedBuilders:
@@ -77,7 +102,7 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
     shared = context.options.get("set-building:fitted")
     if isinstance(shared, FittedBuilders):
         return shared
-    held_out = scored_group(context)
+    held_out, extra = scoring_fit_groups(context.library_id, context.library_group)
     broken: list[str] = []  # a broken installed library is left out of training and named in the notes
     libraries = list_libraries(errors=broken)
     key = (
@@ -91,9 +116,6 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
     with _LOCK:
         if key not in _FITTED:
             progress = context.options.get("progress")
-            family = library_group({"library_id": context.library_id}) if context.library_id else ""
-            # a library declaring a group other than its id's family (cms-hcc-v28-old as "old") is held out with both
-            extra = [family] if family not in ("", held_out, context.library_id.lower()) else []
             fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
             copied = sorted(_copied_groups(context, fitted) & set(fitted.training_groups))
             if copied:  # a copy of a bundled library: its model and parameters were fitted on these cohorts
@@ -526,3 +548,55 @@ def fit_for_installed_libraries(
         fitted = fit_builders(con, dense, group, libraries, progress)
         out.append((f"libraries of group {group}" if group else "free queries and imported libraries", fitted))
     return out
+
+
+def installed_fit_keys(libraries: Sequence[Library]) -> list[tuple[str | None, tuple[str, ...]]]:
+    """The (held-out group, further held-out groups) of every fit ``build`` makes (each installed library's
+    group, and none for free queries) and of every fit a benchmark of an installed library makes."""
+    keys: list[tuple[str | None, tuple[str, ...]]] = [
+        (group, ()) for group in dict.fromkeys(library_group(lib.manifest) for lib in libraries)
+    ]
+    keys.append((None, ()))
+    for lib in libraries:
+        held_out, extra = scoring_fit_groups(lib.library_id, _harness_group(lib))
+        keys.append((held_out, tuple(extra)))
+    return list(dict.fromkeys(keys))
+
+
+def _harness_group(library: Library) -> str:
+    """The group the harness passes for a library (``Qrels.group``): its declared one, else its id."""
+    return str(getattr(library.manifest, "group", None) or library.library_id)
+
+
+def current_fit_files(
+    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, dense: object | None, libraries: Sequence[Library]
+) -> tuple[list[StoredFitFiles], list[str]]:
+    """The files every fit of the installed libraries reads (``installed_fit_keys``, and a benchmark's refit of
+    a user's import that copies a bundled library's lists), found without fitting; and what cannot be told.
+
+    The copy check reads the stored curated knowledge; without it, which fits a benchmark of an import
+    reads is not known (said in the second list).
+    """
+    keys = installed_fit_keys(libraries)
+    found = [stored_fit_files(hierarchy, dense, libraries, held, extra) for held, extra in keys]
+    unknown: list[str] = []
+    imports = [lib for lib in libraries if is_user_import(lib)]
+    if not imports:
+        return found, unknown
+    stamps, _groups = knowledge_identity(libraries)
+    identity = embed_identity_of(dense) if dense is not None else "no embedding"
+    try:
+        if identity is None:
+            raise KnowledgeFileError("the dense index's embedding declares no identity")
+        knowledge = load_knowledge(knowledge_path(hierarchy.build_id, stamps, identity), hierarchy, stamps, identity)
+    except KnowledgeFileError as error:
+        names = ", ".join(lib.library_id for lib in imports)
+        return found, [f"which fits a benchmark of {names} reads is not known (curated knowledge not stored: {error})"]
+    for lib in imports:
+        held_out, extra = scoring_fit_groups(lib.library_id, _harness_group(lib))
+        held = held_out_groups(held_out, extra)
+        trained_groups = {g for train in training_libraries(libraries, held) for g in groups_of(train)}
+        copied = sorted((copied_groups(con, hierarchy, knowledge, lib) - set(held)) & trained_groups)
+        if copied:  # as ``fitted_for``: fitted again without the groups whose lists it copies
+            found.append(stored_fit_files(hierarchy, dense, libraries, held_out, [*extra, *copied]))
+    return found, unknown

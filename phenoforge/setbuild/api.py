@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ from phenoforge.setbuild.transfer import (
     curated_knowledge,
     embed_fn_of,
     embed_identity_of,
+    knowledge_digest,
     tune_transfer,
     with_transfer_features,
 )
@@ -121,21 +123,13 @@ def fit_builders(
     hierarchy = get_hierarchy(con)
     broken: list[str] = []
     libraries = list(libraries) if libraries is not None else list_libraries(errors=broken)
-    held_out = sorted({g for g in [held_out_group, *also_held_out] if g})
-    train_libraries = [
-        lib
-        for lib in libraries
-        if is_training_library(lib.manifest) and not is_user_import(lib) and not groups_of(lib) & set(held_out)
-    ]
+    held_out = held_out_groups(held_out_group, also_held_out)
+    train_libraries = training_libraries(libraries, held_out)
     knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
     broken += knowledge.problems
     view = knowledge.view(held_out)
-    # a held-out group no installed library or curated cohort belongs to (an import's own) changes nothing:
-    # the fit is stored and reused under the key of the groups that do, so an import reuses the free-query fit
-    touched = {g for lib in train_libraries for g in groups_of(lib)} | {g for c in knowledge.cohorts for g in c.groups}
-    touched |= {g for lib in libraries if is_training_library(lib.manifest) for g in groups_of(lib)}
-    held_key = ",".join(g for g in held_out if g in touched) or None
-    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge, held_key)
+    held_key = held_out_key(libraries, held_out, {g for c in knowledge.cohorts for g in c.groups})
+    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge.digest, held_key)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     examples: list[Example] = []
     if stored is None:
@@ -152,7 +146,7 @@ def fit_builders(
             examples += found
             readable.append(lib)
         if len(readable) != len(train_libraries):  # what is left may have been fitted before
-            names, groups, signature = _fit_identity(hierarchy, readable, dense, knowledge, held_key)
+            names, groups, signature = _fit_identity(hierarchy, readable, dense, knowledge.digest, held_key)
             stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is not None:
         stored.notes += [f"not used for fitting: {problem}" for problem in broken]
@@ -167,7 +161,7 @@ def fit_builders(
     # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
     model_directory = (
         f"{model_name(names, ALL_FEATURE_NAMES, dense is not None)}-{_examples_digest(examples)}"
-        f"-k{_knowledge_key(knowledge, held_key)}"
+        f"-k{_knowledge_key(knowledge.digest, held_key)}"
     )
     try:
         # each training cohort sees the curated knowledge without its own group and without the held-out one
@@ -197,21 +191,47 @@ def bundled_knowledge(
     return curated_knowledge(con, hierarchy, bundled, library_stamp, embed_fn_of(dense), embed_identity_of(dense))
 
 
-def _knowledge_key(knowledge: CuratedKnowledge, held_out_group: str | None) -> str:
-    return hashlib.sha1(json.dumps([knowledge.digest, held_out_group]).encode()).hexdigest()[:10]
+def _knowledge_key(knowledge_digest: str, held_out_group: str | None) -> str:
+    return hashlib.sha1(json.dumps([knowledge_digest, held_out_group]).encode()).hexdigest()[:10]
+
+
+def held_out_groups(held_out_group: str | None, also_held_out: Sequence[str] = ()) -> list[str]:
+    """The groups a fit leaves out, in one order."""
+    return sorted({g for g in [held_out_group, *also_held_out] if g})
+
+
+def training_libraries(libraries: Sequence[Library], held_out: Sequence[str]) -> list[Library]:
+    """The installed bundled libraries a fit without the ``held_out`` groups trains on."""
+    return [
+        lib
+        for lib in libraries
+        if is_training_library(lib.manifest) and not is_user_import(lib) and not groups_of(lib) & set(held_out)
+    ]
+
+
+def held_out_key(libraries: Sequence[Library], held_out: Sequence[str], knowledge_groups: set[str]) -> str | None:
+    """The held-out groups a fit is stored under: only those an installed training library or a curated
+    cohort of the knowledge (``knowledge_groups``) belongs to.
+
+    A held-out group nothing belongs to (an import's own) changes nothing: the fit is stored and reused
+    under the key of the groups that do, so an import reuses the free-query fit.
+    """
+    touched = set(knowledge_groups)
+    touched |= {g for lib in libraries if is_training_library(lib.manifest) for g in groups_of(lib)}
+    return ",".join(g for g in held_out if g in touched) or None
 
 
 def _fit_identity(
     hierarchy: Hierarchy,
     train_libraries: Sequence[Library],
     dense: object | None,
-    knowledge: CuratedKnowledge,
+    knowledge_digest: str,
     held_out_group: str | None,
 ) -> tuple[list[str], list[str], str]:
     """The training libraries' ids, their groups, and the signature a fitted bundle is stored under."""
     names = sorted(lib.library_id for lib in train_libraries)
     groups = sorted({group for lib in train_libraries for group in groups_of(lib)})
-    signature = _fit_signature(hierarchy, train_libraries, dense, _knowledge_key(knowledge, held_out_group))
+    signature = _fit_signature(hierarchy, train_libraries, dense, _knowledge_key(knowledge_digest, held_out_group))
     return names, groups, signature
 
 
@@ -384,10 +404,7 @@ def _fit_params(
 ) -> tuple[CutoffParams, SubtreeParams]:
     keys = sorted(ex.key for ex in examples)
     # the cohorts' codes and names are in the name: a library re-imported under the same ids is retuned
-    digest = hashlib.sha1(
-        json.dumps([keys, with_dense, _examples_digest(examples), PARAMS_RECIPE]).encode()
-    ).hexdigest()[:12]
-    path = models_dir() / f"builder-params-{digest}.json"
+    path = models_dir() / params_file_name(keys, with_dense, _examples_digest(examples))
     try:
         stored = _StoredParams.model_validate_json(path.read_text(encoding="utf-8"))
         if stored.vocabulary_build_id == hierarchy.build_id and stored.training_cohorts == keys:
@@ -415,6 +432,85 @@ def _fit_params(
     )
     notes.append(f"tuned parameters on {', '.join(names)}")
     return cutoff, subtree
+
+
+def params_file_name(training_cohorts: Sequence[str], with_dense: bool, examples_digest: str) -> str:
+    """The file the rule builders' parameters tuned on these cohorts are kept in (``training_cohorts``: every
+    example's key, sorted; ``examples_digest``: what the cohorts hold, as the model folder's name says it)."""
+    key = [list(training_cohorts), with_dense, examples_digest, PARAMS_RECIPE]
+    return f"builder-params-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:12]}.json"
+
+
+# -- what the current state reads under data/models (``phenoforge.prune`` keeps these) -----------------
+
+_FIT_MODEL_DIRECTORY = re.compile(r"^membership-[0-9a-f]{12}-(?P<examples>[0-9a-f]{12})-k[0-9a-f]{10}$")
+
+
+def is_fit_model_directory(name: str) -> bool:
+    """Whether a folder name is one ``fit_builders`` gives a membership model (bench scripts name theirs otherwise)."""
+    return _FIT_MODEL_DIRECTORY.match(name) is not None
+
+
+@dataclass(frozen=True)
+class StoredFitFiles:
+    """What one fit of the set builders reads under ``data/models``, found without fitting anything."""
+
+    held_out: str | None
+    """the held-out groups it is stored under (None: trained on every bundled library)"""
+    fitted: str
+    """the fitted bundle's file name"""
+    found: bool
+    """whether that bundle is there and readable (else which model and parameters a fit would reuse is not known)"""
+    model_directory: str | None = None
+    """the membership model folder the bundle names"""
+
+    def params_file(self, training_cohorts: Sequence[str], with_dense: bool) -> str | None:
+        """The tuned-parameters file this fit was made with, were it tuned on ``training_cohorts`` (a stored
+        parameters file's own list); None when the bundle names no model folder that says what the cohorts held."""
+        match = _FIT_MODEL_DIRECTORY.match(self.model_directory or "")
+        if match is None:
+            return None
+        return params_file_name(sorted(training_cohorts), with_dense, match["examples"])
+
+
+def knowledge_identity(libraries: Sequence[Library]) -> tuple[list[tuple[str, str]], set[str]]:
+    """The stamps the curated knowledge of these libraries is keyed by, and every group its cohorts may belong to
+    (the knowledge itself is not read: a library without a usable cohort still counts)."""
+    bundled = [lib for lib in libraries if not is_user_import(lib)]
+    stamps = sorted((lib.library_id, library_stamp(lib)) for lib in bundled)
+    return stamps, {g for lib in bundled for g in groups_of(lib)}
+
+
+def stored_fit_files(
+    hierarchy: Hierarchy,
+    dense: object | None,
+    libraries: Sequence[Library],
+    held_out_group: str | None,
+    also_held_out: Sequence[str] = (),
+) -> StoredFitFiles:
+    """The files ``fit_builders(con, dense, held_out_group, libraries, also_held_out=...)`` would read, were its
+    fit stored: the same signature, computed from the libraries' stamps without reading the knowledge or fitting.
+
+    A fit whose bundle is missing (not fitted yet, or fitted without a library whose files are unreadable) is
+    ``found=False``: what it would reuse is decided only when it runs.
+    """
+    stamps, groups = knowledge_identity(libraries)
+    held_out = held_out_groups(held_out_group, also_held_out)
+    key = held_out_key(libraries, held_out, groups)
+    train = training_libraries(libraries, held_out)
+    _names, _groups, signature = _fit_identity(
+        hierarchy, train, dense, knowledge_digest(stamps, dense is not None), key
+    )
+    path = _fit_path(signature)
+    try:
+        stored = _StoredFit.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValidationError, ValueError, UnicodeDecodeError):
+        return StoredFitFiles(key, path.name, found=False)
+    if stored.signature != signature or (
+        stored.model_directory is not None and Path(stored.model_directory).name != stored.model_directory
+    ):
+        return StoredFitFiles(key, path.name, found=False)
+    return StoredFitFiles(key, path.name, found=True, model_directory=stored.model_directory)
 
 
 def robust_query(con: duckdb.DuckDBPyConnection, query: str) -> tuple[str, dict[str, str]]:

@@ -331,7 +331,7 @@ def curated_knowledge(
         cached = _KNOWLEDGE.get(key)
     if cached is not None:
         return cached
-    digest = hashlib.sha1(json.dumps([stamps, embed is not None, TRANSFER_VERSION]).encode()).hexdigest()[:12]
+    digest = knowledge_digest(stamps, embed is not None)
     identity = (embed_identity or None) if embed is not None else "no embedding"
     path = knowledge_path(hierarchy.build_id, stamps, identity) if identity is not None else None
     knowledge = None
@@ -354,6 +354,11 @@ def curated_knowledge(
     with _KNOWLEDGE_LOCK:
         _KNOWLEDGE[key] = knowledge
     return knowledge
+
+
+def knowledge_digest(stamps: Sequence[tuple[str, str]], embedded: bool) -> str:
+    """What a fit learns from the knowledge of libraries with these stamps (``CuratedKnowledge.digest``)."""
+    return hashlib.sha1(json.dumps([list(map(list, stamps)), embedded, TRANSFER_VERSION]).encode()).hexdigest()[:12]
 
 
 def _computed_knowledge(
