@@ -118,6 +118,7 @@ class _NodeTable:
         nodes = sorted(set(hierarchy.code) | set(hierarchy.parents) | set(hierarchy.children))
         self.row = {node: i for i, node in enumerate(nodes)}
         self.ids = np.array(nodes, dtype=np.int64)
+        self._row_of: np.ndarray | None = None
         size = len(nodes)
         self.filled = np.zeros(size, dtype=bool)
         self.chain = np.full((size, 8), -1, dtype=np.int64)
@@ -138,12 +139,36 @@ class _NodeTable:
         self.rows_with_word: dict[str, list[int]] = {}
 
     def rows(self, nodes: Iterable[int]) -> np.ndarray:
-        """The rows of concept ids (``ids`` is sorted: one binary search for all of them)."""
+        """The rows of concept ids: one gather where the ids span a small range (a vocabulary built here
+        numbers its concepts 1..n), else one binary search (``ids`` is sorted; Athena's ids are sparse)."""
         wanted = nodes.astype(np.int64, copy=False) if isinstance(nodes, np.ndarray) else np.fromiter(nodes, np.int64)
-        found = np.searchsorted(self.ids, wanted)
-        if len(wanted) and (found.max() >= len(self.ids) or (self.ids[found] != wanted).any()):
-            raise KeyError(f"concept ids not in the hierarchy: {sorted(set(wanted.tolist()) - set(self.row))[:5]}")
-        return found
+        if not len(wanted):
+            return np.zeros(0, dtype=np.int64)
+        row_of = self._row_of_offset()
+        if row_of is not None:
+            offset = wanted - self.ids[0]
+            inside = (offset >= 0) & (offset < len(row_of))
+            found = row_of[np.where(inside, offset, 0)]
+            if inside.all() and (found >= 0).all():
+                return found
+        else:
+            found = np.searchsorted(self.ids, wanted)
+            if found.max() < len(self.ids) and (self.ids[found] == wanted).all():
+                return found
+        raise KeyError(f"concept ids not in the hierarchy: {sorted(set(wanted.tolist()) - set(self.row))[:5]}")
+
+    def _row_of_offset(self) -> np.ndarray | None:
+        """Row per ``id - ids[0]`` (-1: no such concept) when the ids span at most four times their
+        number; None otherwise (a table that large would cost more memory than the search saves)."""
+        if self._row_of is None and len(self.ids):
+            span = int(self.ids[-1] - self.ids[0]) + 1
+            if span <= 4 * len(self.ids):
+                row_of = np.full(span, -1, dtype=np.int64)
+                row_of[self.ids - self.ids[0]] = np.arange(len(self.ids))
+                self._row_of = row_of
+            else:
+                self._row_of = np.zeros(0, dtype=np.int64)
+        return self._row_of if self._row_of is not None and len(self._row_of) else None
 
     def _widen(self, width: int) -> None:
         extra = width - self.chain.shape[1]

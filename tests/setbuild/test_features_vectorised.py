@@ -261,3 +261,23 @@ def test_threads_computing_features_at_once_get_the_reference_values(hierarchy: 
     with ThreadPoolExecutor(max_workers=4) as pool:
         got = list(pool.map(lambda table: candidate_features(hierarchy, table), tables))
     assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+@pytest.mark.parametrize("lookup", ["gather", "search"])
+def test_node_rows_by_gather_and_by_search_agree_and_refuse_unknown_ids(
+    hierarchy: Hierarchy, lookup: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows come from one gather where the ids span a small range, else a binary search (Athena's
+    sparse ids): the same rows, and an id the hierarchy lacks is a ``KeyError`` either way."""
+    nodes = hierarchy_stats(hierarchy).node_table()
+    if lookup == "search":
+        monkeypatch.setattr(nodes, "_row_of_offset", lambda: None)
+    else:
+        assert nodes._row_of_offset() is not None  # the fixture numbers its concepts densely
+    ids = nodes.ids[::-1].copy()
+    assert np.array_equal(nodes.rows(ids), np.searchsorted(nodes.ids, ids))
+    assert nodes.rows(iter(ids.tolist())).tolist() == [nodes.row[i] for i in ids.tolist()]
+    assert nodes.rows([]).tolist() == []
+    for unknown in (int(nodes.ids.max()) + 1, int(nodes.ids.min()) - 1, 10**12):
+        with pytest.raises(KeyError, match="not in the hierarchy"):
+            nodes.rows([int(nodes.ids[0]), unknown])
