@@ -148,32 +148,12 @@ def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> HistGradientBoostingCla
 _CONTROLLER: list[ThreadpoolController] = []
 
 
-def prediction_threads() -> int:
-    """OpenMP threads for one prediction call: every usable core while the machine is otherwise idle, else one.
-
-    A prediction is one parallel region per tree (250): on an idle 2-core machine two threads took
-    0.19 s against 0.42 s for one (40,000 rows), but beside two busy processes 0.9-1.9 s against 0.67 s,
-    since each region waits for its slowest thread. Idle means a one-minute load average below the cores
-    less one half (this process itself counts about one). The probabilities are the same either way:
-    each row's trees are summed in one order whatever the threads.
-    """
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return 1
-    return cpus if cpus > 1 and load < cpus - 0.5 else 1
-
-
 def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.ndarray:
     # one controller for the process (made once the estimator, hence OpenMP, is loaded): building one
     # per call scans every loaded library, which cost more than many cohorts' predictions
     if not _CONTROLLER:
         _CONTROLLER.append(ThreadpoolController())
-    with _CONTROLLER[0].limit(limits=prediction_threads()):
+    with _CONTROLLER[0].limit(limits=1):
         return estimator.predict_proba(rows)[:, 1]
 
 

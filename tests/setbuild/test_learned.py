@@ -17,7 +17,6 @@ from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.evaluate import check_no_leakage, evaluate_library, training_examples
 from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.learned import (
-    ALL_FEATURE_NAMES,
     RECIPE,
     LeakageError,
     MembershipModel,
@@ -226,35 +225,3 @@ def test_lolo_learned_is_trained_without_the_scored_group_and_its_rule_can_be_fi
     assert report.trained_on == {"learned": ["fixture-train"]}
     assert report.learned_rule == ("threshold", 0.3)
     assert "learned" in report.hierarchical and "learned" in report.fit_seconds
-
-
-@pytest.mark.parametrize(("cpus", "load", "threads"), [(2, 1.0, 2), (2, 1.6, 1), (8, 3.0, 8), (8, 7.6, 1), (1, 0.0, 1)])
-def test_prediction_uses_every_core_only_while_the_machine_is_idle(
-    monkeypatch: pytest.MonkeyPatch, cpus: int, load: float, threads: int
-) -> None:
-    """Beside busy processes a parallel prediction waits for its slowest thread (slower than one)."""
-    import os
-
-    from phenoforge.setbuild import learned
-
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cpus)), raising=False)
-    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
-    assert learned.prediction_threads() == threads
-
-    def unavailable() -> tuple[float, float, float]:
-        raise OSError("no load average here")
-
-    monkeypatch.setattr(os, "getloadavg", unavailable)
-    assert learned.prediction_threads() == 1
-
-
-def test_probabilities_do_not_depend_on_the_prediction_threads(
-    model: MembershipModel, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from phenoforge.setbuild import learned
-
-    rows = np.random.default_rng(3).normal(size=(500, len(ALL_FEATURE_NAMES)))
-    monkeypatch.setattr(learned, "prediction_threads", lambda: 1)
-    one = model.probabilities(rows)
-    monkeypatch.setattr(learned, "prediction_threads", lambda: 2)
-    assert np.array_equal(model.probabilities(rows), one)
