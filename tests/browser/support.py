@@ -145,6 +145,17 @@ def wait_text(driver: Any, *texts: str, timeout: float = WAIT) -> None:
         raise AssertionError(f"never saw {texts!r}; page says:\n{body(driver)[:2000]}") from error
 
 
+def wait_element(driver: Any, css: str, timeout: float = WAIT) -> None:
+    """Until an element matching ``css`` is on the page (a chart renders after the script run ends)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: d.find_elements(By.CSS_SELECTOR, css))
+    except Exception as error:
+        raise AssertionError(f"never saw an element {css!r}; page says:\n{body(driver)[:2000]}") from error
+
+
 def wait_idle(driver: Any, timeout: float = WAIT) -> None:
     """Until no script run is in progress (Streamlit's running indicator is gone)."""
     from selenium.webdriver.common.by import By
