@@ -230,5 +230,35 @@ def click(driver: Any, xpath: str, timeout: float = WAIT) -> None:
     WebDriverWait(driver, timeout, poll_frequency=0.3).until(clicked)
 
 
+def expand(driver: Any, label: str, timeout: float = WAIT) -> None:
+    """Open the expander titled ``label`` and keep it open: under load the page can re-render it
+    closed after the click (seen in CI-like runs), so the click is repeated until it stays open."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    details = f'//details[./summary[.//p[normalize-space()="{label}"]]]'
+
+    def is_open(d: Any) -> bool:
+        try:
+            found = d.find_elements(By.XPATH, details)
+            return bool(found) and found[0].get_attribute("open") is not None
+        except StaleElementReferenceException:
+            return False
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not is_open(driver):
+            click(driver, f"{details}/summary", timeout)
+        try:
+            WebDriverWait(driver, 3, poll_frequency=0.2).until(is_open)
+            wait_idle(driver, timeout)
+            if is_open(driver):
+                return
+        except Exception:  # not open yet: click again
+            continue
+    raise AssertionError(f"the expander {label!r} never stayed open; page says:\n{body(driver)[:2000]}")
+
+
 def click_button(driver: Any, label: str) -> None:
     click(driver, f'//button[.//p[normalize-space()="{label}"] or normalize-space()="{label}"]')

@@ -184,7 +184,7 @@ def test_an_imported_run_sits_beside_the_builtins_with_paired_tests(  # type: ig
     driver = browser()
     driver.get(f"{server}/Benchmark")
     web.wait_text(driver, "Score your own run (CSV or JSON)")
-    web.click(driver, '//summary[.//p[normalize-space()="Score your own run (CSV or JSON)"]]')
+    web.expand(driver, "Score your own run (CSV or JSON)")
     web.wait_text(driver, "Run file")
     driver.find_element(By.CSS_SELECTOR, '[data-testid="stFileUploader"] input[type="file"]').send_keys(str(run_file))
     web.wait_text(driver, "colleague.csv")
