@@ -36,6 +36,14 @@ class Hierarchy:
     _id_by_code: dict[str, int] = field(default_factory=dict, repr=False)
     _kind_ancestors: dict[tuple[int, str], int | None] = field(default_factory=dict, repr=False)
     _billable_below: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _is_tree: bool | None = field(default=None, repr=False)
+
+    @property
+    def is_tree(self) -> bool:
+        """Whether every node has at most one parent (ICD-10-CM does; Athena's 'Is a' graph may not)."""
+        if self._is_tree is None:
+            self._is_tree = all(len(parents) <= 1 for parents in self.parents.values())
+        return self._is_tree
 
     def ids_by_display_code(self) -> dict[str, int]:
         """Display code (``E11.22``) -> concept id, where ``resolve`` gives that id: a plain dict

@@ -39,10 +39,16 @@ class NearestIndex:
         self.hierarchy = hierarchy
         self.targets = list(dict.fromkeys(target_ids))
         table: dict[int, tuple[int, int]] = {}  # ancestor -> (steps up from a target, target order)
+        # on a tree a chain is the one path up: once an ancestor is as near to an earlier target, every
+        # ancestor above it is too (and ties go to the earlier target), so the rest of the chain is skipped
+        tree = hierarchy.is_tree
         for order, target in enumerate(self.targets):
             for ancestor, steps in zip(hierarchy.chain(target), hierarchy.chain_levels(target), strict=True):
-                if (steps, order) < table.get(ancestor, (_FAR, _FAR)):
+                known = table.get(ancestor)
+                if known is None or (steps, order) < known:
                     table[ancestor] = (steps, order)
+                elif tree:
+                    break
         self._table = table
         self._found: dict[int, Nearest] = {}
         """answers already given: the truth side is matched against every method's codes"""
