@@ -475,14 +475,15 @@ def candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarra
 
     under_votes = under("under_votes", voting_rows)
     under_covered = under("under_covered", covered_rows)
-    category_best: dict[int, int] = {}
-    for hit, rank in table.hit_rank.items():
-        category = ancestor_of_kind(hierarchy, hit, "category")
-        if category is not None and rank < category_best.get(category, 1 << 30):
-            category_best[category] = rank
+    # each hit's category, ranked by its best hit (hit ranks are distinct: no ties)
     category_order = scratch_array("category_order", size, MISSING_RANK, np.int64)
-    ordered = sorted(category_best, key=category_best.__getitem__)
-    category_order[nodes.rows(ordered)] = np.arange(1, len(ordered) + 1)
+    if len(hit_rows):
+        hit_categories = nodes.own_category[hit_rows]
+        ranked = hit_categories[np.argsort(np.fromiter(table.hit_rank.values(), np.int64, len(hit_rows)))]
+        ranked = ranked[ranked >= 0]
+        _categories, first = np.unique(ranked, return_index=True)
+        ordered = ranked[np.sort(first)]
+        category_order[ordered] = np.arange(1, len(ordered) + 1)
     n_votes = max(len(voting), 1)
     # dense evidence per category: its own cosine and its best-matching member's, each ranked
     # among the categories of the dense ranking (a curated list is mostly whole categories)
