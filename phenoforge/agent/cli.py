@@ -235,9 +235,6 @@ def cmd_assemble(args: argparse.Namespace) -> int:
             raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
         workflow.check_description(args.description)
     reviewer = (args.reviewer or "").strip()
-    if (args.yes or args.no_input) and not reviewer:  # said before the decomposing, not after it
-        flag = "--yes" if args.yes else "--no-input"
-        raise PhenoforgeError(f"{flag} records a decision per candidate under a reviewer's name: pass --reviewer NAME")
     con = _connect()
     if args.resume:
         state = workflow.resume(args.resume)

@@ -384,15 +384,3 @@ def test_decompose_eval_claude_repeat_is_uncached_and_reports_spread(
     assert "2 distinct term sets" in out
     spread = re.search(r"sd of the per-run means (\d\.\d+)", out)
     assert spread is not None and float(spread.group(1)) > 0
-
-
-@pytest.mark.parametrize("flag", ["--yes", "--no-input"])
-def test_a_script_without_a_reviewer_is_refused_before_any_work(
-    flag: str, fixture_library: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
-    """It used to decompose the description (seconds, or a paid API call) and only then ask for the name."""
-    from phenoforge.agent import workflow
-
-    monkeypatch.setattr(workflow, "start", lambda *a, **k: pytest.fail("decomposed before refusing"))
-    code = main(["assemble", DESCRIPTION, flag, "--library", str(fixture_library)])
-    assert code == 2 and "--reviewer" in capsys.readouterr().err
