@@ -148,14 +148,15 @@ def current_state(con: duckdb.DuckDBPyConnection, dense: object | None) -> Curre
     libraries = list_libraries(errors=[])
     stamps, _groups = knowledge_identity(libraries)
     state.names.add(knowledge_path(build, stamps, "no embedding").name)
+    embedding_known = True
     if dense is not None and not onnx.is_file():
-        # the embedding's identity would export the model again (87 MB) just to be named: keep every knowledge
-        state.knowledge_known = False
+        # the embedding's identity would export the model again (87 MB) just to be named: keep every knowledge.
+        # The fits made with the index are still named (their signature reads the index's build, not the export)
+        state.knowledge_known = embedding_known = False
         state.notes.append(
             f"the sentence model's ONNX export ({onnx.name}) is missing, so which curated-knowledge file the dense "
             "index's embedding reads is not known: kept those of this vocabulary build"
         )
-        dense = None
     elif dense is not None:
         identity = embed_identity_of(dense)
         if identity is None:
@@ -168,7 +169,7 @@ def current_state(con: duckdb.DuckDBPyConnection, dense: object | None) -> Curre
     variants: list[object | None] = [dense, None] if dense is not None else [None]
     missing: list[str] = []
     for position, variant in enumerate(variants):
-        fits, unknown = current_fit_files(con, hierarchy, variant, libraries)
+        fits, unknown = current_fit_files(con, hierarchy, variant, libraries, embedding_known=embedding_known)
         for fit in fits:
             if not fit.found:
                 if position == 0:

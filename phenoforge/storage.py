@@ -60,7 +60,7 @@ def process_alive(pid: int) -> bool:
         return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: past a C long, no process has that id
         return False
     except PermissionError:
         return True

@@ -42,11 +42,27 @@ def plain_fields(cls: type[BaseModel]) -> tuple[str, ...]:
 
 
 def trusted(cls: type[M], **values: Any) -> M:
-    """``cls.model_construct(**values)`` for a plain model given every field (in declared order)."""
-    plain_fields(cls)
+    """``cls.model_construct(**values)`` for a plain model given every field (in declared order).
+
+    ``TypeError`` otherwise: a field left to its default would be missing from the instance (no attribute,
+    absent from ``model_dump``), and fields out of order would dump in another order than validation gives.
+    """
+    fields = plain_fields(cls)
+    if tuple(values) != fields:
+        raise TypeError(_misfit(cls, fields, tuple(values)))
     model = cls.__new__(cls)
     _set_state(model, "__dict__", values)
     _set_state(model, "__pydantic_fields_set__", set(values))
     _set_state(model, "__pydantic_extra__", None)
     _set_state(model, "__pydantic_private__", None)
     return model
+
+
+def _misfit(cls: type[BaseModel], fields: tuple[str, ...], given: tuple[str, ...]) -> str:
+    missing = [name for name in fields if name not in given]
+    unknown = [name for name in given if name not in fields]
+    if missing:
+        return f"{cls.__name__}: give every field, {', '.join(missing)} missing (defaults are not filled in)"
+    if unknown:
+        return f"{cls.__name__}: unknown fields {', '.join(unknown)}"
+    return f"{cls.__name__}: give the fields in declared order ({', '.join(fields)})"

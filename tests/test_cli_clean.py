@@ -155,3 +155,17 @@ def test_help_names_clean_and_its_dry_run() -> None:
     assert "--dry-run" in clean.format_help()
     build = parser._subparsers._group_actions[0].choices["build"]  # type: ignore[union-attr]
     assert "--keep-stale" in build.format_help()
+
+
+def test_a_temporary_named_with_a_pid_no_process_can_have_does_not_fail_the_build(
+    capsys: pytest.CaptureFixture[str], models: dict[str, set[str]]
+) -> None:
+    """A file named like a temporary but carrying a pid past the C long (copied in, or made by hand): no
+    process can hold it, so it is a dead writer's; asking the system about that pid raised OverflowError,
+    which ended a finished build with a traceback."""
+    stray = ".fitted-0123456789abcdef.json.99999999999999999999.abcdef12.tmp"
+    (data_dir() / "models" / stray).write_text("x")
+    code, out, err = run(capsys, "build", "--skip-libraries", "--no-dense", "--quiet")
+    assert code == 0, err
+    assert f"stale: removed {stray} (temporary" in out
+    assert stray not in _left() and models["unknown"] <= _left()

@@ -397,3 +397,31 @@ def test_while_a_fit_has_no_model_only_another_builds_parameters_go(
     assert "builder-params-bbbbbbbbbbbb.json" not in left
     assert [entry.name for entry in result.removed] == ["builder-params-bbbbbbbbbbbb.json"]
     assert any("names no membership model" in note for note in result.plan.notes)
+
+
+def test_while_the_onnx_export_is_missing_the_fits_made_with_the_ready_index_stay(
+    fixture_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torch upgrade renames the export, which is made again only on the next embedding: the ready index and
+    the fits made with it are unchanged (their signature names the index's build, not the export), so a
+    ``clean`` in between must not take them for stale because ``--no-dense`` fits sit beside them."""
+    from phenoforge.engine.dense import ensure_dense_index
+    from tests.setbuild.test_stored_knowledge import IdentifiedEmbedder
+
+    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    _install(TRAIN_COHORTS)
+    dense = ensure_dense_index(fixture_con, embed_fn=IdentifiedEmbedder())
+    models = _models()
+    models.mkdir(parents=True, exist_ok=True)
+    for variant in (None, dense):
+        set_building.clear_fitted()
+        set_building.fit_for_installed_libraries(fixture_con, variant)
+    everything = _names(models)
+    assert len([n for n in everything if n.startswith("fitted-")]) == 8  # with the index and without it
+    assert not (models / onnx_model_file().name).exists()  # as after an upgrade of torch
+    result = prune.prune(fixture_con, dense)
+    assert not result.removed
+    assert _names(models) == everything
+    set_building.clear_fitted()
+    for scored, fitted in set_building.fit_for_installed_libraries(fixture_con, dense):
+        assert any(note.startswith("reused the builders") for note in fitted.notes), (scored, fitted.notes)

@@ -67,3 +67,14 @@ def test_models_it_cannot_make_are_refused() -> None:
     with pytest.raises(TypeError, match="aliases"):
         trusted(_Aliased, value=1)
     assert plain_fields(RunEntry) == ("code", "rank", "score", "provenance")
+
+
+def test_a_field_left_out_misordered_or_unknown_is_refused() -> None:
+    """Left to its default, a field would be missing from the instance (no attribute, absent from a run's JSON
+    export); given out of order, the export's keys would come in another order than validation gives."""
+    with pytest.raises(TypeError, match="rank, score, provenance"):
+        trusted(RunEntry, code="E11.9")  # the defaults validation would fill in
+    with pytest.raises(TypeError, match="declared order"):
+        trusted(RunEntry, rank=1, code="E11.9", score=None, provenance=[])
+    with pytest.raises(TypeError, match="unknown"):
+        trusted(RunEntry, code="E11.9", rank=1, score=None, provenance=[], note="x")

@@ -569,13 +569,19 @@ def _harness_group(library: Library) -> str:
 
 
 def current_fit_files(
-    con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, dense: object | None, libraries: Sequence[Library]
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    dense: object | None,
+    libraries: Sequence[Library],
+    *,
+    embedding_known: bool = True,
 ) -> tuple[list[StoredFitFiles], list[str]]:
     """The files every fit of the installed libraries reads (``installed_fit_keys``, and a benchmark's refit of
     a user's import that copies a bundled library's lists), found without fitting; and what cannot be told.
 
     The copy check reads the stored curated knowledge; without it, which fits a benchmark of an import
-    reads is not known (said in the second list).
+    reads is not known (said in the second list). ``embedding_known=False``: the dense index's embedding is
+    not asked for its identity (loading it would export the sentence model first), so that knowledge is not read.
     """
     keys = installed_fit_keys(libraries)
     found = [stored_fit_files(hierarchy, dense, libraries, held, extra) for held, extra in keys]
@@ -584,8 +590,10 @@ def current_fit_files(
     if not imports:
         return found, unknown
     stamps, _groups = knowledge_identity(libraries)
-    identity = embed_identity_of(dense) if dense is not None else "no embedding"
     try:
+        if dense is not None and not embedding_known:
+            raise KnowledgeFileError("the sentence model's ONNX export is missing, so its identity is not known")
+        identity = embed_identity_of(dense) if dense is not None else "no embedding"
         if identity is None:
             raise KnowledgeFileError("the dense index's embedding declares no identity")
         knowledge = load_knowledge(knowledge_path(hierarchy.build_id, stamps, identity), hierarchy, stamps, identity)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -283,9 +283,9 @@ def build_candidates(
         bm25=bm25,
         dense=dense,
     )
-    table.top_bm25 = float(bm25.scores.max()) if len(bm25) else 0.0
-    table.top_dense = float(dense.scores.max()) if len(dense) else 0.0
-    table.floor_dense = float(dense.scores.min()) if len(dense) else 0.0
+    table.top_bm25 = _extreme(bm25.scores, np.max)
+    table.top_dense = _extreme(dense.scores, np.max)
+    table.floor_dense = _extreme(dense.scores, np.min)
     shallow = [score for _code, score in (retrieval.dense or [])[:AGREEMENT_DEPTH]]
     table.agreement_floor_dense = min(shallow, default=0.0)
     table.top_fused = fused[0][1] if fused else 0.0
@@ -322,6 +322,14 @@ def build_candidates(
     table.ids = list(origin)
     table.origin = _provenance(hierarchy, table.ids, [origin[node] for node in table.ids], hit_rank)
     return table
+
+
+def _extreme(scores: np.ndarray, pick: Callable[[np.ndarray], np.floating]) -> float:
+    """The best (``np.max``) or floor (``np.min``) of the scores that are numbers, 0.0 without one: a NaN
+    score a caller's ranking carries stays its code's own and does not become every candidate's scale."""
+    nan = np.isnan(scores)
+    numbers = scores[~nan] if nan.any() else scores
+    return float(pick(numbers)) if len(numbers) else 0.0
 
 
 def _provenance(hierarchy: Hierarchy, ids: list[int], origin: list[int], hit_rank: dict[int, int]) -> list[int]:

@@ -116,3 +116,27 @@ def test_a_code_list_with_an_unknown_or_repeated_code_is_not_mapped_by_rows(
     mapped = ranked_rows(hierarchy, rows, scores, ["E11.9", "I50.9"])
     assert mapped is not None and mapped.ids.tolist() == [hierarchy.resolve("E11.9"), hierarchy.resolve("I50.9")]
     assert mapped.ranks.tolist() == [1, 2] and mapped.scores.tolist() == [2.0, 1.0]
+
+
+def test_a_nan_score_below_the_top_does_not_become_the_tables_top_or_floor(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """Rankings handed to ``build_set``/``candidate_table`` by a caller may carry a NaN score: it is kept
+    for its own code, but the scale every candidate is read on (best and floor of each retriever) comes
+    from the scores that are numbers, as it did when the table took max/min of its score dictionaries.
+    A NaN top or floor made every agreement NaN, and the rule builders' sets collapsed to one code."""
+    from phenoforge.setbuild.assemble import agreement
+    from phenoforge.setbuild.candidates import Retrieval, build_candidates
+
+    hierarchy = get_hierarchy(fixture_con)
+    nan = float("nan")
+    retrieval = Retrieval(
+        query="heart failure",
+        bm25=[("I50.9", 5.0), ("I50.21", nan), ("I48.0", 1.0)],
+        dense=[("I50.21", 0.9), ("I48", nan), ("I50", 0.7), ("J45.909", 0.1)],
+    )
+    table = build_candidates(hierarchy, retrieval)
+    assert (table.top_bm25, table.top_dense, table.floor_dense) == (5.0, 0.9, 0.1)
+    assert np.isnan(table.dense.score_of(hierarchy.resolve("I48"), 0.0))  # the code keeps its own score
+    for code in ("I50.9", "I48.0"):  # numbers in both rankings (or absent): agreement on the scale
+        assert 0.0 < agreement(table, hierarchy.resolve(code)) <= 1.0
