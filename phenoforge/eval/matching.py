@@ -66,19 +66,19 @@ class NearestIndex:
         return found
 
     def _nearest(self, concept_id: int) -> Nearest:
-        best: tuple[int, int] | None = None
-        hierarchy = self.hierarchy
+        best_distance, best_order = _FAR, _FAR
+        hierarchy, table = self.hierarchy, self._table
         for ancestor, steps in zip(hierarchy.chain(concept_id), hierarchy.chain_levels(concept_id), strict=True):
-            if best is not None and steps > best[0]:
+            if steps > best_distance:
                 break
-            up = self._table.get(ancestor)
+            up = table.get(ancestor)
             if up is not None:
-                candidate = (steps + up[0], up[1])
-                if best is None or candidate < best:
-                    best = candidate
-        if best is None:
+                distance = steps + up[0]
+                if distance < best_distance or (distance == best_distance and up[1] < best_order):
+                    best_distance, best_order = distance, up[1]
+        if best_order == _FAR:
             return Nearest(None, None)
-        return Nearest(self.targets[best[1]], best[0])
+        return Nearest(self.targets[best_order], best_distance)
 
 
 class CodeMatch(NamedTuple):
@@ -124,8 +124,11 @@ def normalise_codes(hierarchy: Hierarchy, codes: Sequence[str]) -> list[tuple[st
     """
     seen: set[object] = set()
     out: list[tuple[str, int | None]] = []
+    direct = hierarchy.ids_by_display_code()  # what ``resolve`` answers first, without a call per code
     for raw in codes:
-        concept_id = hierarchy.resolve(raw)
+        concept_id = direct.get(raw) if type(raw) is str else None
+        if concept_id is None:
+            concept_id = hierarchy.resolve(raw)
         if concept_id is not None:
             identity: object = concept_id
             code = hierarchy.code[concept_id]
