@@ -204,3 +204,37 @@ def test_rankings_read_as_rows_give_the_sets_the_code_lists_give(
     monkeypatch.setattr(Retrieval, "rows", watched)
     assert _results(fixture_con, installed[HCC_ID], BUILDERS) == expected
     assert read_as_rows and any(read_as_rows)  # the fixture's BM25 answers in rows
+
+
+@pytest.mark.usefixtures("small_models")
+def test_typo_corrected_names_are_ranked_in_one_batch_and_corrected_once(
+    fixture_con: duckdb.DuckDBPyConnection,
+    installed: dict[str, Path],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Names with typos are searched as corrected; those forms are ranked together before the pass
+    (one at a time they cost an embedding and a full scan each) and corrected once per name."""
+    from tests.fixture_library import write_icd_library
+
+    typos = {"t1": ("Type 2 diabetis mellitus", ["E11"], True), "t2": ("Astma", ["J45"], True)}
+    library = write_icd_library(tmp_path / "typos", typos, library_id="typos-fixture", group="typos")
+    corrections: list[str] = []
+    real_robust = set_building.robust_query
+    monkeypatch.setattr(
+        set_building, "robust_query", lambda con, query: corrections.append(query) or real_robust(con, query)
+    )
+    batches: list[list[str]] = []
+    real_prefetch = Retrieval.prefetch
+
+    def recording(self: Retrieval, queries, *args, **kwargs):  # noqa: ANN001, ANN202
+        batches.append(list(queries))
+        return real_prefetch(self, queries, *args, **kwargs)
+
+    monkeypatch.setattr(Retrieval, "prefetch", recording)
+    answers, _notes = _results(fixture_con, library, BUILDERS)
+    corrected = {real_robust(fixture_con, name)[0] for name, _codes, _billable in typos.values()}
+    assert corrected.isdisjoint(name for name, _c, _b in typos.values())  # both names really are corrected
+    assert any(corrected <= set(batch) for batch in batches)  # ranked together, up front
+    assert sorted(corrections) == sorted(name for name, _c, _b in typos.values())  # each corrected once
+    assert {cohort for _method, cohort, codes, _p in answers if codes} == {"t1", "t2"}
