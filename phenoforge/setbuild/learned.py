@@ -82,6 +82,9 @@ class ModelManifest(BaseModel):
     training_libraries: list[str]
     training_groups: list[str]
     training_cohorts: list[str] = Field(description="library_id/cohort_id of every training cohort")
+    training_digest: str = Field(
+        default="", description="sha1 of the rows the model was fitted on (features, labels), see training_digest"
+    )
     features: list[str]
     rule: str = Field(description="'threshold' (p >= threshold) or 'expected_size' (top round(sum p))")
     threshold: float
@@ -161,6 +164,21 @@ def default_features(examples: Sequence[Example]) -> list[str]:
     """Every feature the examples' matrices hold: with the transfer columns when they were added."""
     widths = {ex.features.shape[1] for ex in examples}
     return list(ALL_FEATURE_NAMES) if widths == {len(ALL_FEATURE_NAMES)} else list(FEATURE_NAMES)
+
+
+def training_digest(examples: Sequence[Example], features: Sequence[str]) -> str:
+    """What a model learns from, down to the numbers: each usable cohort's key, feature columns and labels.
+
+    The same cohorts can yield other rows (a changed retriever, candidate rule or dense index build);
+    a stored model is reused only when these match, never on cohort names alone.
+    """
+    columns = [ALL_FEATURE_NAMES.index(name) for name in features]
+    digest = hashlib.sha1()
+    for ex in sorted((ex for ex in examples if len(ex.table)), key=lambda ex: ex.key):
+        digest.update(ex.key.encode())
+        digest.update(np.ascontiguousarray(ex.features[:, columns], dtype=np.float64).tobytes())
+        digest.update(np.ascontiguousarray(ex.labels, dtype=np.int8).tobytes())
+    return digest.hexdigest()
 
 
 def _stack(examples: Sequence[Example], columns: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -258,6 +276,7 @@ def train_membership_model(
         training_libraries=libraries,
         training_groups=groups,
         training_cohorts=[ex.key for ex in usable],
+        training_digest=training_digest(usable, features),
         features=list(features),
         rule=rule_name,
         threshold=threshold,
@@ -528,10 +547,18 @@ def _ensure_model_locked(
             and model.manifest.recipe == RECIPE
             and (rule is None or (model.manifest.rule, model.manifest.threshold) == tuple(rule))
             and sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
+            and model.manifest.training_digest == training_digest(examples, features)
         ):
             notes.append(f"reused model {directory.name} (trained on {', '.join(libraries)})")
             return model, notes
-        notes.append(f"stored model {directory.name} was trained on other data: retrained")
+        same_cohorts = sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
+        if same_cohorts and model.manifest.training_digest != training_digest(examples, features):
+            notes.append(
+                f"stored model {directory.name} was trained on the same cohorts but other candidates or "
+                "features (retrieval, candidate rules or the dense index changed): retrained"
+            )
+        else:
+            notes.append(f"stored model {directory.name} was trained on other data: retrained")
     except ModelError as error:
         if (directory / MANIFEST_FILE).exists():
             notes.append(f"stored model unusable, retrained: {error}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pickle
@@ -161,3 +162,25 @@ def test_a_model_file_replaced_with_a_pickle_that_runs_code_is_refused_before_it
         learned.load_model(directory, hierarchy.build_id)
     assert not marker.exists()
     assert learned.load_model(learned.save_model(model, tmp_path / "models" / "again"), hierarchy.build_id)
+
+
+def test_a_model_trained_on_the_same_cohorts_but_other_candidate_rows_is_retrained(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example], tmp_path: Path
+) -> None:
+    """Reuse was decided on cohort keys alone: after a retrieval or candidate change the bench's
+    evaluation silently reused a model fitted on the old rows, and its figures measured nothing new."""
+    directory = tmp_path / "models" / "membership-x"
+    first, notes = ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
+    assert first.manifest.training_digest == learned.training_digest(train_examples, first.manifest.features)
+    again, notes = ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
+    assert notes[0].startswith("reused"), notes
+    changed = [
+        dataclasses.replace(ex, features=ex.features + (1.0 if i == 0 else 0.0)) for i, ex in enumerate(train_examples)
+    ]
+    assert [ex.key for ex in changed] == [ex.key for ex in train_examples]
+    retrained, notes = ensure_model(fixture_con, hierarchy, changed, with_dense=False, directory=directory, **SMALL)
+    assert any("same cohorts but other candidates or features" in note for note in notes), notes
+    assert retrained.manifest.training_digest == learned.training_digest(changed, retrained.manifest.features)
+    assert retrained.manifest.training_digest != first.manifest.training_digest
+    relabelled = [dataclasses.replace(ex, labels=1 - ex.labels) if i == 1 else ex for i, ex in enumerate(changed)]
+    assert learned.training_digest(relabelled, first.manifest.features) != retrained.manifest.training_digest
