@@ -167,15 +167,22 @@ def default_features(examples: Sequence[Example]) -> list[str]:
 
 
 def training_digest(examples: Sequence[Example], features: Sequence[str]) -> str:
-    """What a model learns from, down to the numbers: each usable cohort's key, feature columns and labels.
+    """What a model learns from, down to the numbers: each usable cohort's key, group, curated codes,
+    candidate codes, feature columns and labels.
 
-    The same cohorts can yield other rows (a changed retriever, candidate rule or dense index build);
-    a stored model is reused only when these match, never on cohort names alone.
+    The same cohorts can yield other rows (a changed retriever, candidate rule or dense index build), a
+    curated list can change outside the candidates (the out-of-fold rule choice scores it) and a library
+    can change group (the leakage guard reads the groups): a stored model is reused only when all of
+    these match, never on cohort keys alone. Each cohort's part is framed by its lengths, so rows cannot
+    move between cohorts unseen.
     """
     columns = [ALL_FEATURE_NAMES.index(name) for name in features]
     digest = hashlib.sha1()
     for ex in sorted((ex for ex in examples if len(ex.table)), key=lambda ex: ex.key):
-        digest.update(ex.key.encode())
+        head = json.dumps([ex.key, ex.group, sorted(ex.truth), len(ex.table), len(columns)]).encode()
+        digest.update(len(head).to_bytes(8, "little"))
+        digest.update(head)
+        digest.update(np.asarray(ex.table.ids, dtype=np.int64).tobytes())
         digest.update(np.ascontiguousarray(ex.features[:, columns], dtype=np.float64).tobytes())
         digest.update(np.ascontiguousarray(ex.labels, dtype=np.int8).tobytes())
     return digest.hexdigest()
@@ -552,10 +559,15 @@ def _ensure_model_locked(
             notes.append(f"reused model {directory.name} (trained on {', '.join(libraries)})")
             return model, notes
         same_cohorts = sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
-        if same_cohorts and model.manifest.training_digest != training_digest(examples, features):
+        if same_cohorts and not model.manifest.training_digest:
             notes.append(
-                f"stored model {directory.name} was trained on the same cohorts but other candidates or "
-                "features (retrieval, candidate rules or the dense index changed): retrained"
+                f"stored model {directory.name} predates the training digest (what it was fitted on cannot "
+                "be checked): retrained"
+            )
+        elif same_cohorts and model.manifest.training_digest != training_digest(examples, features):
+            notes.append(
+                f"stored model {directory.name} was trained on the same cohorts but other rows (candidates, "
+                "features, curated codes or library groups changed): retrained"
             )
         else:
             notes.append(f"stored model {directory.name} was trained on other data: retrained")

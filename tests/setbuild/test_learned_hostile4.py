@@ -179,7 +179,7 @@ def test_a_model_trained_on_the_same_cohorts_but_other_candidate_rows_is_retrain
     ]
     assert [ex.key for ex in changed] == [ex.key for ex in train_examples]
     retrained, notes = ensure_model(fixture_con, hierarchy, changed, with_dense=False, directory=directory, **SMALL)
-    assert any("same cohorts but other candidates or features" in note for note in notes), notes
+    assert any("same cohorts but other rows" in note for note in notes), notes
     assert retrained.manifest.training_digest == learned.training_digest(changed, retrained.manifest.features)
     assert retrained.manifest.training_digest != first.manifest.training_digest
     relabelled = [dataclasses.replace(ex, labels=1 - ex.labels) if i == 1 else ex for i, ex in enumerate(changed)]
