@@ -83,7 +83,7 @@ class ModelManifest(BaseModel):
     training_groups: list[str]
     training_cohorts: list[str] = Field(description="library_id/cohort_id of every training cohort")
     training_digest: str = Field(
-        default="", description="sha1 of the rows the model was fitted on (features, labels), see training_digest"
+        default="", description="sha1 of what the model was fitted on (see training_digest); empty before it existed"
     )
     features: list[str]
     rule: str = Field(description="'threshold' (p >= threshold) or 'expected_size' (top round(sum p))")
@@ -547,24 +547,24 @@ def _ensure_model_locked(
     notes: list[str] = []
     try:
         model = load_model(directory, hierarchy.build_id)
+        same_cohorts = sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
+        same_rows = same_cohorts and model.manifest.training_digest == training_digest(examples, features)
         if (
             model.manifest.training_libraries == libraries
             and model.manifest.features == list(features)
             and model.manifest.with_dense == with_dense
             and model.manifest.recipe == RECIPE
             and (rule is None or (model.manifest.rule, model.manifest.threshold) == tuple(rule))
-            and sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
-            and model.manifest.training_digest == training_digest(examples, features)
+            and same_rows
         ):
             notes.append(f"reused model {directory.name} (trained on {', '.join(libraries)})")
             return model, notes
-        same_cohorts = sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
         if same_cohorts and not model.manifest.training_digest:
             notes.append(
                 f"stored model {directory.name} predates the training digest (what it was fitted on cannot "
                 "be checked): retrained"
             )
-        elif same_cohorts and model.manifest.training_digest != training_digest(examples, features):
+        elif same_cohorts and not same_rows:
             notes.append(
                 f"stored model {directory.name} was trained on the same cohorts but other rows (candidates, "
                 "features, curated codes or library groups changed): retrained"
