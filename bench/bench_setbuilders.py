@@ -29,11 +29,12 @@ from phenoforge.engine.curated import list_libraries  # noqa: E402
 from phenoforge.engine.db import connect  # noqa: E402
 from phenoforge.engine.dense import load_dense_if_ready  # noqa: E402
 from phenoforge.engine.expansion import get_hierarchy  # noqa: E402
+from phenoforge.setbuild.context import CONTEXT_FEATURES  # noqa: E402
 from phenoforge.setbuild.corpus import library_examples  # noqa: E402
 from phenoforge.setbuild.evaluate import evaluate_library  # noqa: E402
 from phenoforge.setbuild.features import FEATURE_FAMILIES, FEATURE_NAMES  # noqa: E402
 from phenoforge.setbuild.groups import is_development_library, is_training_library  # noqa: E402
-from phenoforge.setbuild.learned import ALL_FEATURE_NAMES  # noqa: E402
+from phenoforge.setbuild.learned import MATRIX_COLUMNS  # noqa: E402
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES  # noqa: E402
 
 METHODS = ("hybrid@25", "adaptive_cutoff", "subtree", "learned", "curated_transfer")
@@ -136,8 +137,12 @@ def main() -> None:
 
         knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
         print(f"curated knowledge: {len(knowledge.cohorts)} cohorts of {len(libraries)} libraries")
-    features = ALL_FEATURE_NAMES if knowledge is not None else FEATURE_NAMES
-    families = {**FEATURE_FAMILIES, "transfer": TRANSFER_FEATURES} if knowledge is not None else FEATURE_FAMILIES
+    features = MATRIX_COLUMNS if knowledge is not None else FEATURE_NAMES
+    families = (
+        {**FEATURE_FAMILIES, "transfer": TRANSFER_FEATURES, "context": CONTEXT_FEATURES}
+        if knowledge is not None
+        else FEATURE_FAMILIES
+    )
     development = {lib.library_id for lib in libraries if is_development_library(lib.manifest)}
     training = {lib.library_id for lib in libraries if is_training_library(lib.manifest)}
     if args.fit_on_development_only:

@@ -177,6 +177,8 @@ def current_state(con: duckdb.DuckDBPyConnection, dense: object | None) -> Curre
                     missing.append(f"{fit.held_out or 'free queries'} ({fit.fitted})")
                 continue
             state.names.add(fit.fitted)
+            if fit.context_model_directory is not None:
+                state.names |= {fit.context_model_directory, f".{fit.context_model_directory}.lock"}
             if fit.model_directory is not None:
                 state.names |= {fit.model_directory, f".{fit.model_directory}.lock"}
                 state.params_fits.append((fit.model_directory, variant is not None))

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
+import numpy as np
 from pydantic import BaseModel
 
 from phenoforge.config import ProgressCallback, no_progress
@@ -36,6 +37,7 @@ from phenoforge.methods.set_building import (
     FITTED_DENSE_WEIGHT,
     build_for,
     code_typed_as_query,
+    library_context_of,
     make_setup,
     scored_group,
     searched_as_of,
@@ -43,6 +45,8 @@ from phenoforge.methods.set_building import (
 )
 from phenoforge.setbuild.api import FittedBuilders, build_set, candidate_table, robust_query
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
+from phenoforge.setbuild.context import LibraryContext
+from phenoforge.setbuild.learned import learned_features
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet
 from phenoforge.setbuild.transfer import TRANSFER_METHOD
 
@@ -115,10 +119,19 @@ def _build_at(
     fitted: FittedBuilders,
     weight: float,
     prepared: tuple[str, dict[str, str], list[tuple[str, float]], list[tuple[str, float]] | None],
+    library_context: LibraryContext | None = None,
 ) -> BuiltSet:
-    """``method``'s set for ``query`` with the candidate table fused at ``weight`` (all else as fitted)."""
+    """``method``'s set for ``query`` with the candidate table fused at ``weight`` (all else as fitted; a
+    library's cohorts in each other's context, as the benchmark builds them)."""
     searched, umbrellas, bm25, dense = prepared
     table = candidate_table(context.hierarchy, query, bm25, dense, searched_as_of(query, searched), umbrellas, weight)
+    probabilities = None
+    chosen = fitted
+    if library_context is not None and fitted.context_model is not None and library_context.applies_to(query):
+        chosen = fitted.in_context()
+        if len(table):
+            matrix = learned_features(context.hierarchy, table, fitted.knowledge)
+            probabilities = fitted.context_model.probabilities(np.hstack([matrix, library_context.features(table)]))
 
     def build(builder: str, fallback: BuiltSet | None = None) -> BuiltSet:
         return build_set(
@@ -127,7 +140,7 @@ def _build_at(
             query,
             bm25,
             dense,
-            fitted,
+            chosen,
             scored_library_id=context.library_id or None,
             scored_group=scored_group(context),
             searched_as=searched_as_of(query, searched),
@@ -135,6 +148,7 @@ def _build_at(
             dense_weight=weight,
             table=table,
             fallback=fallback,
+            probabilities=probabilities if builder == "learned" else None,
         )
 
     # curated_transfer falls back to the learned set of the same table, as in the benchmark
@@ -192,6 +206,10 @@ def sweep_set_builder(
         plain[cohort.cohort_id] = query
         searched_queries[query] = robust_query(con, query)
     context.retrieval.prefetch([searched for searched, _ in searched_queries.values()], depth=RETRIEVAL_DEPTH)
+    library_context = None
+    if method in ("learned", TRANSFER_METHOD):
+        context.options["set-building:searched"] = dict(searched_queries)
+        library_context = library_context_of(context, [cohort.cohort_name for cohort in cohorts], fitted)
     runs = {weight: Run(name=sweep_label(method, weight)) for weight in weights}
     for position, cohort in enumerate(cohorts):
         progress(position, len(cohorts), f"sweep {method}: {cohort.cohort_id}")
@@ -209,7 +227,7 @@ def sweep_set_builder(
             context.retrieval.dense_ranking(searched, RETRIEVAL_DEPTH),
         )
         for weight in weights:
-            built = _build_at(context, method, table_query, fitted, weight, prepared)
+            built = _build_at(context, method, table_query, fitted, weight, prepared, library_context)
             runs[weight].cohorts[cohort.cohort_id] = to_entries(built)
     progress(len(cohorts), len(cohorts), f"sweep {method}: scoring")
     records = {

@@ -49,6 +49,7 @@ from phenoforge.setbuild.candidates import (
     RankedIds,
     ranked_rows,
 )
+from phenoforge.setbuild.context import LibraryContext, name_signature, signature_of
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError, learned_features, predict_many
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltCode, BuiltSet, CodeProvenance
@@ -287,9 +288,12 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     fallback = None
     if builder == TRANSFER_METHOD:
         fallback = prepared.learned or build_for(context, "learned", query, fitted)
-    built = _build(context, builder, query, prepared, fitted, fallback=fallback)
-    if builder == "learned":
+    if builder == "learned":  # in its library's context when a library is scored, as the batched pass builds it
+        library_context = library_context_of(context, [query], fitted)
+        built = _learned_block(context, {query: prepared}, fitted, library_context)[query]
         prepared.learned = built  # shared, read-only: whoever changes a set copies it first
+    else:
+        built = _build(context, builder, query, prepared, fitted, fallback=fallback)
     return _with_ignored_words(query, built)
 
 
@@ -351,6 +355,9 @@ def _build_pass(context: MethodContext, builders: list[str], queries: list[str],
     memo: dict[str, _Prepared] = context.options.get("set-building:prepared", {})
     prepared_queries: list[str] = []
     _prefetch_corrected(context, [q for q in queries if q not in memo and not _handled_before_retrieval(context, q)])
+    library_context = None
+    if "learned" in builders or TRANSFER_METHOD in builders:
+        library_context = library_context_of(context, queries, fitted)
     for start in range(0, len(queries), BATCH_QUERIES):
         block = queries[start : start + BATCH_QUERIES]
         if callable(progress):
@@ -367,7 +374,7 @@ def _build_pass(context: MethodContext, builders: list[str], queries: list[str],
                 if name in ("adaptive_cutoff", "subtree"):
                     sets[name][query] = _build(context, name, query, prepared[query], fitted)
         if "learned" in builders or TRANSFER_METHOD in builders:
-            learned = _learned_block(context, prepared, fitted)
+            learned = _learned_block(context, prepared, fitted, library_context)
             for query, built in learned.items():
                 prepared[query].learned = built
                 if "learned" in builders:
@@ -402,24 +409,89 @@ def _handled_before_retrieval(context: MethodContext, query: str) -> bool:
     )
 
 
+def library_context_of(context: MethodContext, queries: Sequence[str], fitted: FittedBuilders) -> LibraryContext | None:
+    """The names of the scored library's cohorts as each other's context (every name its manifest lists, else
+    ``queries``), when a library is scored, a model fitted with the context columns is there, and at least
+    two distinct names reach the retrievers. Made once per run and fitted model."""
+    if fitted.context_model is None or not context.library_id:
+        return None
+    listed = _library_names(context) or list(queries)
+    names = tuple(q for q in dict.fromkeys(listed) if not _handled_before_retrieval(context, q))
+    memo = context.options.get("set-building:library-context")
+    if memo is not None and memo[0] is fitted.context_model and memo[1] == names:
+        return memo[2]
+    made = _library_context(context, names) if len(names) >= 2 else None
+    context.options["set-building:library-context"] = (fitted.context_model, names, made)
+    return made
+
+
+def _library_names(context: MethodContext) -> list[str]:
+    """Every cohort name of the scored library's manifest ([] without a readable library directory)."""
+    if not context.library_path:
+        return []
+    try:
+        library = load_library(Path(context.library_path))
+    except LibraryError:
+        return []
+    return [entry.cohort_name for entry in library.manifest.cohorts]
+
+
+def _library_context(context: MethodContext, names: Sequence[str]) -> LibraryContext:
+    memo: dict[str, _Prepared] = context.options.get("set-building:prepared", {})
+    searched_memo: dict[str, tuple[str, dict[str, str]]] = context.options.setdefault("set-building:searched", {})
+    missing = [q for q in names if q not in memo and q not in searched_memo]
+    _prefetch_corrected(context, missing)
+    # names the run does not score (a subset of the library) were not ranked with the run's: in one batch
+    context.retrieval.prefetch([searched_memo[q][0] for q in missing], dense=True, depth=RETRIEVAL_DEPTH)
+    signatures = []
+    for query in names:
+        if query in memo:
+            signatures.append(signature_of(memo[query].table))
+            continue
+        searched = searched_memo[query][0]
+        dense_ids = _ranked_ids(context, searched, True)
+        dense = None if dense_ids is not None else context.retrieval.dense_ranking(searched, RETRIEVAL_DEPTH)
+        signatures.append(name_signature(context.hierarchy, query, searched_as_of(query, searched), dense, dense_ids))
+    return LibraryContext(context.hierarchy, signatures)
+
+
 def _learned_block(
-    context: MethodContext, prepared: dict[str, _Prepared], fitted: FittedBuilders
+    context: MethodContext,
+    prepared: dict[str, _Prepared],
+    fitted: FittedBuilders,
+    library_context: LibraryContext | None = None,
 ) -> dict[str, BuiltSet]:
-    """The learned sets of a block of queries, the model predicting every candidate of the block at once."""
-    model = fitted.model
+    """The learned sets of a block of queries, the model predicting every candidate of the block at once
+    (the context model, with the context columns, for the queries ``library_context`` applies to)."""
     done = {query: ready.learned for query, ready in prepared.items() if ready.learned is not None}
     todo = [query for query in prepared if query not in done]
-    if model is None:  # the adaptive cut-off answers (build_set says so)
+    if fitted.model is None:  # the adaptive cut-off answers (build_set says so)
         return {**done, **{query: _build(context, "learned", query, prepared[query], fitted) for query in todo}}
-    model.check_may_score(context.library_id or None, scored_group(context))
-    features = {
-        query: learned_features(context.hierarchy, prepared[query].table, fitted.knowledge)
-        for query in todo
-        if len(prepared[query].table)
-    }
-    predicted = dict(zip(features, predict_many(model, list(features.values())), strict=True))
+    fitted.model.check_may_score(context.library_id or None, scored_group(context))
+    in_context = fitted.in_context()
+    groups: dict[bool, dict[str, np.ndarray]] = {False: {}, True: {}}
     for query in todo:
-        done[query] = _build(context, "learned", query, prepared[query], fitted, predicted.get(query))
+        table = prepared[query].table
+        if not len(table):
+            continue
+        matrix = learned_features(context.hierarchy, table, fitted.knowledge)
+        if library_context is not None and in_context is not fitted and library_context.applies_to(query):
+            groups[True][query] = np.hstack([matrix, library_context.features(table)])
+        else:
+            groups[False][query] = matrix
+    predicted: dict[str, np.ndarray] = {}
+    chosen: dict[str, FittedBuilders] = {}
+    for with_context, features in groups.items():
+        builders = in_context if with_context else fitted
+        if not features:
+            continue
+        assert builders.model is not None
+        builders.model.check_may_score(context.library_id or None, scored_group(context))
+        predicted.update(zip(features, predict_many(builders.model, list(features.values())), strict=True))
+        chosen.update(dict.fromkeys(features, builders))
+    for query in todo:
+        builders = chosen.get(query, fitted)
+        done[query] = _build(context, "learned", query, prepared[query], builders, predicted.get(query))
     return done
 
 

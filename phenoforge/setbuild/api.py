@@ -14,7 +14,7 @@ import json
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -27,11 +27,13 @@ from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.errors import PhenoforgeError
 from phenoforge.memory import collections_paused
 from phenoforge.setbuild.candidates import CandidateTable, RankedIds, Retrieval, build_candidates
+from phenoforge.setbuild.context import with_context_features
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
 from phenoforge.setbuild.groups import is_training_library, library_group
 from phenoforge.setbuild.learned import (
     ALL_FEATURE_NAMES,
+    MATRIX_COLUMNS,
     LeakageError,
     MembershipModel,
     ModelError,
@@ -64,7 +66,7 @@ from phenoforge.setbuild.transfer import (
 from phenoforge.storage import write_atomically
 
 METHODS = SET_BUILDERS
-FIT_FORMAT_VERSION = 1
+FIT_FORMAT_VERSION = 2
 """Bumped when what ``fit_builders`` stores changes shape: older fitted bundles are refitted."""
 PARAMS_RECIPE = "2"
 """Bumped when the rule builders' scales change (agreement floor at ``AGREEMENT_DEPTH``): stored
@@ -91,6 +93,13 @@ class FittedBuilders:
     knowledge: KnowledgeView | None = None
     """curated cohorts of bundled libraries outside the held-out group (the transfer features' source)"""
     transfer: TransferParams = field(default_factory=TransferParams)
+    context_model: MembershipModel | None = None
+    """the membership model fitted with the library-context columns (:mod:`~phenoforge.setbuild.context`):
+    it answers a library's cohorts built together; ``model`` answers a query built on its own"""
+
+    def in_context(self) -> FittedBuilders:
+        """These builders with the context model answering ``learned`` (``self`` when there is none)."""
+        return self if self.context_model is None else replace(self, model=self.context_model)
 
     def check_may_score(self, library_id: str | None, group: str | None) -> None:
         """Raise ``LeakageError`` (fitted on it) or ``KnowledgeLeakError`` (its own curated lists would
@@ -157,19 +166,37 @@ def fit_builders(
         notes.append(unusable)
     cutoff, subtree = _fit_params(con, hierarchy, examples, names, dense is not None, notes)
     model: MembershipModel | None = None
+    context_model: MembershipModel | None = None
     model_notes: list[str] = []
     # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
-    model_directory = (
-        f"{model_name(names, ALL_FEATURE_NAMES, dense is not None)}-{_examples_digest(examples)}"
-        f"-k{_knowledge_key(knowledge.digest, held_key)}"
-    )
+    examples_key = f"{_examples_digest(examples)}-k{_knowledge_key(knowledge.digest, held_key)}"
+    model_directory = f"{model_name(names, ALL_FEATURE_NAMES, dense is not None)}-{examples_key}"
+    context_directory = f"{model_name(names, MATRIX_COLUMNS, dense is not None)}-{examples_key}"
     try:
         # each training cohort sees the curated knowledge without its own group and without the held-out one
         training = with_transfer_features(hierarchy, examples, knowledge, held_out)
         model, model_notes = ensure_model(
-            con, hierarchy, training, with_dense=dense is not None, directory=models_dir() / model_directory
+            con,
+            hierarchy,
+            training,
+            ALL_FEATURE_NAMES,
+            with_dense=dense is not None,
+            directory=models_dir() / model_directory,
         )
         notes += model_notes
+        try:
+            # each training library's cohorts are each other's context, as a scored library's are
+            context_model, model_notes = ensure_model(
+                con,
+                hierarchy,
+                with_context_features(hierarchy, training),
+                MATRIX_COLUMNS,
+                with_dense=dense is not None,
+                directory=models_dir() / context_directory,
+            )
+            notes += [f"library context: {note}" for note in model_notes]
+        except TrainingDataTooSmall as error:
+            notes.append(f"learned builds a library's cohorts without their context: {error}")
     except TrainingDataTooSmall as error:
         notes.append(f"learned builder falls back to the adaptive cut-off: {error}")
     # the fallback while tuning is the adaptive cut-off (tuned on these same cohorts, so transfer must beat
@@ -178,8 +205,8 @@ def fit_builders(
         con, hierarchy, examples, knowledge, held_out, lambda ex: build_cutoff(hierarchy, ex.table, cutoff).code_list
     )
     notes.append(f"curated_transfer: min name similarity {transfer.min_similarity:.2f} ({transfer.chosen_on})")
-    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes, view, transfer)
-    _save_fitted(signature, fitted, model_directory)
+    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes, view, transfer, context_model)
+    _save_fitted(signature, fitted, model_directory, context_directory)
     return fitted
 
 
@@ -301,6 +328,7 @@ class _StoredFit(BaseModel):
     model_directory: str | None
     notes: list[str]
     transfer: TransferParams = TransferParams()
+    context_model_directory: str | None = None
 
 
 def _fit_signature(
@@ -346,17 +374,26 @@ def _load_fitted(
     if stored.signature != signature or stored.training_libraries != names:
         return None, f"{path.name} was fitted on other libraries: refitted"
     model: MembershipModel | None = None
-    if stored.model_directory is not None:
-        if Path(stored.model_directory).name != stored.model_directory:
+    context_model: MembershipModel | None = None
+    for directory in (stored.model_directory, stored.context_model_directory):
+        if directory is None:
+            continue
+        if Path(directory).name != directory:
             return None, f"{path.name} names a model outside data/models: refitted"
         try:
-            model = load_model(models_dir() / stored.model_directory, hierarchy.build_id)
+            loaded = load_model(models_dir() / directory, hierarchy.build_id)
         except ModelError as error:
             return None, f"{path.name}'s membership model is unusable ({error}): refitted"
-        if model.manifest.training_libraries != names:
+        if loaded.manifest.training_libraries != names:
             return None, f"{path.name}'s membership model was trained on other libraries: refitted"
+        if directory == stored.model_directory:
+            model = loaded
+        else:
+            context_model = loaded
     notes = [f"reused the builders fitted on {', '.join(names) or 'nothing'} ({path.name})", *stored.notes]
-    return FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes, transfer=stored.transfer), None
+    fitted = FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes, transfer=stored.transfer)
+    fitted.context_model = context_model
+    return fitted, None
 
 
 def _examples_digest(examples: Sequence[Example]) -> str:
@@ -365,12 +402,16 @@ def _examples_digest(examples: Sequence[Example]) -> str:
     return hashlib.sha1(json.dumps(content).encode()).hexdigest()[:12]
 
 
-def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> None:
-    model_directory = None
+def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str, stored_context_model: str) -> None:
+    model_directory = context_directory = None
     if fitted.model is not None:
         model_directory = stored_model
         if not (models_dir() / model_directory).is_dir():
             return  # the model was not stored where expected: do not record a bundle that cannot load
+    if fitted.context_model is not None:
+        context_directory = stored_context_model
+        if not (models_dir() / context_directory).is_dir():
+            return
     stored = _StoredFit(
         signature=signature,
         vocabulary_build_id=fitted.model.manifest.vocabulary_build_id if fitted.model else "",
@@ -378,8 +419,13 @@ def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str) -> N
         cutoff=fitted.cutoff,
         subtree=fitted.subtree,
         model_directory=model_directory,
-        notes=[note for note in fitted.notes if note.startswith(("learned builder falls back", "curated_transfer:"))],
+        notes=[
+            note
+            for note in fitted.notes
+            if note.startswith(("learned builder falls back", "curated_transfer:", "learned builds a library's"))
+        ],
         transfer=fitted.transfer,
+        context_model_directory=context_directory,
     )
     _store(_fit_path(signature), stored.model_dump_json(indent=1), fitted.notes)
 
@@ -463,6 +509,8 @@ class StoredFitFiles:
     """whether that bundle is there and readable (else which model and parameters a fit would reuse is not known)"""
     model_directory: str | None = None
     """the membership model folder the bundle names"""
+    context_model_directory: str | None = None
+    """the folder of the model fitted with the library-context columns, when the bundle names one"""
 
     def params_file(self, training_cohorts: Sequence[str], with_dense: bool) -> str | None:
         """The tuned-parameters file this fit was made with, were it tuned on ``training_cohorts`` (a stored
@@ -506,11 +554,16 @@ def stored_fit_files(
         stored = _StoredFit.model_validate_json(path.read_text(encoding="utf-8"))
     except (OSError, ValidationError, ValueError, UnicodeDecodeError):
         return StoredFitFiles(key, path.name, found=False)
-    if stored.signature != signature or (
-        stored.model_directory is not None and Path(stored.model_directory).name != stored.model_directory
-    ):
+    folders = [d for d in (stored.model_directory, stored.context_model_directory) if d is not None]
+    if stored.signature != signature or any(Path(d).name != d for d in folders):
         return StoredFitFiles(key, path.name, found=False)
-    return StoredFitFiles(key, path.name, found=True, model_directory=stored.model_directory)
+    return StoredFitFiles(
+        key,
+        path.name,
+        found=True,
+        model_directory=stored.model_directory,
+        context_model_directory=stored.context_model_directory,
+    )
 
 
 def robust_query(con: duckdb.DuckDBPyConnection, query: str) -> tuple[str, dict[str, str]]:

@@ -217,6 +217,11 @@ def _ranks(hierarchy: Hierarchy, ranking: Sequence[tuple[str, float]] | None) ->
     )
 
 
+def ranked_ids(hierarchy: Hierarchy, ranking: list[tuple[str, float]] | None) -> RankedIds:
+    """A (code, score) ranking as the concept ids a candidate table holds (``build_candidates`` reads it so)."""
+    return _ranks(hierarchy, ranking)
+
+
 _ROW_IDS: dict[int, tuple[list[str], str, np.ndarray | None]] = {}
 _ROW_IDS_LOCK = threading.Lock()
 _ROW_ID_LISTS = 8

@@ -16,6 +16,7 @@ import duckdb
 
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.eval import harness
+from phenoforge.setbuild.context import CONTEXT_FEATURES, with_context_features
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.cutoff import build_cutoff, tune_cutoff
 from phenoforge.setbuild.features import FEATURE_NAMES
@@ -140,6 +141,16 @@ def evaluate_library(
         if knowledge is not None:
             train = with_transfer_features(hierarchy, train, knowledge, [group])
             scored = with_transfer_features(hierarchy, scored, knowledge, [group])
+        if set(CONTEXT_FEATURES) & set(features):
+            # the library context, as the benchmark builds a library: each library's names are its cohorts' context
+            # (its columns follow the transfer columns: without the knowledge there is no context either)
+            in_context = with_context_features(hierarchy, scored) if knowledge is not None else []
+            if len(in_context) == len(scored):
+                train, scored = with_context_features(hierarchy, train), in_context
+            else:
+                features = [name for name in features if name not in CONTEXT_FEATURES]
+                out.notes.append("learned: built without library context (one name, or no curated knowledge)")
+        if knowledge is not None:
             key = f"{knowledge.digest}-{group}".encode()
             directory = models_dir() / (
                 f"{model_name(trained_on, features, with_dense, rule)}-k{hashlib.sha1(key).hexdigest()[:10]}"

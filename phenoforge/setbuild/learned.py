@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import shutil
+import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from phenoforge.errors import PhenoforgeError
 from phenoforge.locks import file_lock
 from phenoforge.setbuild.assemble import SetAssembler, mean_objective
 from phenoforge.setbuild.candidates import CandidateTable
+from phenoforge.setbuild.context import CONTEXT_FEATURES
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
 from phenoforge.setbuild.groups import library_group
@@ -55,6 +57,10 @@ long curated lists come out low, so the best factor is often above 1 (chosen out
 ALL_FEATURE_NAMES: list[str] = [*FEATURE_NAMES, *TRANSFER_FEATURES]
 """Candidate features (query, rankings, hierarchy) then the cross-library curated evidence
 (:mod:`~phenoforge.setbuild.transfer`), in the column order of an example's feature matrix."""
+MATRIX_COLUMNS: list[str] = [*ALL_FEATURE_NAMES, *CONTEXT_FEATURES]
+"""Every column a feature matrix may hold: ``ALL_FEATURE_NAMES``, then the library context
+(:mod:`~phenoforge.setbuild.context`) when the query is built with its library's other names. A model
+fitted without the context reads a prefix, so it answers either matrix."""
 RECIPE = "3"
 """Bumped whenever training changes (estimator, rule grid, stacking): a stored model of an older
 recipe is then retrained instead of reused."""
@@ -102,7 +108,7 @@ class MembershipModel:
     def __init__(self, manifest: ModelManifest, estimator: HistGradientBoostingClassifier) -> None:
         self.manifest = manifest
         self.estimator = estimator
-        self._columns = [ALL_FEATURE_NAMES.index(name) for name in manifest.features]
+        self._columns = [MATRIX_COLUMNS.index(name) for name in manifest.features]
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
         if not len(features):
@@ -161,9 +167,12 @@ def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.
 
 
 def default_features(examples: Sequence[Example]) -> list[str]:
-    """Every feature the examples' matrices hold: with the transfer columns when they were added."""
+    """Every feature the examples' matrices hold: with the transfer (and context) columns when they were added."""
     widths = {ex.features.shape[1] for ex in examples}
-    return list(ALL_FEATURE_NAMES) if widths == {len(ALL_FEATURE_NAMES)} else list(FEATURE_NAMES)
+    for columns in (MATRIX_COLUMNS, ALL_FEATURE_NAMES):
+        if widths == {len(columns)}:
+            return list(columns)
+    return list(FEATURE_NAMES)
 
 
 def training_digest(examples: Sequence[Example], features: Sequence[str]) -> str:
@@ -176,7 +185,7 @@ def training_digest(examples: Sequence[Example], features: Sequence[str]) -> str
     these match, never on cohort keys alone. Each cohort's part is framed by its lengths, so rows cannot
     move between cohorts unseen.
     """
-    columns = [ALL_FEATURE_NAMES.index(name) for name in features]
+    columns = [MATRIX_COLUMNS.index(name) for name in features]
     digest = hashlib.sha1()
     for ex in sorted((ex for ex in examples if len(ex.table)), key=lambda ex: ex.key):
         head = json.dumps([ex.key, ex.group, sorted(ex.truth), len(ex.table), len(columns)]).encode()
@@ -251,7 +260,7 @@ def train_membership_model(
             f"needs at least {min_cohorts} cohorts and {min_positives} codes; add libraries "
             "(`python -m phenoforge build`) or use the adaptive cut-off"
         )
-    columns = [ALL_FEATURE_NAMES.index(name) for name in features]
+    columns = [MATRIX_COLUMNS.index(name) for name in features]
     groups = sorted({ex.group for ex in usable})
     # out-of-fold probabilities: by library group when there are several, else by cohort folds
     if rule is not None:
@@ -337,6 +346,8 @@ def build_learned(
             f"no candidate reached probability {model.manifest.threshold:.2f}: the most probable one is kept"
         )
     trained = ", ".join(model.manifest.training_libraries)
+    if set(CONTEXT_FEATURES) & set(model.manifest.features):
+        trained += "; the library's other cohort names as context"
     for j, ok in zip(kept.tolist(), passed.tolist(), strict=True):
         p = float(probabilities[j])
         origin = table.origin[j]
@@ -422,6 +433,48 @@ def save_model(model: MembershipModel, directory: Path) -> Path:
     return directory
 
 
+_ESTIMATORS: dict[tuple[str, int, int, str], object] = {}
+_ESTIMATORS_LOCK = threading.Lock()
+_KEPT_ESTIMATORS = 8
+
+
+def _read_estimator(model_path: Path, sha256: str) -> object:
+    """The unpickled estimator of ``model_path``, checked against the manifest's checksum.
+
+    Kept per process while the file is unchanged (same size and modification time, same checksum in the
+    manifest): a benchmark reads one fitted bundle per scored library, and libraries of one group read
+    the same models (each read hashed and unpickled ~0.15 s). The estimator is only ever predicted with.
+    """
+    try:
+        stat = model_path.stat()
+    except FileNotFoundError:
+        raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)") from None
+    except OSError as error:
+        raise ModelError(f"{model_path}: cannot be read ({error.strerror or error})") from None
+    key = (str(model_path.resolve()), stat.st_size, stat.st_mtime_ns, sha256)
+    with _ESTIMATORS_LOCK:
+        known = _ESTIMATORS.get(key)
+    if known is not None:
+        return known
+    try:
+        intact = model_path.is_file() and sha256_file(model_path) == sha256
+    except OSError as error:
+        raise ModelError(f"{model_path}: cannot be read ({error.strerror or error})") from None
+    if not intact:
+        raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)")
+    try:
+        estimator = _ModelUnpickler(io.BytesIO(model_path.read_bytes())).load()
+    except ModelError as error:
+        raise ModelError(f"{model_path}: {error}") from None
+    except Exception as error:  # an unreadable pickle is a corrupt model, whatever the exception
+        raise ModelError(f"{model_path}: cannot be read ({type(error).__name__})") from None
+    with _ESTIMATORS_LOCK:
+        if len(_ESTIMATORS) >= _KEPT_ESTIMATORS:
+            _ESTIMATORS.clear()
+        _ESTIMATORS[key] = estimator
+    return estimator
+
+
 def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
     """The stored model, or ``ModelError`` saying why it cannot be used (missing, corrupt, stale)."""
     directory = Path(directory)
@@ -441,24 +494,13 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
             f"{directory}: trained on vocabulary build {manifest.vocabulary_build_id}, the database is build "
             f"{vocabulary_build_id}; the model must be retrained"
         )
-    unknown = [name for name in manifest.features if name not in ALL_FEATURE_NAMES]
+    unknown = [name for name in manifest.features if name not in MATRIX_COLUMNS]
     if unknown:
         raise ModelError(f"{directory}: the model uses features this version does not compute ({unknown[:3]})")
     model_path = directory / manifest.model_file
-    try:
-        intact = model_path.is_file() and sha256_file(model_path) == manifest.sha256
-    except OSError as error:
-        raise ModelError(f"{model_path}: cannot be read ({error.strerror or error})") from None
-    if not intact:
-        raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)")
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    try:
-        estimator = _ModelUnpickler(io.BytesIO(model_path.read_bytes())).load()
-    except ModelError as error:
-        raise ModelError(f"{model_path}: {error}") from None
-    except Exception as error:  # an unreadable pickle is a corrupt model, whatever the exception
-        raise ModelError(f"{model_path}: cannot be read ({type(error).__name__})") from None
+    estimator = _read_estimator(model_path, manifest.sha256)
     if not isinstance(estimator, HistGradientBoostingClassifier):
         raise ModelError(f"{model_path}: holds a {type(estimator).__name__}, not a membership model")
     fitted_width = getattr(estimator, "n_features_in_", None)

@@ -1,0 +1,211 @@
+"""Library context: the other cohort names built in the same run, as evidence of what a name is *not*.
+
+A library's cohorts divide conditions between them ("Diabetes with Acute Complications", "Diabetes with
+Chronic Complications"): a code that another cohort's name matches better than this one's probably
+belongs to that other cohort. The features here compare each candidate's match to its own cohort name
+with its best match among the library's other names. They read the names only (the queries a user
+types), never a curated list, so a scored library's names are fair evidence for its own cohorts, and a
+model fitted on other libraries learns how far to trust them.
+
+A query built on its own (a search, the Assemble workflow) has no context; the membership model fitted
+without these columns answers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.engine.query import tokenize
+from phenoforge.setbuild.candidates import CandidateTable, RankedIds, ranked_ids
+from phenoforge.setbuild.corpus import Example
+from phenoforge.setbuild.features import hierarchy_stats
+
+CONTEXT_FEATURES: list[str] = ["ctx_cos_margin", "ctx_n_closer", "ctx_cat_margin", "ctx_lex_margin"]
+"""Per candidate: its dense cosine to its own name minus the best among the other names; how many other
+names it is closer to (log1p); the same margin for the best cosine within its 3-character category; the
+share of its own name's words on the code's path (itself and its ancestors) minus the best other name's
+share."""
+
+
+@dataclass(frozen=True)
+class NameSignature:
+    """What one cohort name says about every code: its dense ranking (concept ids, cosines) and its words."""
+
+    query: str
+    tokens: tuple[str, ...]
+    dense_ids: np.ndarray
+    dense_scores: np.ndarray
+    floor: float
+    """the cosine of a code outside the ranking (its last cosine, as the features read it)"""
+
+
+def signature_of(table: CandidateTable) -> NameSignature:
+    """The signature of the name a candidate table was built for (the table holds its dense ranking)."""
+    return NameSignature(
+        query=table.query,
+        tokens=tuple(table.query_tokens),
+        dense_ids=np.asarray(table.dense.ids, dtype=np.int64),
+        dense_scores=np.asarray(table.dense.scores, dtype=np.float64),
+        floor=float(table.floor_dense),
+    )
+
+
+def name_signature(
+    hierarchy: Hierarchy,
+    query: str,
+    searched_as: str | None,
+    dense: list[tuple[str, float]] | None,
+    dense_ids: RankedIds | None = None,
+) -> NameSignature:
+    """The signature of ``query`` from its dense ranking, without building its candidate table: equal to
+    ``signature_of`` the table ``build_candidates`` would build from the same rankings."""
+    ranked = dense_ids if dense_ids is not None else ranked_ids(hierarchy, dense)
+    scores = np.asarray(ranked.scores, dtype=np.float64)
+    finite = scores[~np.isnan(scores)]  # as the table's floor is read (a NaN is its code's own)
+    return NameSignature(
+        query=query,
+        tokens=tuple(dict.fromkeys(tokenize(searched_as or query))),
+        dense_ids=np.asarray(ranked.ids, dtype=np.int64),
+        dense_scores=scores,
+        floor=float(finite.min()) if len(finite) else 0.0,
+    )
+
+
+class LibraryContext:
+    """The distinct names of a run's cohorts, ready to compare a candidate table against the others.
+
+    Holds one float32 row over the node table per name (a 100-name library: ~40 MB while it runs).
+    """
+
+    def __init__(self, hierarchy: Hierarchy, signatures: Sequence[NameSignature]) -> None:
+        unique: dict[str, NameSignature] = {}
+        for signature in signatures:
+            unique.setdefault(signature.query, signature)
+        self.hierarchy = hierarchy
+        self.signatures = list(unique.values())
+        self.index = {signature.query: i for i, signature in enumerate(self.signatures)}
+        nodes = hierarchy_stats(hierarchy).node_table()
+        self._nodes = nodes
+        size = len(nodes.ids)
+        n = len(self.signatures)
+        self._floor = np.array([s.floor for s in self.signatures], dtype=np.float32)
+        self._cosine = np.repeat(self._floor[:, None], size, axis=1)
+        hit_rows = []
+        for i, signature in enumerate(self.signatures):
+            rows = nodes.rows(signature.dense_ids) if len(signature.dense_ids) else np.zeros(0, np.int64)
+            nodes.fill(rows)
+            self._cosine[i, rows] = signature.dense_scores
+            hit_rows.append(rows)
+        # each name's best cosine within each 3-character category (its floor where it reaches none)
+        categories = np.unique(np.concatenate([nodes.own_category[rows] for rows in hit_rows] or [np.zeros(0, int)]))
+        categories = categories[categories >= 0]
+        self._category_column = np.full(size, -1, dtype=np.int64)
+        self._category_column[categories] = np.arange(len(categories))
+        self._category_best = np.repeat(self._floor[:, None], len(categories) + 1, axis=1)
+        for i, rows in enumerate(hit_rows):
+            columns = self._category_column[nodes.own_category[rows]] if len(rows) else np.zeros(0, np.int64)
+            inside = (nodes.own_category[rows] >= 0) if len(rows) else np.zeros(0, bool)
+            best = np.full(len(categories) + 1, -np.inf, dtype=np.float32)
+            np.maximum.at(best, columns[inside], self.signatures[i].dense_scores[inside].astype(np.float32))
+            self._category_best[i] = np.maximum(best, self._floor[i])
+        # the names' words as bits: one bit per distinct word, a mask per name, a bit row per node
+        words = sorted({token for s in self.signatures for token in s.tokens})
+        self._word = {word: j for j, word in enumerate(words)}
+        width = max(1, -(-len(words) // 64))
+        self._masks = np.zeros((n, width), dtype=np.uint64)
+        for i, signature in enumerate(self.signatures):
+            for token in set(signature.tokens):
+                j = self._word[token]
+                self._masks[i, j // 64] |= np.uint64(1 << (j % 64))
+        self._lengths = np.array([max(len(set(s.tokens)), 1) for s in self.signatures], dtype=np.float64)
+        self._has_words = np.array([bool(s.tokens) for s in self.signatures])
+        self._bits = np.zeros((size, width), dtype=np.uint64)
+        for word, j in self._word.items():
+            worded = nodes.rows_with_word.get(word)
+            if worded:
+                self._bits[np.asarray(worded, dtype=np.int64), j // 64] |= np.uint64(1 << (j % 64))
+        self._bits_known = nodes.worded.copy()
+        """rows whose words were read into ``_bits`` (a node table filled later gains rows: read on first use)"""
+
+    def __len__(self) -> int:
+        return len(self.signatures)
+
+    def applies_to(self, query: str) -> bool:
+        """Whether ``query`` is one of the names and at least one other name is there to compare with."""
+        return query in self.index and len(self.signatures) >= 2
+
+    def features(self, table: CandidateTable) -> np.ndarray:
+        """One row of ``CONTEXT_FEATURES`` per candidate of ``table`` (built for one of the names)."""
+        if not self.applies_to(table.query):
+            raise ValueError(f"{table.query!r} has no library context: build it with the model fitted without one")
+        out = np.zeros((len(table), len(CONTEXT_FEATURES)), dtype=np.float64)
+        if not len(table):
+            return out
+        own = self.index[table.query]
+        others = np.array([i for i in range(len(self.signatures)) if i != own], dtype=np.int64)
+        nodes = self._nodes
+        rows = nodes.rows(np.asarray(table.ids, dtype=np.int64))
+        nodes.fill(rows)
+        cosine = self._cosine[:, rows]
+        own_cos, other_cos = cosine[own], cosine[others]
+        columns = self._category_column[nodes.own_category[rows]]
+        # a candidate without a category compares the floors (the last column holds them)
+        columns = np.where((nodes.own_category[rows] >= 0) & (columns >= 0), columns, -1)
+        category = self._category_best[:, columns]
+        category[:, columns < 0] = self._floor[:, None]
+        shares = self._path_shares(rows)
+        out[:, 0] = own_cos - other_cos.max(axis=0)
+        out[:, 1] = np.log1p((other_cos > own_cos).sum(axis=0))
+        out[:, 2] = category[own] - category[others].max(axis=0)
+        out[:, 3] = shares[:, own] - shares[:, others].max(axis=1)
+        return out
+
+    def _path_shares(self, rows: np.ndarray) -> np.ndarray:
+        """Per candidate row and name, the share of the name's words its own name or an ancestor's holds."""
+        nodes = self._nodes
+        chains = nodes.chain[rows]
+        valid = chains >= 0
+        on_chains = np.unique(chains[valid])
+        unknown = on_chains[~self._bits_known[on_chains]]
+        for row in unknown.tolist():  # filled after this context was made (a lazily filled node table)
+            for word in nodes.stats.tokens(int(nodes.ids[row])):
+                j = self._word.get(word)
+                if j is not None:
+                    self._bits[row, j // 64] |= np.uint64(1 << (j % 64))
+            self._bits_known[row] = True
+        path = np.bitwise_or.reduce(np.where(valid[..., None], self._bits[np.where(valid, chains, 0)], 0), axis=1)
+        held = np.bitwise_count(path[:, None, :] & self._masks[None, :, :]).sum(axis=-1)
+        return np.where(self._has_words, held / self._lengths, 0.0)
+
+
+def with_context_features(hierarchy: Hierarchy, examples: Sequence[Example]) -> list[Example]:
+    """Copies of the examples whose libraries have at least two distinct names, with the context columns
+    appended; each library's cohorts are each other's context (as a scored library's are when it is built).
+
+    Examples of a library with a single name are left out: they have no context to learn from.
+    """
+    by_library: dict[str, list[Example]] = {}
+    for ex in examples:
+        by_library.setdefault(ex.library_id, []).append(ex)
+    out: list[Example] = []
+    for members in by_library.values():
+        context = LibraryContext(hierarchy, [signature_of(ex.table) for ex in members])
+        if len(context) < 2:
+            continue
+        for ex in members:
+            out.append(replace(ex, features=np.hstack([ex.features, context.features(ex.table)])))
+    return out
+
+
+__all__ = [
+    "CONTEXT_FEATURES",
+    "LibraryContext",
+    "NameSignature",
+    "name_signature",
+    "signature_of",
+    "with_context_features",
+]
