@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
-import numpy as np
 from pydantic import BaseModel
 
 from phenoforge.config import ProgressCallback, no_progress
@@ -37,6 +36,7 @@ from phenoforge.methods.set_building import (
     FITTED_DENSE_WEIGHT,
     build_for,
     code_typed_as_query,
+    learned_inputs,
     library_context_of,
     make_setup,
     scored_group,
@@ -46,7 +46,6 @@ from phenoforge.methods.set_building import (
 from phenoforge.setbuild.api import FittedBuilders, build_set, candidate_table, robust_query
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
 from phenoforge.setbuild.context import LibraryContext
-from phenoforge.setbuild.learned import learned_features
 from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet
 from phenoforge.setbuild.transfer import TRANSFER_METHOD
 
@@ -127,11 +126,10 @@ def _build_at(
     table = candidate_table(context.hierarchy, query, bm25, dense, searched_as_of(query, searched), umbrellas, weight)
     probabilities = None
     chosen = fitted
-    if library_context is not None and fitted.context_model is not None and library_context.applies_to(query):
-        chosen = fitted.in_context()
-        if len(table):
-            matrix = learned_features(context.hierarchy, table, fitted.knowledge)
-            probabilities = fitted.context_model.probabilities(np.hstack([matrix, library_context.features(table)]))
+    if fitted.model is not None and len(table):
+        chosen, matrix = learned_inputs(context.hierarchy, table, fitted, library_context)
+        assert chosen.model is not None
+        probabilities = chosen.model.probabilities(matrix)
 
     def build(builder: str, fallback: BuiltSet | None = None) -> BuiltSet:
         return build_set(

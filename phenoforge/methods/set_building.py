@@ -467,24 +467,14 @@ def _learned_block(
     todo = [query for query in prepared if query not in done]
     if fitted.model is None:  # the adaptive cut-off answers (build_set says so)
         return {**done, **{query: _build(context, "learned", query, prepared[query], fitted) for query in todo}}
-    fitted.model.check_may_score(context.library_id or None, scored_group(context))
-    in_context = fitted.in_context()
-    groups: dict[bool, dict[str, np.ndarray]] = {False: {}, True: {}}
+    by_model: dict[int, tuple[FittedBuilders, dict[str, np.ndarray]]] = {}
     for query in todo:
-        table = prepared[query].table
-        if not len(table):
-            continue
-        matrix = learned_features(context.hierarchy, table, fitted.knowledge)
-        if library_context is not None and in_context is not fitted and library_context.applies_to(query):
-            groups[True][query] = np.hstack([matrix, library_context.features(table)])
-        else:
-            groups[False][query] = matrix
+        if len(prepared[query].table):
+            builders, matrix = learned_inputs(context.hierarchy, prepared[query].table, fitted, library_context)
+            by_model.setdefault(id(builders.model), (builders, {}))[1][query] = matrix
     predicted: dict[str, np.ndarray] = {}
     chosen: dict[str, FittedBuilders] = {}
-    for with_context, features in groups.items():
-        builders = in_context if with_context else fitted
-        if not features:
-            continue
+    for builders, features in by_model.values():
         assert builders.model is not None
         builders.model.check_may_score(context.library_id or None, scored_group(context))
         predicted.update(zip(features, predict_many(builders.model, list(features.values())), strict=True))
@@ -493,6 +483,17 @@ def _learned_block(
         builders = chosen.get(query, fitted)
         done[query] = _build(context, "learned", query, prepared[query], builders, predicted.get(query))
     return done
+
+
+def learned_inputs(
+    hierarchy: Hierarchy, table: CandidateTable, fitted: FittedBuilders, library_context: LibraryContext | None
+) -> tuple[FittedBuilders, np.ndarray]:
+    """The builders whose membership model answers ``table`` (the context model where ``library_context``
+    applies to its query) and the feature matrix that model reads."""
+    matrix = learned_features(hierarchy, table, fitted.knowledge)
+    if library_context is not None and fitted.context_model is not None and library_context.applies_to(table.query):
+        return fitted.in_context(), np.hstack([matrix, library_context.features(table)])
+    return fitted, matrix
 
 
 def _build(

@@ -222,6 +222,11 @@ def ranked_ids(hierarchy: Hierarchy, ranking: list[tuple[str, float]] | None) ->
     return _ranks(hierarchy, ranking)
 
 
+def dense_floor(dense: RankedIds) -> float:
+    """The cosine a candidate table gives a code outside its dense ranking: the ranking's lowest number."""
+    return _extreme(dense.scores, np.min)
+
+
 _ROW_IDS: dict[int, tuple[list[str], str, np.ndarray | None]] = {}
 _ROW_IDS_LOCK = threading.Lock()
 _ROW_ID_LISTS = 8
@@ -290,7 +295,7 @@ def build_candidates(
     )
     table.top_bm25 = _extreme(bm25.scores, np.max)
     table.top_dense = _extreme(dense.scores, np.max)
-    table.floor_dense = _extreme(dense.scores, np.min)
+    table.floor_dense = dense_floor(dense)
     shallow = [score for _code, score in (retrieval.dense or [])[:AGREEMENT_DEPTH]]
     table.agreement_floor_dense = min(shallow, default=0.0)
     table.top_fused = fused[0][1] if fused else 0.0

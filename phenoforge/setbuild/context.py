@@ -20,7 +20,7 @@ import numpy as np
 
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import tokenize
-from phenoforge.setbuild.candidates import CandidateTable, RankedIds, ranked_ids
+from phenoforge.setbuild.candidates import CandidateTable, RankedIds, dense_floor, ranked_ids
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import hierarchy_stats
 
@@ -64,14 +64,12 @@ def name_signature(
     """The signature of ``query`` from its dense ranking, without building its candidate table: equal to
     ``signature_of`` the table ``build_candidates`` would build from the same rankings."""
     ranked = dense_ids if dense_ids is not None else ranked_ids(hierarchy, dense)
-    scores = np.asarray(ranked.scores, dtype=np.float64)
-    finite = scores[~np.isnan(scores)]  # as the table's floor is read (a NaN is its code's own)
     return NameSignature(
         query=query,
         tokens=tuple(dict.fromkeys(tokenize(searched_as or query))),
         dense_ids=np.asarray(ranked.ids, dtype=np.int64),
-        dense_scores=scores,
-        floor=float(finite.min()) if len(finite) else 0.0,
+        dense_scores=np.asarray(ranked.scores, dtype=np.float64),
+        floor=dense_floor(ranked),
     )
 
 
@@ -152,11 +150,10 @@ class LibraryContext:
         nodes.fill(rows)
         cosine = self._cosine[:, rows]
         own_cos, other_cos = cosine[own], cosine[others]
-        columns = self._category_column[nodes.own_category[rows]]
-        # a candidate without a category compares the floors (the last column holds them)
-        columns = np.where((nodes.own_category[rows] >= 0) & (columns >= 0), columns, -1)
+        own_category = nodes.own_category[rows]
+        # a candidate without a category, or in one no name reached, compares the floors (the last column)
+        columns = np.where(own_category >= 0, self._category_column[own_category], -1)
         category = self._category_best[:, columns]
-        category[:, columns < 0] = self._floor[:, None]
         shares = self._path_shares(rows)
         out[:, 0] = own_cos - other_cos.max(axis=0)
         out[:, 1] = np.log1p((other_cos > own_cos).sum(axis=0))

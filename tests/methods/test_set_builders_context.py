@@ -8,29 +8,14 @@ import duckdb
 import pytest
 
 from phenoforge.engine.curated import load_library
-from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import set_building
-from phenoforge.methods.base import MethodContext
-from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import api
 from phenoforge.setbuild.context import CONTEXT_FEATURES
 from phenoforge.setbuild.learned import LeakageError
-from tests.methods.test_set_builders import ELIX_ID, HCC_ID, installed, small_models  # noqa: F401
+from tests.methods.test_set_builders import ELIX_ID, HCC_ID, _context, installed, small_models  # noqa: F401
 
 CONTEXT_NOTE = "other cohort names as context"
-
-
-def _context(con: duckdb.DuckDBPyConnection, library: Path) -> MethodContext:
-    loaded = load_library(library)
-    return MethodContext(
-        con=con,
-        hierarchy=get_hierarchy(con),
-        retrieval=Retrieval(con, None, 50),
-        library_id=loaded.library_id,
-        library_group=str(loaded.manifest.group or loaded.library_id),
-        library_path=str(library),
-    )
 
 
 def _learned(con: duckdb.DuckDBPyConnection, library: Path, cohort_ids: list[str]) -> dict[str, tuple]:
