@@ -307,7 +307,7 @@ def _classify(path: Path, state: CurrentState, names: set[str]) -> tuple[Entry, 
         if current:
             return kept("membership model", lock=lock)
         contents = _folder_names(path)
-        if contents is None or not contents <= {"model.pkl", "manifest.json"}:
+        if contents is None or not contents <= {"model.onnx", "model.pkl", "manifest.json"}:  # pkl: format 1
             return Entry(name, "membership model", 0, "holds files phenoforge does not write there: left alone"), (
                 "unknown"
             )

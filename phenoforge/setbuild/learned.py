@@ -10,10 +10,8 @@ features, vocabulary build, version, checksum) and reused until it is stale or c
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import pickle
 import shutil
 import threading
 from collections.abc import Sequence
@@ -39,14 +37,16 @@ from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES, KnowledgeView, top_match_note, transfer_features
+from phenoforge.setbuild.trees import TreeEnsemble, TreeFileError
 from phenoforge.storage import remove_stale_temporaries, sha256_file, temporary_sibling
 
-if TYPE_CHECKING:  # scikit-learn (with scipy, seconds to import) loads only when a model is fitted or read
+if TYPE_CHECKING:  # scikit-learn (with scipy and pandas, a second to import) loads only when a model is fitted
     from sklearn.ensemble import HistGradientBoostingClassifier
 
 METHOD = "learned"
-FORMAT_VERSION = 1
-MODEL_FILE = "model.pkl"
+FORMAT_VERSION = 2
+"""2: the fitted trees are stored as ONNX (:mod:`~phenoforge.setbuild.trees`), no longer pickled."""
+MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
 MIN_TRAINING_COHORTS = 8
 MIN_TRAINING_POSITIVES = 40
@@ -103,17 +103,17 @@ class ModelManifest(BaseModel):
 
 
 class MembershipModel:
-    """A fitted estimator with its manifest; ``probabilities`` reads the manifest's feature columns."""
+    """Fitted trees with their manifest; ``probabilities`` reads the manifest's feature columns."""
 
-    def __init__(self, manifest: ModelManifest, estimator: HistGradientBoostingClassifier) -> None:
+    def __init__(self, manifest: ModelManifest, trees: TreeEnsemble) -> None:
         self.manifest = manifest
-        self.estimator = estimator
+        self.trees = trees
         self._columns = [MATRIX_COLUMNS.index(name) for name in manifest.features]
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
         if not len(features):
             return np.zeros(0)
-        return _predict(self.estimator, features[:, self._columns])
+        return self.trees.probabilities(features[:, self._columns])
 
     def check_may_score(self, library_id: str | None, group: str | None) -> None:
         """Raise ``LeakageError`` when the library or its group was part of this model's training."""
@@ -158,6 +158,7 @@ _CONTROLLER: list[ThreadpoolController] = []
 
 
 def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.ndarray:
+    """scikit-learn's own prediction, for the out-of-fold fits only (a stored model predicts as trees)."""
     # one controller for the process (made once the estimator, hence OpenMP, is loaded): building one
     # per call scans every loaded library, which cost more than many cohorts' predictions
     if not _CONTROLLER:
@@ -303,7 +304,7 @@ def train_membership_model(
         sklearn_version=_sklearn_version(),
         trained_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    return MembershipModel(manifest, estimator)
+    return MembershipModel(manifest, TreeEnsemble.from_estimator(estimator))
 
 
 def build_learned(
@@ -379,9 +380,8 @@ def learned_features(hierarchy: Hierarchy, table: CandidateTable, knowledge: Kno
 
 
 def predict_many(model: MembershipModel, matrices: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """``[model.probabilities(m) for m in matrices]`` in one model call: scikit-learn's predictions cost
-    mostly per call (250 trees walked one after another), not per row, and each row's probability
-    does not depend on the rows predicted with it."""
+    """``[model.probabilities(m) for m in matrices]`` in one model call: a prediction costs mostly per
+    call, not per row, and each row's probability does not depend on the rows predicted with it."""
     sizes = [len(matrix) for matrix in matrices]
     if not sum(sizes):
         return [np.zeros(0) for _size in sizes]
@@ -421,7 +421,7 @@ def save_model(model: MembershipModel, directory: Path) -> Path:
     old = temporary_sibling(directory, "old")
     try:
         tmp.mkdir(parents=True)
-        (tmp / MODEL_FILE).write_bytes(pickle.dumps(model.estimator))
+        (tmp / MODEL_FILE).write_bytes(model.trees.data)
         model.manifest.sha256 = sha256_file(tmp / MODEL_FILE)
         (tmp / MANIFEST_FILE).write_text(model.manifest.model_dump_json(indent=1), encoding="utf-8")
         if directory.exists():
@@ -433,17 +433,17 @@ def save_model(model: MembershipModel, directory: Path) -> Path:
     return directory
 
 
-_ESTIMATORS: dict[tuple[str, int, int, str], object] = {}
-_ESTIMATORS_LOCK = threading.Lock()
-_KEPT_ESTIMATORS = 8
+_TREES: dict[tuple[str, int, int, str, int], TreeEnsemble] = {}
+_TREES_LOCK = threading.Lock()
+_KEPT_TREES = 8
 
 
-def _read_estimator(model_path: Path, sha256: str) -> object:
-    """The unpickled estimator of ``model_path``, checked against the manifest's checksum.
+def _read_trees(model_path: Path, sha256: str, width: int) -> TreeEnsemble:
+    """The stored trees of ``model_path``, checked against the manifest's checksum and feature count.
 
     Kept per process while the file is unchanged (same size and modification time, same checksum in the
     manifest): a benchmark reads one fitted bundle per scored library, and libraries of one group read
-    the same models (each read hashed and unpickled ~0.15 s). The estimator is only ever predicted with.
+    the same models.
     """
     try:
         stat = model_path.stat()
@@ -451,28 +451,26 @@ def _read_estimator(model_path: Path, sha256: str) -> object:
         raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)") from None
     except OSError as error:
         raise ModelError(f"{model_path}: cannot be read ({error.strerror or error})") from None
-    key = (str(model_path.resolve()), stat.st_size, stat.st_mtime_ns, sha256)
-    with _ESTIMATORS_LOCK:
-        known = _ESTIMATORS.get(key)
+    key = (str(model_path.resolve()), stat.st_size, stat.st_mtime_ns, sha256, width)
+    with _TREES_LOCK:
+        known = _TREES.get(key)
     if known is not None:
         return known
     try:
-        intact = model_path.is_file() and sha256_file(model_path) == sha256
+        data = model_path.read_bytes() if model_path.is_file() else b""
     except OSError as error:
         raise ModelError(f"{model_path}: cannot be read ({error.strerror or error})") from None
-    if not intact:
+    if not data or hashlib.sha256(data).hexdigest() != sha256:
         raise ModelError(f"{model_path}: missing or corrupt (checksum does not match the manifest)")
-    try:
-        estimator = _ModelUnpickler(io.BytesIO(model_path.read_bytes())).load()
-    except ModelError as error:
+    try:  # the checksum only says the manifest and the file agree: the file itself is checked too
+        trees = TreeEnsemble(data, width)
+    except TreeFileError as error:
         raise ModelError(f"{model_path}: {error}") from None
-    except Exception as error:  # an unreadable pickle is a corrupt model, whatever the exception
-        raise ModelError(f"{model_path}: cannot be read ({type(error).__name__})") from None
-    with _ESTIMATORS_LOCK:
-        if len(_ESTIMATORS) >= _KEPT_ESTIMATORS:
-            _ESTIMATORS.clear()
-        _ESTIMATORS[key] = estimator
-    return estimator
+    with _TREES_LOCK:
+        if len(_TREES) >= _KEPT_TREES:
+            _TREES.clear()
+        _TREES[key] = trees
+    return trees
 
 
 def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
@@ -497,53 +495,10 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
     unknown = [name for name in manifest.features if name not in MATRIX_COLUMNS]
     if unknown:
         raise ModelError(f"{directory}: the model uses features this version does not compute ({unknown[:3]})")
-    model_path = directory / manifest.model_file
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
-    estimator = _read_estimator(model_path, manifest.sha256)
-    if not isinstance(estimator, HistGradientBoostingClassifier):
-        raise ModelError(f"{model_path}: holds a {type(estimator).__name__}, not a membership model")
-    fitted_width = getattr(estimator, "n_features_in_", None)
-    if fitted_width != len(manifest.features):  # the checksum covers the pickle, not the manifest
-        raise ModelError(
-            f"{manifest_path}: lists {len(manifest.features)} features, "
-            f"the stored estimator was fitted on {fitted_width}"
-        )
-    return MembershipModel(manifest, estimator)
-
-
-_MODEL_GLOBALS = {
-    ("numpy", "dtype"),
-    ("numpy", "ndarray"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy.random._pcg64", "PCG64"),
-    ("numpy.random._pickle", "__bit_generator_ctor"),
-    ("numpy.random._pickle", "__generator_ctor"),
-    ("numpy.random.bit_generator", "SeedSequence"),
-    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
-    ("sklearn._loss._loss", "CyHalfBinomialLoss"),
-    ("sklearn._loss.link", "Interval"),
-    ("sklearn._loss.link", "LogitLink"),
-    ("sklearn._loss.loss", "HalfBinomialLoss"),
-    ("sklearn.ensemble._hist_gradient_boosting.binning", "_BinMapper"),
-    ("sklearn.ensemble._hist_gradient_boosting.gradient_boosting", "HistGradientBoostingClassifier"),
-    ("sklearn.ensemble._hist_gradient_boosting.predictor", "TreePredictor"),
-    ("sklearn.preprocessing._label", "LabelEncoder"),
-}
-"""Every global a pickled HistGradientBoostingClassifier refers to. The checksum only says the manifest
-and the pickle agree (anyone who can write data/models can re-sign a pickle), so unpickling may build
-nothing else: a pickle naming ``os.system`` is refused before it runs. Another scikit-learn's layout
-is refused too, and the model is retrained."""
-
-
-class _ModelUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> object:
-        if (module, name) not in _MODEL_GLOBALS:
-            raise ModelError(f"refers to {module}.{name}, which a membership model never holds")
-        return super().find_class(module, name)
+    if Path(manifest.model_file).name != manifest.model_file:
+        raise ModelError(f"{manifest_path}: names a model file outside its folder ({manifest.model_file!r})")
+    trees = _read_trees(directory / manifest.model_file, manifest.sha256, len(manifest.features))
+    return MembershipModel(manifest, trees)
 
 
 def ensure_model(

@@ -230,7 +230,7 @@ def test_a_fitted_bundle_is_reused_and_refitted_when_corrupt_or_stale(
     assert any(note.endswith("is corrupt: refitted") for note in refitted.notes)
     # the model file changed under the bundle: its checksum no longer matches, so it is refitted
     model_dir = next((libraries_dir().parent / "models").glob("membership-*"))
-    (model_dir / "model.pkl").write_bytes(b"tampered")
+    (model_dir / learned.MODEL_FILE).write_bytes(b"tampered")
     after = api.fit_builders(fixture_con, None, "elixhauser", libraries)
     assert not any(note.startswith("reused the builders") for note in after.notes)
     assert any("membership model is unusable" in note and "checksum" in note for note in after.notes)

@@ -15,6 +15,7 @@ from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import MethodContext, available_methods, set_building
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import learned
+from phenoforge.setbuild.trees import TreeEnsemble
 from tests.methods.test_set_builders import BUILDERS, ELIX_ID, HCC_ID, installed, small_models  # noqa: F401
 
 
@@ -106,7 +107,7 @@ def test_predict_many_equals_one_call_per_matrix() -> None:
     x = rng.normal(size=(300, columns))
     y = (x[:, 0] + 0.3 * rng.normal(size=300) > 0).astype(int)
     model = learned.MembershipModel.__new__(learned.MembershipModel)
-    model.estimator = learned._fit(x, y, np.ones(300))
+    model.trees = TreeEnsemble.from_estimator(learned._fit(x, y, np.ones(300)))
     model._columns = list(range(columns))
     matrices = [x[:7], np.zeros((0, columns)), x[7:8], x[8:120], np.zeros((0, columns))]
     expected = [model.probabilities(matrix) for matrix in matrices]

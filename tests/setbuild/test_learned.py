@@ -17,6 +17,7 @@ from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.evaluate import check_no_leakage, evaluate_library, training_examples
 from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.learned import (
+    MODEL_FILE,
     RECIPE,
     LeakageError,
     MembershipModel,
@@ -131,7 +132,7 @@ def test_corrupt_foreign_or_missing_models_are_refused_with_a_reason(
     directory = save_model(model, tmp_path / "m")
     with pytest.raises(ModelError, match="vocabulary build"):
         load_model(directory, "another-build")
-    (directory / "model.pkl").write_bytes(b"not a pickle")
+    (directory / MODEL_FILE).write_bytes(b"not a model")
     with pytest.raises(ModelError, match="corrupt"):
         load_model(directory, hierarchy.build_id)
     (directory / "manifest.json").write_text("{broken", encoding="utf-8")
@@ -149,7 +150,7 @@ def test_ensure_model_reuses_then_rebuilds_a_corrupt_or_stale_model(
     assert any(note.startswith("trained model") for note in notes)
     again, notes = ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
     assert any(note.startswith("reused model") for note in notes)
-    (directory / "model.pkl").write_bytes(b"garbage")
+    (directory / MODEL_FILE).write_bytes(b"garbage")
     rebuilt, notes = ensure_model(
         fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL
     )

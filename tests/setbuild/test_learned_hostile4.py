@@ -33,7 +33,7 @@ def test_a_code_kept_below_the_threshold_is_not_said_to_have_reached_it(
 ) -> None:
     """The drilldown's 'why' for the most probable code kept as a fallback must not read 'p 0.02 >= 0.05'."""
     unreachable = model.manifest.model_copy(update={"rule": "threshold", "threshold": 1.01})
-    strict = MembershipModel(unreachable, model.estimator)
+    strict = MembershipModel(unreachable, model.trees)
     table = build_candidates(hierarchy, Retrieval(query="Heart failure", bm25=[("I50", 5.0), ("I50.9", 4.0)]))
     built = build_learned(hierarchy, table, strict, scored_library_id="fixture-other", scored_group="fixture-other")
     assert built.fallback and built.codes
@@ -56,7 +56,7 @@ def test_what_a_killed_model_writer_left_is_removed_by_the_next_one(
     pid = _dead_pid()
     half_written = directory.parent / f".membership-x.{pid}.0123abcd.tmp"
     half_written.mkdir()
-    (half_written / "model.pkl").write_bytes(b"half a pickle")
+    (half_written / learned.MODEL_FILE).write_bytes(b"half a model")
     moved_aside = directory.parent / f".membership-x.{pid}.4567cdef.old"
     moved_aside.mkdir()
     live = directory.parent / f".membership-y.{os.getpid()}.89abcdef.tmp"  # a writer still running: kept
@@ -115,7 +115,7 @@ def test_two_writers_of_one_model_both_succeed_and_the_second_reuses_it(
 def test_a_manifest_whose_features_do_not_fit_the_stored_estimator_is_refused(
     fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example], tmp_path: Path
 ) -> None:
-    """The checksum covers the pickle, not the manifest: a manifest edited to list fewer features loaded,
+    """The checksum covers the model file, not the manifest: a manifest edited to list fewer features loaded,
     then every prediction raised ValueError (X has 19 features, expecting 20) out of the whole benchmark."""
     directory = tmp_path / "models" / "membership-x"
     ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
@@ -138,7 +138,7 @@ def test_a_manifest_whose_features_do_not_fit_the_stored_estimator_is_refused(
 
 
 class _RunsACommand:
-    """What a tampered model.pkl can hold: unpickling it calls ``os.system``."""
+    """What a tampered model file could hold if it were unpickled: unpickling it calls ``os.system``."""
 
     def __init__(self, marker: Path) -> None:
         self.marker = marker
@@ -147,21 +147,45 @@ class _RunsACommand:
         return os.system, (f"touch {self.marker}",)
 
 
+def _resign(directory: Path, data: bytes) -> None:
+    """Replace the model file and make the manifest's checksum agree, as anyone who can write data/ can."""
+    (directory / learned.MODEL_FILE).write_bytes(data)
+    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    manifest["sha256"] = learned.sha256_file(directory / learned.MODEL_FILE)
+    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
 def test_a_model_file_replaced_with_a_pickle_that_runs_code_is_refused_before_it_runs(
     model: MembershipModel, hierarchy: Hierarchy, tmp_path: Path
 ) -> None:
-    """The checksum only says the manifest and the pickle agree: whoever can write data/models (a shared
-    or copied data folder) can re-sign any pickle, and loading it ran their code."""
+    """The checksum only says the manifest and the file agree: whoever can write data/models (a shared
+    or copied data folder) can re-sign any file, and loading a pickled model ran their code."""
     directory = learned.save_model(model, tmp_path / "models" / "membership-x")
     marker = tmp_path / "ran"
-    (directory / "model.pkl").write_bytes(pickle.dumps(_RunsACommand(marker)))
-    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    manifest["sha256"] = learned.sha256_file(directory / "model.pkl")
-    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    with pytest.raises(ModelError, match="system"):
+    _resign(directory, pickle.dumps(_RunsACommand(marker)))
+    with pytest.raises(ModelError, match="not a readable tree ensemble"):
         learned.load_model(directory, hierarchy.build_id)
     assert not marker.exists()
     assert learned.load_model(learned.save_model(model, tmp_path / "models" / "again"), hierarchy.build_id)
+
+
+def test_a_model_file_replaced_with_trees_of_another_width_is_refused(
+    model: MembershipModel, hierarchy: Hierarchy, tmp_path: Path
+) -> None:
+    """Valid trees reading one feature fewer than the manifest lists would fail on every prediction."""
+    import numpy as np
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from phenoforge.setbuild.trees import ensemble_bytes
+
+    width = len(model.manifest.features) - 1
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(60, width))
+    narrow = HistGradientBoostingClassifier(max_iter=3).fit(rows, rows[:, 0] > 0)
+    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
+    _resign(directory, ensemble_bytes(narrow))
+    with pytest.raises(ModelError, match=f"read {width} features"):
+        learned.load_model(directory, hierarchy.build_id)
 
 
 def test_a_model_trained_on_the_same_cohorts_but_other_candidate_rows_is_retrained(
