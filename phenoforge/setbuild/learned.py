@@ -38,7 +38,7 @@ from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES, KnowledgeView, top_match_note, transfer_features
 from phenoforge.setbuild.trees import TreeEnsemble, TreeFileError
-from phenoforge.storage import remove_stale_temporaries, sha256_file, temporary_sibling
+from phenoforge.storage import remove_stale_temporaries, temporary_sibling
 
 if TYPE_CHECKING:  # scikit-learn (with scipy and pandas, a second to import) loads only when a model is fitted
     from sklearn.ensemble import HistGradientBoostingClassifier
@@ -422,7 +422,7 @@ def save_model(model: MembershipModel, directory: Path) -> Path:
     try:
         tmp.mkdir(parents=True)
         (tmp / MODEL_FILE).write_bytes(model.trees.data)
-        model.manifest.sha256 = sha256_file(tmp / MODEL_FILE)
+        model.manifest.sha256 = hashlib.sha256(model.trees.data).hexdigest()  # the bytes just written
         (tmp / MANIFEST_FILE).write_text(model.manifest.model_dump_json(indent=1), encoding="utf-8")
         if directory.exists():
             os.replace(directory, old)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import duckdb
@@ -9,6 +11,7 @@ import pytest
 
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
+from phenoforge.setbuild import learned
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.learned import MembershipModel, train_membership_model
 from tests.fixture_library import write_icd_library
@@ -27,6 +30,19 @@ TRAIN_COHORTS = {
     "femur": ("Fracture of neck of femur", ["S72.0"], True),
 }
 SMALL = {"min_cohorts": 3, "min_positives": 5}
+
+
+def resign_model(directory: Path, data: bytes, features: list[str] | None = None) -> None:
+    """Replace a stored model's file (and its features) and make the manifest's checksum agree, as anyone
+    who can write data/models can: the checksum only says the manifest and the file agree."""
+    (directory / learned.MODEL_FILE).write_bytes(data)
+    manifest = json.loads((directory / learned.MANIFEST_FILE).read_text(encoding="utf-8"))
+    manifest["sha256"] = hashlib.sha256(data).hexdigest()
+    if features is not None:
+        manifest["features"] = features
+    (directory / learned.MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
+
+
 """Training minimums the ten fixture cohorts can meet."""
 
 OTHER_COHORTS = {

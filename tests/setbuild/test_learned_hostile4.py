@@ -25,7 +25,7 @@ from phenoforge.setbuild.learned import (
     build_learned,
     ensure_model,
 )
-from tests.setbuild.conftest import SMALL
+from tests.setbuild.conftest import SMALL, resign_model
 
 
 def test_a_code_kept_below_the_threshold_is_not_said_to_have_reached_it(
@@ -147,14 +147,6 @@ class _RunsACommand:
         return os.system, (f"touch {self.marker}",)
 
 
-def _resign(directory: Path, data: bytes) -> None:
-    """Replace the model file and make the manifest's checksum agree, as anyone who can write data/ can."""
-    (directory / learned.MODEL_FILE).write_bytes(data)
-    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    manifest["sha256"] = learned.sha256_file(directory / learned.MODEL_FILE)
-    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-
-
 def test_a_model_file_replaced_with_a_pickle_that_runs_code_is_refused_before_it_runs(
     model: MembershipModel, hierarchy: Hierarchy, tmp_path: Path
 ) -> None:
@@ -162,7 +154,7 @@ def test_a_model_file_replaced_with_a_pickle_that_runs_code_is_refused_before_it
     or copied data folder) can re-sign any file, and loading a pickled model ran their code."""
     directory = learned.save_model(model, tmp_path / "models" / "membership-x")
     marker = tmp_path / "ran"
-    _resign(directory, pickle.dumps(_RunsACommand(marker)))
+    resign_model(directory, pickle.dumps(_RunsACommand(marker)))
     with pytest.raises(ModelError, match="not a readable tree ensemble"):
         learned.load_model(directory, hierarchy.build_id)
     assert not marker.exists()
@@ -183,7 +175,7 @@ def test_a_model_file_replaced_with_trees_of_another_width_is_refused(
     rows = rng.normal(size=(60, width))
     narrow = HistGradientBoostingClassifier(max_iter=3).fit(rows, rows[:, 0] > 0)
     directory = learned.save_model(model, tmp_path / "models" / "membership-x")
-    _resign(directory, ensemble_bytes(narrow))
+    resign_model(directory, ensemble_bytes(narrow))
     with pytest.raises(ModelError, match=f"read {width} features"):
         learned.load_model(directory, hierarchy.build_id)
 

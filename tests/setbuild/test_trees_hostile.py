@@ -5,7 +5,6 @@ refused, and a stored file that is not a membership tree ensemble must be refuse
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ from threadpoolctl import threadpool_limits
 from phenoforge.setbuild import learned
 from phenoforge.setbuild.learned import MATRIX_COLUMNS, MembershipModel, ModelError, ModelManifest
 from phenoforge.setbuild.trees import TreeEnsemble, TreeFileError, ensemble_bytes
+from tests.setbuild.conftest import resign_model
 
 BUILD = "hostile-build"
 
@@ -345,15 +345,6 @@ def _matrix(rows: np.ndarray) -> np.ndarray:
     return matrix
 
 
-def _resign(directory: Path, data: bytes, features: list[str] | None = None) -> None:
-    (directory / learned.MODEL_FILE).write_bytes(data)
-    manifest = json.loads((directory / learned.MANIFEST_FILE).read_text(encoding="utf-8"))
-    manifest["sha256"] = hashlib.sha256(data).hexdigest()
-    if features is not None:
-        manifest["features"] = features
-    (directory / learned.MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
-
-
 def _with_other_leaves(data: bytes) -> bytes:
     """The same trees with every leaf moved: another model, serialised to exactly as many bytes."""
     import onnx
@@ -389,7 +380,7 @@ def test_a_model_rewritten_with_the_same_size_and_mtime_is_not_served_from_the_c
     path = directory / learned.MODEL_FILE
     stat = path.stat()
     other = _with_other_leaves(model.trees.data)
-    _resign(directory, other)
+    resign_model(directory, other)
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
     second = learned.load_model(directory, BUILD)
@@ -435,7 +426,7 @@ def test_a_stored_file_that_is_not_one_probability_per_row_is_refused_on_load(tm
     four numbers per row: predict_many then handed each query the numbers of other rows."""
     model, _estimator = _model()
     directory = learned.save_model(model, tmp_path / "models" / "membership-x")
-    _resign(directory, _onnx("Identity", [None, 4], [None, 4]))
+    resign_model(directory, _onnx("Identity", [None, 4], [None, 4]))
     rows = _matrix(np.random.default_rng(22).normal(size=(10, 4)))
     try:
         loaded = learned.load_model(directory, BUILD)
@@ -449,7 +440,7 @@ def test_a_stored_file_with_a_scalar_input_is_refused_as_a_model_error(tmp_path:
     """ensure_model retrains on ModelError; an IndexError from the shape check ends the whole run instead."""
     model, _estimator = _model()
     directory = learned.save_model(model, tmp_path / "models" / "membership-x")
-    _resign(directory, _onnx("Identity", [], []))
+    resign_model(directory, _onnx("Identity", [], []))
     with pytest.raises(ModelError):
         learned.load_model(directory, BUILD)
 
@@ -466,7 +457,7 @@ def test_stored_trees_that_read_beyond_the_declared_width_are_refused_on_load(tm
     relabelled.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 4
     model, _estimator = _model(width=4)
     directory = learned.save_model(model, tmp_path / "models" / "membership-x")
-    _resign(directory, relabelled.SerializeToString())
+    resign_model(directory, relabelled.SerializeToString())
     rows = _matrix(np.random.default_rng(24).normal(size=(10, 4)))
     try:
         loaded = learned.load_model(directory, BUILD)
