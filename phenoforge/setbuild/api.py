@@ -113,6 +113,10 @@ class FittedBuilders:
             self.knowledge.check_excludes([group, library_group({"library_id": library_id}) if library_id else None])
 
 
+FIT_STAGES = 4
+"""Progress stages of a fit from scratch: parameters, membership model, context model, transfer threshold."""
+
+
 @collections_paused()
 def fit_builders(
     con: duckdb.DuckDBPyConnection,
@@ -164,6 +168,9 @@ def fit_builders(
     notes: list[str] = [f"not used for fitting: {problem}" for problem in broken]
     if unusable:
         notes.append(unusable)
+    # each stage takes from seconds to minutes: say which one runs, and for which held-out group
+    stage = f"set builders without {', '.join(held_out)}" if held_out else "set builders on every library"
+    progress(0, FIT_STAGES, f"{stage}: tuning the cut-off and subtree parameters")
     cutoff, subtree = _fit_params(con, hierarchy, examples, names, dense is not None, notes)
     model: MembershipModel | None = None
     context_model: MembershipModel | None = None
@@ -174,6 +181,7 @@ def fit_builders(
     context_directory = f"{model_name(names, MATRIX_COLUMNS, dense is not None)}-{examples_key}"
     try:
         # each training cohort sees the curated knowledge without its own group and without the held-out one
+        progress(1, FIT_STAGES, f"{stage}: the membership model")
         training = with_transfer_features(hierarchy, examples, knowledge, held_out)
         model, model_notes = ensure_model(
             con,
@@ -185,6 +193,7 @@ def fit_builders(
         )
         notes += model_notes
         try:
+            progress(2, FIT_STAGES, f"{stage}: the library-context model")
             # each training library's cohorts are each other's context, as a scored library's are
             context_model, model_notes = ensure_model(
                 con,
@@ -201,10 +210,12 @@ def fit_builders(
         notes.append(f"learned builder falls back to the adaptive cut-off: {error}")
     # the fallback while tuning is the adaptive cut-off (tuned on these same cohorts, so transfer must beat
     # an in-sample rival): the learned model's own predictions on its training cohorts would be in-sample too
+    progress(3, FIT_STAGES, f"{stage}: the curated-transfer threshold")
     transfer = tune_transfer(
         con, hierarchy, examples, knowledge, held_out, lambda ex: build_cutoff(hierarchy, ex.table, cutoff).code_list
     )
     notes.append(f"curated_transfer: min name similarity {transfer.min_similarity:.2f} ({transfer.chosen_on})")
+    progress(FIT_STAGES, FIT_STAGES, f"{stage}: fitted")
     fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes, view, transfer, context_model)
     _save_fitted(signature, fitted, model_directory, context_directory)
     return fitted

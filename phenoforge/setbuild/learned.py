@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from phenoforge.config import data_dir
@@ -54,6 +54,11 @@ THRESHOLDS = (0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
 SIZE_FACTORS = (0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
 """``expected_size`` keeps the top round(factor * sum of probabilities): probabilities of codes in
 long curated lists come out low, so the best factor is often above 1 (chosen out of fold)."""
+RULES = ("threshold", "expected_size", "expected_f1")
+"""How a model's probabilities become a list (chosen out of fold, recorded in the manifest)."""
+F1_FACTORS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+"""``expected_f1`` keeps the top k that maximises the expected F1 ``2 * sum(p[:k]) / (k + factor * sum(p))``:
+the size follows how the probabilities fall off, not only their sum (factor chosen out of fold)."""
 ALL_FEATURE_NAMES: list[str] = [*FEATURE_NAMES, *TRANSFER_FEATURES]
 """Candidate features (query, rankings, hierarchy) then the cross-library curated evidence
 (:mod:`~phenoforge.setbuild.transfer`), in the column order of an example's feature matrix."""
@@ -61,7 +66,7 @@ MATRIX_COLUMNS: list[str] = [*ALL_FEATURE_NAMES, *CONTEXT_FEATURES]
 """Every column a feature matrix may hold: ``ALL_FEATURE_NAMES``, then the library context
 (:mod:`~phenoforge.setbuild.context`) when the query is built with its library's other names. A model
 fitted without the context reads a prefix, so it answers either matrix."""
-RECIPE = "3"
+RECIPE = "4"
 """Bumped whenever training changes (estimator, rule grid, stacking): a stored model of an older
 recipe is then retrained instead of reused."""
 
@@ -92,7 +97,10 @@ class ModelManifest(BaseModel):
         default="", description="sha1 of what the model was fitted on (see training_digest); empty before it existed"
     )
     features: list[str]
-    rule: str = Field(description="'threshold' (p >= threshold) or 'expected_size' (top round(sum p))")
+    rule: str = Field(
+        description="'threshold' (p >= threshold), 'expected_size' (top round(sum p)) or 'expected_f1' "
+        "(the top k of most expected F1)"
+    )
     threshold: float
     threshold_chosen_on: str
     n_rows: int
@@ -100,6 +108,14 @@ class ModelManifest(BaseModel):
     estimator: str
     sklearn_version: str
     trained_at: str
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, rule: str) -> str:
+        # a misspelt rule in a hand-edited manifest would otherwise be read as a threshold
+        if rule not in RULES:
+            raise ValueError(f"unknown selection rule {rule!r}: one of {', '.join(RULES)}")
+        return rule
 
 
 class MembershipModel:
@@ -208,15 +224,25 @@ def _stack(examples: Sequence[Example], columns: list[int]) -> tuple[np.ndarray,
 
 
 def select(probabilities: np.ndarray, rule: str, threshold: float) -> np.ndarray:
-    """Indices of kept candidates, most probable first; never empty when there are candidates."""
+    """Indices of kept candidates, most probable first; never empty when there are candidates.
+
+    A NaN probability ranks last and counts as 0 in a list size, as a value outside [0, 1] counts as the
+    nearest bound: one bad value does not change which of the others are kept.
+    """
+    if rule not in RULES:
+        raise ValueError(f"unknown selection rule {rule!r}: one of {', '.join(RULES)}")
     if not len(probabilities):
         return np.zeros(0, dtype=np.int64)
     order = np.argsort(-probabilities, kind="stable")
+    if rule == "threshold":
+        kept = order[probabilities[order] >= threshold]
+        return kept if len(kept) else order[:1]
+    ranked = np.clip(np.nan_to_num(probabilities[order], nan=0.0), 0.0, 1.0)
     if rule == "expected_size":
-        size = max(1, round(float(probabilities.sum()) * threshold))
-        return order[:size]
-    kept = order[probabilities[order] >= threshold]
-    return kept if len(kept) else order[:1]
+        size = float(ranked.sum()) * threshold
+        return order[: max(1, round(size))] if np.isfinite(size) else order[:1]
+    expected_f1 = 2 * np.cumsum(ranked) / (np.arange(1, len(ranked) + 1) + threshold * float(ranked.sum()))
+    return order[: int(np.argmax(expected_f1)) + 1]
 
 
 def _choose_rule(
@@ -225,6 +251,7 @@ def _choose_rule(
     cases = [(ex.cohort_id, ex.cohort_name, ex.truth) for ex in examples]
     best: tuple[float, str, float] | None = None
     options = [("threshold", t) for t in THRESHOLDS] + [("expected_size", f) for f in SIZE_FACTORS]
+    options += [("expected_f1", f) for f in F1_FACTORS]
     for rule, value in options:
         hier, f1 = mean_objective(
             con,
@@ -252,6 +279,8 @@ def train_membership_model(
     A given ``rule`` (e.g. the full model's, for an ablation) skips the out-of-fold fits.
     ``features`` defaults to every column the examples carry (see :func:`default_features`).
     """
+    if rule is not None and rule[0] not in RULES:
+        raise ValueError(f"unknown selection rule {rule[0]!r}: one of {', '.join(RULES)}")
     features = default_features(examples) if features is None else features
     usable = [ex for ex in examples if len(ex.table)]
     n_positive = int(sum(ex.labels.sum() for ex in usable))
@@ -260,6 +289,12 @@ def train_membership_model(
             f"{len(usable)} usable cohorts with {n_positive} retrieved curated codes: a membership model "
             f"needs at least {min_cohorts} cohorts and {min_positives} codes; add libraries "
             "(`python -m phenoforge build`) or use the adaptive cut-off"
+        )
+    n_rows = sum(len(ex.table) for ex in usable)
+    if n_positive == n_rows:
+        raise TrainingDataTooSmall(
+            f"all {n_rows} candidates of the {len(usable)} usable cohorts are curated codes: a membership model "
+            "needs candidates outside the curated lists to learn what to leave out; use the adaptive cut-off"
         )
     columns = [MATRIX_COLUMNS.index(name) for name in features]
     groups = sorted({ex.group for ex in usable})
@@ -356,6 +391,8 @@ def build_learned(
             why = f"membership probability {p:.2f} >= {model.manifest.threshold:.2f}"
         elif rule == "threshold":
             why = f"membership probability {p:.2f}, below {model.manifest.threshold:.2f}: kept as the most probable"
+        elif rule == "expected_f1":
+            why = f"membership probability {p:.2f}, within the top {len(kept)} (the cut of most expected F1)"
         else:
             why = f"membership probability {p:.2f}, within the expected list size"
         if match is not None and in_match[j]:
@@ -483,7 +520,11 @@ def load_model(directory: Path, vocabulary_build_id: str) -> MembershipModel:
         raise ModelError(f"{manifest_path}: no stored model") from None
     except OSError as error:  # data/models is a file, or not readable
         raise ModelError(f"{manifest_path}: cannot be read ({error.strerror or error})") from None
-    except (ValidationError, UnicodeDecodeError, ValueError) as error:
+    except ValidationError as error:  # name the field and what is wrong with it, not only the error count
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "manifest"
+        raise ModelError(f"{manifest_path}: corrupt model manifest ({where}: {first['msg']})") from None
+    except (UnicodeDecodeError, ValueError) as error:
         raise ModelError(f"{manifest_path}: corrupt model manifest ({str(error).splitlines()[0]})") from None
     if manifest.format_version != FORMAT_VERSION:
         raise ModelError(f"{directory}: model format {manifest.format_version}, this version reads {FORMAT_VERSION}")

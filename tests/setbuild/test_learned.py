@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -179,6 +180,44 @@ def test_select_never_returns_an_empty_list_when_there_are_candidates() -> None:
     assert select(probabilities, "threshold", 0.08).tolist() == [2, 0]
     assert select(probabilities, "expected_size", 1.0).tolist() == [2]
     assert select(np.zeros(0), "threshold", 0.5).tolist() == []
+    assert select(probabilities, "expected_f1", 1.0).tolist() == [2]
+
+
+def test_expected_f1_keeps_the_top_k_of_most_expected_f1() -> None:
+    # sum p = 2.4; a code joins while its p exceeds sum(p[:k]) / (k + factor * 2.4): 0.3 < 1.8 / 4.4
+    probabilities = np.array([0.3, 0.9, 0.3, 0.9])
+    assert select(probabilities, "expected_f1", 1.0).tolist() == [1, 3]
+    # a larger factor (more true codes than the probabilities say): 0.3 > 1.8 / 9.2 and 0.3 > 2.1 / 10.2
+    assert select(probabilities, "expected_f1", 3.0).tolist() == [1, 3, 0, 2]
+
+
+def test_a_model_with_the_expected_f1_rule_keeps_that_cut_and_says_so(
+    model: MembershipModel, hierarchy: Hierarchy
+) -> None:
+    manifest = model.manifest.model_copy(update={"rule": "expected_f1", "threshold": 1.0})
+    table = build_candidates(
+        hierarchy, Retrieval(query="Heart failure", bm25=[("I50", 5.0), ("I50.9", 4.0), ("J45", 1.0)])
+    )
+    probabilities = np.linspace(0.9, 0.05, len(table))
+    built = build_learned(
+        hierarchy, table, MembershipModel(manifest, model.trees), scored_library_id="x", probabilities=probabilities
+    )
+    kept = select(probabilities, "expected_f1", 1.0)
+    assert 0 < len(kept) < len(table)
+    assert all(
+        f"within the top {len(kept)} (the cut of most expected F1)" in item.provenance.rule for item in built.codes
+    )
+    assert not built.fallback
+
+
+def test_training_where_every_candidate_is_curated_says_so_instead_of_failing_in_the_fit(
+    fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
+) -> None:
+    everything_curated = [
+        dataclasses.replace(ex, labels=np.ones(len(ex.table), dtype=np.int8)) for ex in train_examples
+    ]
+    with pytest.raises(TrainingDataTooSmall, match="are curated codes"):
+        train_membership_model(fixture_con, hierarchy, everything_curated, with_dense=False, **SMALL)
 
 
 def test_a_model_of_an_older_training_recipe_is_retrained_not_reused(

@@ -106,8 +106,25 @@ def test_fit_builders_holds_out_the_scored_group_and_build_set_enforces_it(
 ) -> None:
     monkeypatch.setattr("phenoforge.setbuild.api.is_training_library", lambda manifest: True)
     libraries = [load_library(libraries_root / "train"), load_library(libraries_root / "other")]
-    fitted = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)
+    reported: list[tuple[int, int, str]] = []
+    fitted = fit_builders(
+        fixture_con,
+        None,
+        held_out_group="fixture-other",
+        libraries=libraries,
+        progress=lambda done, total, message: reported.append((done, total, message)),
+    )
     assert fitted.training_libraries == ["fixture-train"]
+    # a fit from scratch says which stage runs (each can take minutes on the bundled libraries)
+    stages = [(done, total, message) for done, total, message in reported if message.startswith("set builders")]
+    # the library-context stage (2) runs only when the membership model could be trained
+    assert [(done, total) for done, total, _ in stages] in (
+        [(0, 4), (1, 4), (3, 4), (4, 4)],
+        [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)],
+    )
+    assert (2, 4) not in [(done, total) for done, total, _ in stages] or fitted.model is not None
+    assert all(message.startswith("set builders without fixture-other:") for _, _, message in stages)
+    assert "membership model" in stages[1][2] and stages[-1][2].endswith("fitted")
     assert fitted.cutoff.trained_on == ["fixture-train"] and fitted.subtree.trained_on == ["fixture-train"]
     ranking = [("J45.90", 3.0), ("J45.909", 2.0)]
     built = build_set(
