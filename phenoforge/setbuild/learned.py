@@ -56,6 +56,15 @@ SIZE_FACTORS = (0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0)
 long curated lists come out low, so the best factor is often above 1 (chosen out of fold)."""
 RULES = ("threshold", "expected_size", "expected_f1")
 """How a model's probabilities become a list (chosen out of fold, recorded in the manifest)."""
+
+
+def known_rule(rule: str) -> str:
+    """``rule`` itself, or ``ValueError``: a misspelt rule would otherwise be read as a threshold."""
+    if rule not in RULES:
+        raise ValueError(f"unknown selection rule {rule!r}: one of {', '.join(RULES)}")
+    return rule
+
+
 F1_FACTORS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 """``expected_f1`` keeps the top k that maximises the expected F1 ``2 * sum(p[:k]) / (k + factor * sum(p))``:
 the size follows how the probabilities fall off, not only their sum (factor chosen out of fold)."""
@@ -112,10 +121,7 @@ class ModelManifest(BaseModel):
     @field_validator("rule")
     @classmethod
     def _known_rule(cls, rule: str) -> str:
-        # a misspelt rule in a hand-edited manifest would otherwise be read as a threshold
-        if rule not in RULES:
-            raise ValueError(f"unknown selection rule {rule!r}: one of {', '.join(RULES)}")
-        return rule
+        return known_rule(rule)  # a hand-edited manifest's misspelt rule makes the model unusable
 
 
 class MembershipModel:
@@ -229,8 +235,7 @@ def select(probabilities: np.ndarray, rule: str, threshold: float) -> np.ndarray
     A NaN probability ranks last and counts as 0 in a list size, as a value outside [0, 1] counts as the
     nearest bound: one bad value does not change which of the others are kept.
     """
-    if rule not in RULES:
-        raise ValueError(f"unknown selection rule {rule!r}: one of {', '.join(RULES)}")
+    known_rule(rule)
     if not len(probabilities):
         return np.zeros(0, dtype=np.int64)
     order = np.argsort(-probabilities, kind="stable")
@@ -279,8 +284,8 @@ def train_membership_model(
     A given ``rule`` (e.g. the full model's, for an ablation) skips the out-of-fold fits.
     ``features`` defaults to every column the examples carry (see :func:`default_features`).
     """
-    if rule is not None and rule[0] not in RULES:
-        raise ValueError(f"unknown selection rule {rule[0]!r}: one of {', '.join(RULES)}")
+    if rule is not None:
+        known_rule(rule[0])
     features = default_features(examples) if features is None else features
     usable = [ex for ex in examples if len(ex.table)]
     n_positive = int(sum(ex.labels.sum() for ex in usable))

@@ -43,7 +43,7 @@ from phenoforge.setbuild.learned import (
     select,
     train_membership_model,
 )
-from tests.setbuild.conftest import SMALL
+from tests.setbuild.conftest import SMALL, all_curated
 
 # -- helpers -------------------------------------------------------------------------------------
 
@@ -445,15 +445,11 @@ def _emptied(ex: Example, hierarchy: Hierarchy) -> Example:
     )
 
 
-def _all_curated(ex: Example) -> Example:
-    return dataclasses.replace(ex, labels=np.ones(len(ex.table), dtype=np.int8))
-
-
 def test_all_curated_cohorts_beside_empty_tables_are_refused_with_the_right_counts(
     fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
 ) -> None:
     # every other cohort has no candidates: they are not usable, and add no negatives either
-    mixed = [_all_curated(ex) if i % 2 else _emptied(ex, hierarchy) for i, ex in enumerate(train_examples)]
+    mixed = [all_curated(ex) if i % 2 else _emptied(ex, hierarchy) for i, ex in enumerate(train_examples)]
     usable = [ex for ex in mixed if len(ex.table)]
     rows = sum(len(ex.table) for ex in usable)
     assert len(usable) >= SMALL["min_cohorts"] and rows >= SMALL["min_positives"]
@@ -464,7 +460,7 @@ def test_all_curated_cohorts_beside_empty_tables_are_refused_with_the_right_coun
 def test_too_few_usable_cohorts_is_said_before_all_curated(
     fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
 ) -> None:
-    mixed = [_all_curated(ex) if i < 2 else _emptied(ex, hierarchy) for i, ex in enumerate(train_examples)]
+    mixed = [all_curated(ex) if i < 2 else _emptied(ex, hierarchy) for i, ex in enumerate(train_examples)]
     with pytest.raises(TrainingDataTooSmall, match="needs at least 3 cohorts"):
         train_membership_model(fixture_con, hierarchy, mixed, with_dense=False, **SMALL)
 
@@ -472,14 +468,14 @@ def test_too_few_usable_cohorts_is_said_before_all_curated(
 def test_a_single_candidate_outside_the_curated_lists_is_enough_to_train(
     fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
 ) -> None:
-    examples = [_all_curated(ex) for ex in train_examples] + [_emptied(train_examples[0], hierarchy)]
+    examples = [all_curated(ex) for ex in train_examples] + [_emptied(train_examples[0], hierarchy)]
     first = examples[0]
     labels = first.labels.copy()
     labels[-1] = 0
     examples[0] = dataclasses.replace(first, labels=labels)
     fitted = train_membership_model(fixture_con, hierarchy, examples, with_dense=False, **SMALL)
     assert fitted.manifest.n_rows - fitted.manifest.n_positive == 1
-    assert fitted.manifest.rule in ("threshold", "expected_size", "expected_f1")
+    assert fitted.manifest.rule in learned.RULES
 
 
 def test_ensure_model_stores_nothing_when_every_candidate_is_curated(
@@ -490,7 +486,7 @@ def test_ensure_model_stores_nothing_when_every_candidate_is_curated(
         ensure_model(
             fixture_con,
             hierarchy,
-            [_all_curated(ex) for ex in train_examples],
+            [all_curated(ex) for ex in train_examples],
             with_dense=False,
             directory=directory,
             **SMALL,
@@ -605,10 +601,10 @@ def test_an_all_curated_training_set_falls_back_and_skips_the_context_stage(
 ) -> None:
     real = api_module.with_transfer_features
 
-    def all_curated(*args: object, **kwargs: object) -> list[Example]:
-        return [_all_curated(ex) for ex in real(*args, **kwargs)]  # type: ignore[arg-type]
+    def transfer_then_all_curated(*args: object, **kwargs: object) -> list[Example]:
+        return [all_curated(ex) for ex in real(*args, **kwargs)]  # type: ignore[arg-type]
 
-    monkeypatch.setattr(api_module, "with_transfer_features", all_curated)
+    monkeypatch.setattr(api_module, "with_transfer_features", transfer_then_all_curated)
     reported: list[tuple[int, int, str]] = []
     fitted = fit_builders(
         fixture_con, None, "fixture-other", fixture_libraries, progress=lambda *entry: reported.append(entry)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -31,7 +30,7 @@ from phenoforge.setbuild.learned import (
     select,
     train_membership_model,
 )
-from tests.setbuild.conftest import SMALL
+from tests.setbuild.conftest import SMALL, all_curated
 
 
 def test_the_manifest_records_what_the_model_was_trained_on(
@@ -213,9 +212,7 @@ def test_a_model_with_the_expected_f1_rule_keeps_that_cut_and_says_so(
 def test_training_where_every_candidate_is_curated_says_so_instead_of_failing_in_the_fit(
     fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
 ) -> None:
-    everything_curated = [
-        dataclasses.replace(ex, labels=np.ones(len(ex.table), dtype=np.int8)) for ex in train_examples
-    ]
+    everything_curated = [all_curated(ex) for ex in train_examples]
     with pytest.raises(TrainingDataTooSmall, match="are curated codes"):
         train_membership_model(fixture_con, hierarchy, everything_curated, with_dense=False, **SMALL)
 
