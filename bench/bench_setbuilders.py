@@ -203,7 +203,7 @@ def main() -> None:
         return
     print()
     print("Ablation of the learned builder: out-of-sample hierarchical / exact F1 without each feature family")
-    print("(development libraries; each ablated model keeps the full model's out-of-fold selection rule)")
+    print("(development libraries; each ablated model keeps the full model's out-of-fold selection rule and variant)")
     reports = [r for r in reports if r.library_id in development and r.learned_rule is not None]
     base = {r.library_id: (r.hierarchical.get("learned"), r.exact_f1.get("learned")) for r in reports}
     print(f"{'without':<14}" + "".join(f"{r.library_id:>30}" for r in reports))
@@ -223,6 +223,7 @@ def main() -> None:
                 with_dense=dense is not None,
                 rule=report.learned_rule,
                 knowledge=knowledge,
+                variant=report.learned_variant,
             )
             h, f = ablated.hierarchical.get("learned", float("nan")), ablated.exact_f1.get("learned", float("nan"))
             bh, bf = base[report.library_id]

@@ -65,6 +65,7 @@ class LibraryScores:
     trained_on: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     learned_rule: tuple[str, float] | None = None
+    learned_variant: str | None = None
     fit_seconds: dict[str, float] = field(default_factory=dict)
     """time to fit (or load, when a stored model was reused) each fitted piece"""
 
@@ -104,10 +105,12 @@ def evaluate_library(
     with_dense: bool = True,
     rule: tuple[str, float] | None = None,
     knowledge: CuratedKnowledge | None = None,
+    variant: str | None = None,
 ) -> LibraryScores:
     """Out-of-sample scores of each method on one library (fitted on ``training`` libraries of other groups).
 
-    ``rule`` fixes the learned model's selection rule instead of choosing it out of fold (ablations).
+    ``rule`` and ``variant`` fix the learned model's selection rule and model variant instead of choosing
+    them out of fold (ablations).
     ``knowledge`` adds the cross-library curated evidence: the scored cohorts see it without their
     own group; each training cohort without its own group and without the scored group.
     """
@@ -153,20 +156,24 @@ def evaluate_library(
         if knowledge is not None:
             key = f"{knowledge.digest}-{group}".encode()
             directory = models_dir() / (
-                f"{model_name(trained_on, features, with_dense, rule)}-k{hashlib.sha1(key).hexdigest()[:10]}"
+                f"{model_name(trained_on, features, with_dense, rule, variant)}-k{hashlib.sha1(key).hexdigest()[:10]}"
             )
         try:
-            model, notes = ensure_model(con, hierarchy, train, features, with_dense, directory, rule=rule)
+            model, notes = ensure_model(
+                con, hierarchy, train, features, with_dense, directory, rule=rule, variant=variant
+            )
         except TrainingDataTooSmall as error:
             out.notes.append(f"learned: not scored, {error}")
             return out
         out.fit_seconds["learned"] = time.perf_counter() - started
         out.notes += [f"learned: {note}" for note in notes]
         out.notes.append(
-            f"learned: rule {model.manifest.rule} {model.manifest.threshold} ({model.manifest.threshold_chosen_on})"
+            f"learned: rule {model.manifest.rule} {model.manifest.threshold}, {model.manifest.variant} trees "
+            f"({model.manifest.threshold_chosen_on})"
         )
         out.trained_on["learned"] = list(model.manifest.training_libraries)
         out.learned_rule = (model.manifest.rule, model.manifest.threshold)
+        out.learned_variant = model.manifest.variant
         view = knowledge.view([group]) if knowledge is not None else None
         if view is not None:
             out.notes.append(f"learned: curated knowledge from groups {', '.join(view.groups) or 'none'}")

@@ -75,7 +75,7 @@ MATRIX_COLUMNS: list[str] = [*ALL_FEATURE_NAMES, *CONTEXT_FEATURES]
 """Every column a feature matrix may hold: ``ALL_FEATURE_NAMES``, then the library context
 (:mod:`~phenoforge.setbuild.context`) when the query is built with its library's other names. A model
 fitted without the context reads a prefix, so it answers either matrix."""
-RECIPE = "4"
+RECIPE = "5"
 """Bumped whenever training changes (estimator, rule grid, stacking): a stored model of an older
 recipe is then retrained instead of reused."""
 
@@ -112,6 +112,15 @@ class ModelManifest(BaseModel):
     )
     threshold: float
     threshold_chosen_on: str
+    variant: str = Field(
+        default="free",
+        description="'free' (unconstrained trees) or 'monotone' (MONOTONE_EVIDENCE never lowers a probability), "
+        "chosen out of fold with the rule",
+    )
+    variants_compared: list[str] = Field(
+        default_factory=list,
+        description="the variants whose out-of-fold objectives were compared (empty: the caller gave the rule)",
+    )
     n_rows: int
     n_positive: int
     estimator: str
@@ -122,6 +131,11 @@ class ModelManifest(BaseModel):
     @classmethod
     def _known_rule(cls, rule: str) -> str:
         return known_rule(rule)  # a hand-edited manifest's misspelt rule makes the model unusable
+
+    @field_validator("variant")
+    @classmethod
+    def _known_variant(cls, variant: str) -> str:
+        return known_variant(variant)
 
 
 class MembershipModel:
@@ -151,10 +165,44 @@ class MembershipModel:
             )
 
 
-def _estimator() -> HistGradientBoostingClassifier:
+MONOTONE_EVIDENCE: dict[str, int] = {
+    "bm25_rel": 1,
+    "dense_rel": 1,
+    "fused_rel": 1,
+    "dense_cos": 1,
+    "is_hit": 1,
+    "lex_self": 1,
+    "bm25_rank": -1,
+    "dense_rank": -1,
+    "fused_rank": -1,
+    "tr_in_top": 1,
+    "tr_best_sim": 1,
+    "tr_n_match": 1,
+}
+"""Evidence that never lowers a code's probability when it grows (ranks: when they fall), for the
+``monotone`` variant; fixed before any score was seen."""
+VARIANTS = ("free", "monotone")
+
+
+def known_variant(variant: str) -> str:
+    """``variant`` itself, or ``ValueError`` naming the variants there are."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown model variant {variant!r}: one of {', '.join(VARIANTS)}")
+    return variant
+
+
+def monotone_constraints(features: Sequence[str], variant: str) -> list[int] | None:
+    """Per column +1/-1/0 for the ``monotone`` variant; ``None`` (unconstrained) for ``free``."""
+    if known_variant(variant) == "free":
+        return None
+    return [MONOTONE_EVIDENCE.get(name, 0) for name in features]
+
+
+def _estimator(monotonic_cst: list[int] | None = None) -> HistGradientBoostingClassifier:
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     return HistGradientBoostingClassifier(
+        monotonic_cst=monotonic_cst,
         max_iter=250,
         learning_rate=0.06,
         max_leaf_nodes=31,
@@ -170,10 +218,12 @@ def _sklearn_version() -> str:
     return str(sklearn.__version__)
 
 
-def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> HistGradientBoostingClassifier:
+def _fit(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, monotonic_cst: list[int] | None = None
+) -> HistGradientBoostingClassifier:
     # one thread: OpenMP workers spin against each other on a shared, busy machine (measured 100x slower)
     with threadpool_limits(limits=1):
-        return _estimator().fit(x, y, sample_weight=w)
+        return _estimator(monotonic_cst).fit(x, y, sample_weight=w)
 
 
 _CONTROLLER: list[ThreadpoolController] = []
@@ -252,7 +302,9 @@ def select(probabilities: np.ndarray, rule: str, threshold: float) -> np.ndarray
 
 def _choose_rule(
     con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, examples: Sequence[Example], oof: list[np.ndarray]
-) -> tuple[str, float]:
+) -> tuple[float, str, float]:
+    """The (objective, rule, value) of the best rule on out-of-fold probabilities; objective = mean of
+    hierarchical score and exact F1."""
     cases = [(ex.cohort_id, ex.cohort_name, ex.truth) for ex in examples]
     best: tuple[float, str, float] | None = None
     options = [("threshold", t) for t in THRESHOLDS] + [("expected_size", f) for f in SIZE_FACTORS]
@@ -266,7 +318,7 @@ def _choose_rule(
         if best is None or (hier + f1) / 2 > best[0]:
             best = ((hier + f1) / 2, rule, value)
     assert best is not None
-    return best[1], best[2]
+    return best
 
 
 def train_membership_model(
@@ -278,14 +330,20 @@ def train_membership_model(
     min_cohorts: int = MIN_TRAINING_COHORTS,
     min_positives: int = MIN_TRAINING_POSITIVES,
     rule: tuple[str, float] | None = None,
+    variant: str | None = None,
 ) -> MembershipModel:
-    """Fit on ``examples`` (other libraries than the ones to score); choose the rule out of fold.
+    """Fit on ``examples`` (other libraries than the ones to score); choose the rule and variant out of fold.
 
-    A given ``rule`` (e.g. the full model's, for an ablation) skips the out-of-fold fits.
+    The variant (unconstrained trees, or monotone in the retrieval and curated evidence) and the rule
+    are chosen together, by the same out-of-fold objective. A given ``rule`` (e.g. the full model's,
+    for an ablation) skips the out-of-fold fits and uses ``variant`` (``free`` when not given); a given
+    ``variant`` alone restricts the choice to it.
     ``features`` defaults to every column the examples carry (see :func:`default_features`).
     """
     if rule is not None:
         known_rule(rule[0])
+    if variant is not None:
+        known_variant(variant)
     features = default_features(examples) if features is None else features
     usable = [ex for ex in examples if len(ex.table)]
     n_positive = int(sum(ex.labels.sum() for ex in usable))
@@ -313,18 +371,35 @@ def train_membership_model(
     else:
         folds = [list(range(len(usable)))[k::4] for k in range(4)]
         chosen_on = "out-of-fold predictions, 4 cohort folds of the one training group"
-    oof: list[np.ndarray] = [np.zeros(0)] * len(usable)
-    for fold in folds:
-        held = set(fold)
-        train = [ex for i, ex in enumerate(usable) if i not in held]
-        x, y, w = _stack(train, columns)
-        estimator = _fit(x, y, w) if y.any() and not y.all() else None
-        for i in fold:
-            rows = usable[i].features[:, columns]
-            oof[i] = _predict(estimator, rows) if estimator is not None else np.zeros(len(rows))
-    rule_name, threshold = rule if rule is not None else _choose_rule(con, hierarchy, usable, oof)
+    compared: list[str] = []
+    if rule is None:
+        best: tuple[float, str, str, float] | None = None
+        scores: dict[str, float] = {}
+        for candidate in VARIANTS if variant is None else (variant,):
+            cst = monotone_constraints(features, candidate)
+            oof: list[np.ndarray] = [np.zeros(0)] * len(usable)
+            for fold in folds:
+                held = set(fold)
+                train = [ex for i, ex in enumerate(usable) if i not in held]
+                x, y, w = _stack(train, columns)
+                estimator = _fit(x, y, w, cst) if y.any() and not y.all() else None
+                for i in fold:
+                    rows = usable[i].features[:, columns]
+                    oof[i] = _predict(estimator, rows) if estimator is not None else np.zeros(len(rows))
+            objective, rule_found, value = _choose_rule(con, hierarchy, usable, oof)
+            scores[candidate] = objective
+            if best is None or objective > best[0]:
+                best = (objective, candidate, rule_found, value)
+        assert best is not None
+        _, variant, rule_name, threshold = best
+        compared = list(scores)
+        objectives = ", ".join(f"{v} {o:.4f}" for v, o in scores.items())
+        chosen_on += f"; model variant {variant} (out-of-fold objective {objectives})"
+    else:
+        rule_name, threshold = rule
+        variant = variant or "free"
     x, y, w = _stack(usable, columns)
-    estimator = _fit(x, y, w)
+    estimator = _fit(x, y, w, monotone_constraints(features, variant))
     libraries = sorted({ex.library_id for ex in usable})
     manifest = ModelManifest(
         recipe=RECIPE,
@@ -338,6 +413,8 @@ def train_membership_model(
         rule=rule_name,
         threshold=threshold,
         threshold_chosen_on=chosen_on,
+        variant=variant,
+        variants_compared=compared,
         n_rows=int(len(y)),
         n_positive=int(y.sum()),
         estimator="HistGradientBoostingClassifier",
@@ -443,10 +520,14 @@ def model_name(
     features: Sequence[str],
     with_dense: bool,
     rule: tuple[str, float] | None = None,
+    variant: str | None = None,
 ) -> str:
     key = [sorted(training_libraries), list(features), with_dense, FORMAT_VERSION, RECIPE]
     if rule is not None:
         key.append(list(rule))
+        variant = variant or "free"  # a given rule without a variant asks for free trees: one name for both
+    if variant is not None:
+        key.append(variant)
     digest = hashlib.sha1(json.dumps(key).encode()).hexdigest()[:12]
     return f"membership-{digest}"
 
@@ -557,6 +638,7 @@ def ensure_model(
     min_cohorts: int = MIN_TRAINING_COHORTS,
     min_positives: int = MIN_TRAINING_POSITIVES,
     rule: tuple[str, float] | None = None,
+    variant: str | None = None,
 ) -> tuple[MembershipModel, list[str]]:
     """Reuse the stored model trained on exactly these examples' libraries, else train and store one.
 
@@ -566,13 +648,41 @@ def ensure_model(
     features = default_features(examples) if features is None else features
     libraries = sorted({ex.library_id for ex in examples})
     if directory is None:
-        directory = models_dir() / model_name(libraries, features, with_dense, rule)
+        directory = models_dir() / model_name(libraries, features, with_dense, rule, variant)
     directory = Path(directory)
     # one writer per model across threads and processes: the second finds the first one's model and reuses it
     with _writer_lock(directory.with_name(f".{directory.name}.lock")):
         return _ensure_model_locked(
-            con, hierarchy, examples, features, with_dense, directory, min_cohorts, min_positives, rule, libraries
+            con,
+            hierarchy,
+            examples,
+            features,
+            with_dense,
+            directory,
+            min_cohorts,
+            min_positives,
+            rule,
+            libraries,
+            variant,
         )
+
+
+def request_mismatch(manifest: ModelManifest, rule: tuple[str, float] | None, variant: str | None) -> str | None:
+    """Why a stored model is not what this call asks for (``None``: it is).
+
+    A given rule without a variant asks for free trees; a call that gives neither asks for both chosen
+    out of fold among every variant, which a model fitted for a caller's rule or variant was not.
+    """
+    if rule is not None and (manifest.rule, manifest.threshold) != tuple(rule):
+        return f"its selection rule is {manifest.rule} {manifest.threshold}, not {rule[0]} {rule[1]}"
+    if rule is None and not manifest.variants_compared:
+        return "its selection rule was given by a caller, not chosen out of fold"
+    wanted = variant if variant is not None else ("free" if rule is not None else None)
+    if wanted is not None and manifest.variant != wanted:
+        return f"its trees are {manifest.variant}, not {wanted}"
+    if rule is None and variant is None and sorted(manifest.variants_compared) != sorted(VARIANTS):
+        return f"its variant was chosen among {', '.join(manifest.variants_compared)} only, not every variant"
+    return None
 
 
 def _ensure_model_locked(
@@ -586,23 +696,27 @@ def _ensure_model_locked(
     min_positives: int,
     rule: tuple[str, float] | None,
     libraries: list[str],
+    variant: str | None = None,
 ) -> tuple[MembershipModel, list[str]]:
     notes: list[str] = []
     try:
         model = load_model(directory, hierarchy.build_id)
         same_cohorts = sorted(model.manifest.training_cohorts) == sorted(ex.key for ex in examples if len(ex.table))
         same_rows = same_cohorts and model.manifest.training_digest == training_digest(examples, features)
-        if (
+        same_fit = (
             model.manifest.training_libraries == libraries
             and model.manifest.features == list(features)
             and model.manifest.with_dense == with_dense
             and model.manifest.recipe == RECIPE
-            and (rule is None or (model.manifest.rule, model.manifest.threshold) == tuple(rule))
             and same_rows
-        ):
+        )
+        mismatch = request_mismatch(model.manifest, rule, variant)
+        if same_fit and mismatch is None:
             notes.append(f"reused model {directory.name} (trained on {', '.join(libraries)})")
             return model, notes
-        if same_cohorts and not model.manifest.training_digest:
+        if same_fit:
+            notes.append(f"stored model {directory.name} was fitted on the same data, but {mismatch}: retrained")
+        elif same_cohorts and not model.manifest.training_digest:
             notes.append(
                 f"stored model {directory.name} predates the training digest (what it was fitted on cannot "
                 "be checked): retrained"
@@ -617,7 +731,9 @@ def _ensure_model_locked(
     except ModelError as error:
         if (directory / MANIFEST_FILE).exists():
             notes.append(f"stored model unusable, retrained: {error}")
-    model = train_membership_model(con, hierarchy, examples, features, with_dense, min_cohorts, min_positives, rule)
+    model = train_membership_model(
+        con, hierarchy, examples, features, with_dense, min_cohorts, min_positives, rule, variant
+    )
     notes.append(f"trained model {directory.name} on {', '.join(libraries)} ({model.manifest.n_rows} candidates)")
     try:
         save_model(model, directory)

@@ -15,6 +15,7 @@ from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.setbuild import learned
 from phenoforge.setbuild.corpus import Example, library_examples
+from phenoforge.setbuild.evaluate import LibraryScores, evaluate_library
 from phenoforge.setbuild.learned import MembershipModel, train_membership_model
 from tests.fixture_library import write_icd_library
 
@@ -56,6 +57,27 @@ OTHER_COHORTS = {
     "x-asthma": ("Unspecified asthma", ["J45.90"], True),
     "x-hf": ("Congestive heart failure", ["I50"], True),
 }
+
+
+def score_fixture_other(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    train_examples: list[Example],
+    other_examples: list[Example],
+    scored: str = "fixture-other",
+    **kwargs: object,
+) -> LibraryScores:
+    """``learned`` scored out of sample on one of the two fixture libraries (by default the other one)."""
+    return evaluate_library(
+        con,
+        hierarchy,
+        train_examples + other_examples,
+        scored,
+        {"fixture-train", "fixture-other"},
+        methods=("learned",),
+        with_dense=False,
+        **kwargs,  # type: ignore[arg-type]
+    )
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ from phenoforge.setbuild.learned import (
     select,
     train_membership_model,
 )
-from tests.setbuild.conftest import SMALL, all_curated
+from tests.setbuild.conftest import SMALL, all_curated, score_fixture_other
 
 
 def test_the_manifest_records_what_the_model_was_trained_on(
@@ -103,15 +103,7 @@ def test_evaluate_reports_the_fallback_when_training_data_is_too_small(
     train_examples: list[Example],
     other_examples: list[Example],
 ) -> None:
-    report = evaluate_library(
-        fixture_con,
-        hierarchy,
-        train_examples + other_examples,
-        "fixture-train",
-        {"fixture-train", "fixture-other"},
-        methods=("learned",),
-        with_dense=False,
-    )
+    report = score_fixture_other(fixture_con, hierarchy, train_examples, other_examples, scored="fixture-train")
     assert "learned" not in report.hierarchical
     assert any("not scored" in note and "needs at least" in note for note in report.notes)
 
@@ -249,16 +241,7 @@ def test_lolo_learned_is_trained_without_the_scored_group_and_its_rule_can_be_fi
 ) -> None:
     # the fixture library is smaller than the default training minimums
     monkeypatch.setattr(evaluate_module, "ensure_model", functools.partial(ensure_model, **SMALL))
-    report = evaluate_library(
-        fixture_con,
-        hierarchy,
-        train_examples + other_examples,
-        "fixture-other",
-        {"fixture-train", "fixture-other"},
-        methods=("learned",),
-        with_dense=False,
-        rule=("threshold", 0.3),
-    )
+    report = score_fixture_other(fixture_con, hierarchy, train_examples, other_examples, rule=("threshold", 0.3))
     assert report.trained_on == {"learned": ["fixture-train"]}
     assert report.learned_rule == ("threshold", 0.3)
     assert "learned" in report.hierarchical and "learned" in report.fit_seconds
