@@ -65,6 +65,24 @@ def known_rule(rule: str) -> str:
     return rule
 
 
+VARIANTS = ("free", "monotone")
+"""The membership model's trees: unconstrained, or monotone in ``MONOTONE_EVIDENCE`` (chosen out of
+fold with the rule, recorded in the manifest)."""
+
+
+def known_variant(variant: str) -> str:
+    """``variant`` itself, or ``ValueError`` naming the variants there are."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown model variant {variant!r}: one of {', '.join(VARIANTS)}")
+    return variant
+
+
+def requested_variant(rule: tuple[str, float] | None, variant: str | None) -> str | None:
+    """The variant a call asks for: the given one; ``free`` for a given rule without one (the rule skips
+    the out-of-fold choice); ``None`` when both are to be chosen out of fold."""
+    return variant if variant is not None or rule is None else "free"
+
+
 F1_FACTORS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 """``expected_f1`` keeps the top k that maximises the expected F1 ``2 * sum(p[:k]) / (k + factor * sum(p))``:
 the size follows how the probabilities fall off, not only their sum (factor chosen out of fold)."""
@@ -181,14 +199,6 @@ MONOTONE_EVIDENCE: dict[str, int] = {
 }
 """Evidence that never lowers a code's probability when it grows (ranks: when they fall), for the
 ``monotone`` variant; fixed before any score was seen."""
-VARIANTS = ("free", "monotone")
-
-
-def known_variant(variant: str) -> str:
-    """``variant`` itself, or ``ValueError`` naming the variants there are."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown model variant {variant!r}: one of {', '.join(VARIANTS)}")
-    return variant
 
 
 def monotone_constraints(features: Sequence[str], variant: str) -> list[int] | None:
@@ -321,6 +331,21 @@ def _choose_rule(
     return best
 
 
+def _out_of_fold(
+    usable: Sequence[Example], folds: list[list[int]], columns: list[int], monotonic_cst: list[int] | None
+) -> list[np.ndarray]:
+    """Each cohort's probabilities from trees fitted without its fold (zeros when that fit has one class)."""
+    oof: list[np.ndarray] = [np.zeros(0)] * len(usable)
+    for fold in folds:
+        held = set(fold)
+        x, y, w = _stack([ex for i, ex in enumerate(usable) if i not in held], columns)
+        estimator = _fit(x, y, w, monotonic_cst) if y.any() and not y.all() else None
+        for i in fold:
+            rows = usable[i].features[:, columns]
+            oof[i] = _predict(estimator, rows) if estimator is not None else np.zeros(len(rows))
+    return oof
+
+
 def train_membership_model(
     con: duckdb.DuckDBPyConnection,
     hierarchy: Hierarchy,
@@ -371,33 +396,23 @@ def train_membership_model(
     else:
         folds = [list(range(len(usable)))[k::4] for k in range(4)]
         chosen_on = "out-of-fold predictions, 4 cohort folds of the one training group"
-    compared: list[str] = []
+    scores: dict[str, float] = {}  # out-of-fold objective of each variant compared (none: the rule is given)
     if rule is None:
         best: tuple[float, str, str, float] | None = None
-        scores: dict[str, float] = {}
         for candidate in VARIANTS if variant is None else (variant,):
-            cst = monotone_constraints(features, candidate)
-            oof: list[np.ndarray] = [np.zeros(0)] * len(usable)
-            for fold in folds:
-                held = set(fold)
-                train = [ex for i, ex in enumerate(usable) if i not in held]
-                x, y, w = _stack(train, columns)
-                estimator = _fit(x, y, w, cst) if y.any() and not y.all() else None
-                for i in fold:
-                    rows = usable[i].features[:, columns]
-                    oof[i] = _predict(estimator, rows) if estimator is not None else np.zeros(len(rows))
+            oof = _out_of_fold(usable, folds, columns, monotone_constraints(features, candidate))
             objective, rule_found, value = _choose_rule(con, hierarchy, usable, oof)
             scores[candidate] = objective
             if best is None or objective > best[0]:
                 best = (objective, candidate, rule_found, value)
         assert best is not None
         _, variant, rule_name, threshold = best
-        compared = list(scores)
         objectives = ", ".join(f"{v} {o:.4f}" for v, o in scores.items())
         chosen_on += f"; model variant {variant} (out-of-fold objective {objectives})"
     else:
         rule_name, threshold = rule
-        variant = variant or "free"
+        variant = requested_variant(rule, variant)
+    assert variant is not None
     x, y, w = _stack(usable, columns)
     estimator = _fit(x, y, w, monotone_constraints(features, variant))
     libraries = sorted({ex.library_id for ex in usable})
@@ -414,7 +429,7 @@ def train_membership_model(
         threshold=threshold,
         threshold_chosen_on=chosen_on,
         variant=variant,
-        variants_compared=compared,
+        variants_compared=list(scores),
         n_rows=int(len(y)),
         n_positive=int(y.sum()),
         estimator="HistGradientBoostingClassifier",
@@ -525,9 +540,9 @@ def model_name(
     key = [sorted(training_libraries), list(features), with_dense, FORMAT_VERSION, RECIPE]
     if rule is not None:
         key.append(list(rule))
-        variant = variant or "free"  # a given rule without a variant asks for free trees: one name for both
-    if variant is not None:
-        key.append(variant)
+    wanted = requested_variant(rule, variant)  # "rule, no variant" and "rule, free": one model, one name
+    if wanted is not None:
+        key.append(wanted)
     digest = hashlib.sha1(json.dumps(key).encode()).hexdigest()[:12]
     return f"membership-{digest}"
 
@@ -677,7 +692,7 @@ def request_mismatch(manifest: ModelManifest, rule: tuple[str, float] | None, va
         return f"its selection rule is {manifest.rule} {manifest.threshold}, not {rule[0]} {rule[1]}"
     if rule is None and not manifest.variants_compared:
         return "its selection rule was given by a caller, not chosen out of fold"
-    wanted = variant if variant is not None else ("free" if rule is not None else None)
+    wanted = requested_variant(rule, variant)
     if wanted is not None and manifest.variant != wanted:
         return f"its trees are {manifest.variant}, not {wanted}"
     if rule is None and variant is None and sorted(manifest.variants_compared) != sorted(VARIANTS):

@@ -40,15 +40,30 @@ def all_curated(ex: Example) -> Example:
     return dataclasses.replace(ex, labels=np.ones(len(ex.table), dtype=np.int8))
 
 
+DROP = object()
+"""An ``edit_manifest`` value that removes the field (a manifest written before it existed)."""
+
+
+def edit_manifest(directory: Path, **changes: object) -> None:
+    """Rewrite fields of a stored model's manifest on disk, as a hand edit would (``DROP`` removes one)."""
+    path = directory / learned.MANIFEST_FILE
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    for key, value in changes.items():
+        if value is DROP:
+            manifest.pop(key, None)
+        else:
+            manifest[key] = value
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+
+
 def resign_model(directory: Path, data: bytes, features: list[str] | None = None) -> None:
     """Replace a stored model's file (and its features) and make the manifest's checksum agree, as anyone
     who can write data/models can: the checksum only says the manifest and the file agree."""
     (directory / learned.MODEL_FILE).write_bytes(data)
-    manifest = json.loads((directory / learned.MANIFEST_FILE).read_text(encoding="utf-8"))
-    manifest["sha256"] = hashlib.sha256(data).hexdigest()
+    changes: dict[str, object] = {"sha256": hashlib.sha256(data).hexdigest()}
     if features is not None:
-        manifest["features"] = features
-    (directory / learned.MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
+        changes["features"] = features
+    edit_manifest(directory, **changes)
 
 
 """Training minimums the ten fixture cohorts can meet."""
@@ -59,7 +74,7 @@ OTHER_COHORTS = {
 }
 
 
-def score_fixture_other(
+def score_fixture_library(
     con: duckdb.DuckDBPyConnection,
     hierarchy: Hierarchy,
     train_examples: list[Example],

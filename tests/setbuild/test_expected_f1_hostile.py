@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,6 @@ from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_cand
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.learned import (
     F1_FACTORS,
-    MANIFEST_FILE,
     MembershipModel,
     TrainingDataTooSmall,
     build_learned,
@@ -43,7 +41,7 @@ from phenoforge.setbuild.learned import (
     select,
     train_membership_model,
 )
-from tests.setbuild.conftest import SMALL, all_curated
+from tests.setbuild.conftest import SMALL, all_curated, edit_manifest
 
 # -- helpers -------------------------------------------------------------------------------------
 
@@ -311,9 +309,7 @@ def _with_rule(
 ) -> MembershipModel:
     """The model saved, its manifest's rule rewritten on disk (the checksum covers only the trees), then loaded."""
     save_model(model, directory)
-    manifest = json.loads((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
-    manifest["rule"], manifest["threshold"] = rule, factor
-    (directory / MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
+    edit_manifest(directory, rule=rule, threshold=factor)
     return load_model(directory, hierarchy.build_id)
 
 

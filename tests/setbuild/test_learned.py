@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import duckdb
@@ -30,7 +29,7 @@ from phenoforge.setbuild.learned import (
     select,
     train_membership_model,
 )
-from tests.setbuild.conftest import SMALL, all_curated, score_fixture_other
+from tests.setbuild.conftest import SMALL, all_curated, edit_manifest, score_fixture_library
 
 
 def test_the_manifest_records_what_the_model_was_trained_on(
@@ -103,7 +102,7 @@ def test_evaluate_reports_the_fallback_when_training_data_is_too_small(
     train_examples: list[Example],
     other_examples: list[Example],
 ) -> None:
-    report = score_fixture_other(fixture_con, hierarchy, train_examples, other_examples, scored="fixture-train")
+    report = score_fixture_library(fixture_con, hierarchy, train_examples, other_examples, scored="fixture-train")
     assert "learned" not in report.hierarchical
     assert any("not scored" in note and "needs at least" in note for note in report.notes)
 
@@ -147,9 +146,7 @@ def test_ensure_model_reuses_then_rebuilds_a_corrupt_or_stale_model(
         fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL
     )
     assert any("unusable, retrained" in note and "corrupt" in note for note in notes)
-    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    manifest["vocabulary_build_id"] = "older-build"
-    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    edit_manifest(directory, vocabulary_build_id="older-build")
     _model, notes = ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
     assert any("vocabulary build" in note for note in notes)
     assert load_model(directory, hierarchy.build_id).manifest.vocabulary_build_id == hierarchy.build_id
@@ -214,9 +211,7 @@ def test_a_model_of_an_older_training_recipe_is_retrained_not_reused(
 ) -> None:
     directory = tmp_path / "models" / "m"
     ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
-    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    manifest["recipe"] = "an older recipe"
-    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    edit_manifest(directory, recipe="an older recipe")
     _model, notes = ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
     assert any("trained on other data" in note for note in notes)
     assert load_model(directory, hierarchy.build_id).manifest.recipe == RECIPE
@@ -241,7 +236,7 @@ def test_lolo_learned_is_trained_without_the_scored_group_and_its_rule_can_be_fi
 ) -> None:
     # the fixture library is smaller than the default training minimums
     monkeypatch.setattr(evaluate_module, "ensure_model", functools.partial(ensure_model, **SMALL))
-    report = score_fixture_other(fixture_con, hierarchy, train_examples, other_examples, rule=("threshold", 0.3))
+    report = score_fixture_library(fixture_con, hierarchy, train_examples, other_examples, rule=("threshold", 0.3))
     assert report.trained_on == {"learned": ["fixture-train"]}
     assert report.learned_rule == ("threshold", 0.3)
     assert "learned" in report.hierarchical and "learned" in report.fit_seconds

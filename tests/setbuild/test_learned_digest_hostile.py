@@ -24,7 +24,7 @@ from phenoforge.setbuild.learned import (
     train_membership_model,
     training_digest,
 )
-from tests.setbuild.conftest import SMALL
+from tests.setbuild.conftest import DROP, SMALL, edit_manifest
 
 SAME_COHORTS_NOTE = "same cohorts but other rows"
 BLAME_NOTE = SAME_COHORTS_NOTE
@@ -103,9 +103,7 @@ def test_a_manifest_written_before_the_digest_existed_loads_and_is_retrained(
 ) -> None:
     directory = tmp_path / "models" / "m"
     _ensure(fixture_con, hierarchy, train_examples, directory)
-    manifest = _stored_manifest(directory)
-    del manifest["training_digest"]
-    (directory / learned.MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
+    edit_manifest(directory, training_digest=DROP)
     old = load_model(directory, hierarchy.build_id)
     assert old.manifest.training_digest == ""
     model, notes = _ensure(fixture_con, hierarchy, train_examples, directory)

@@ -25,7 +25,7 @@ from phenoforge.setbuild.learned import (
     build_learned,
     ensure_model,
 )
-from tests.setbuild.conftest import SMALL, resign_model
+from tests.setbuild.conftest import SMALL, edit_manifest, resign_model
 
 
 def test_a_code_kept_below_the_threshold_is_not_said_to_have_reached_it(
@@ -120,8 +120,7 @@ def test_a_manifest_whose_features_do_not_fit_the_stored_estimator_is_refused(
     directory = tmp_path / "models" / "membership-x"
     ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL)
     manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    manifest["features"] = manifest["features"][:-1]
-    (directory / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    edit_manifest(directory, features=manifest["features"][:-1])
     with pytest.raises(ModelError, match="features"):
         learned.load_model(directory, hierarchy.build_id)
     model, notes = ensure_model(

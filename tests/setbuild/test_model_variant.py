@@ -28,7 +28,7 @@ from phenoforge.setbuild.learned import (
     save_model,
     train_membership_model,
 )
-from tests.setbuild.conftest import SMALL, score_fixture_other
+from tests.setbuild.conftest import SMALL, score_fixture_library
 
 
 def test_the_free_variant_is_unconstrained_and_the_monotone_one_constrains_only_evidence() -> None:
@@ -230,7 +230,7 @@ def test_the_benchmark_reports_the_variant_and_an_ablation_can_fix_it(
     # a given rule without a variant asks for free trees
     monkeypatch.setattr(learned, "models_dir", lambda: tmp_path / "models")
     monkeypatch.setattr(evaluate_module, "ensure_model", functools.partial(ensure_model, **SMALL))
-    report = score_fixture_other(
+    report = score_fixture_library(
         fixture_con, hierarchy, train_examples, other_examples, rule=("threshold", 0.3), variant=given
     )
     assert report.learned_variant == reported and report.learned_rule == ("threshold", 0.3)

@@ -38,7 +38,7 @@ from phenoforge.setbuild.learned import (
     train_membership_model,
 )
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES
-from tests.setbuild.conftest import SMALL
+from tests.setbuild.conftest import DROP, SMALL, edit_manifest
 
 RULE = ("threshold", 0.3)
 FUSED_REL = MATRIX_COLUMNS.index("fused_rel")
@@ -93,19 +93,6 @@ def _stored(model: MembershipModel, directory: Path, build_id: str) -> Membershi
     return load_model(directory, build_id)
 
 
-def _edit_manifest(directory: Path, **changes: object) -> None:
-    manifest = json.loads((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
-    for key, value in changes.items():
-        if value is _DROP:
-            manifest.pop(key, None)
-        else:
-            manifest[key] = value
-    (directory / MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
-
-
-_DROP = object()
-
-
 @pytest.fixture(scope="module")
 def small_model(
     fixture_con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, train_examples: list[Example]
@@ -123,7 +110,7 @@ def test_a_manifest_written_before_the_variant_existed_reads_as_free_trees(
 ) -> None:
     directory = tmp_path / "m"
     save_model(small_model, directory)
-    _edit_manifest(directory, variant=_DROP)
+    edit_manifest(directory, variant=DROP)
     assert "variant" not in json.loads((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
     assert load_model(directory, hierarchy.build_id).manifest.variant == "free"
 
@@ -136,7 +123,7 @@ def test_an_older_recipe_manifest_without_variant_is_retrained_not_reused(
 ) -> None:
     directory = tmp_path / "m"
     ensure_model(fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, rule=RULE, **SMALL)
-    _edit_manifest(directory, variant=_DROP, recipe="4")
+    edit_manifest(directory, variant=DROP, recipe="4")
     model, notes = ensure_model(
         fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, rule=RULE, **SMALL
     )
@@ -151,7 +138,7 @@ def test_a_hand_edited_variant_makes_the_manifest_unusable_and_names_the_field(
 ) -> None:
     directory = tmp_path / "m"
     save_model(small_model, directory)
-    _edit_manifest(directory, variant=bad)
+    edit_manifest(directory, variant=bad)
     with pytest.raises(ModelError, match=r"corrupt model manifest \(variant: "):
         load_model(directory, hierarchy.build_id)
 
@@ -165,7 +152,7 @@ def test_a_null_variant_in_a_stored_manifest_is_retrained_with_a_note(
 ) -> None:
     directory = tmp_path / "m"
     save_model(small_model, directory)
-    _edit_manifest(directory, variant=None)
+    edit_manifest(directory, variant=None)
     model, notes = ensure_model(
         fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, rule=RULE, **SMALL
     )
