@@ -17,7 +17,7 @@ from typing import TextIO
 
 from phenoforge.agent.state import AssemblyState, Candidate, Decision
 from phenoforge.errors import PhenoforgeError
-from phenoforge.setbuild.models import SET_BUILDERS
+from phenoforge.setbuild.builders import builder_names
 
 PROMPT = "[a]ccept [r]eject [e]xpand+accept [A]ccept rest [R]eject rest [s]kip [q]uit: "
 ANSWERS = {
@@ -459,7 +459,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     assemble.add_argument("--k", type=_positive_int("k"), default=10, help="hits per term (default 10)")
     assemble.add_argument(
         "--generator",
-        choices=["hybrid", *SET_BUILDERS],
+        choices=["hybrid", *builder_names()],
         default="hybrid",
         help="what proposes codes for terms no curated cohort settles: hybrid (top k hits) or a set builder "
         "(a billable list of its own size, fitted on the bundled libraries; k is not used)",

@@ -20,7 +20,7 @@ from phenoforge.agent.state import AssemblyState, Decision
 from phenoforge.engine.codes import codes_in_text, typed_as_code
 from phenoforge.engine.curated import Library, list_libraries, load_library
 from phenoforge.engine.expansion import get_hierarchy
-from phenoforge.setbuild.models import SET_BUILDERS
+from phenoforge.setbuild.builders import builder_names
 
 if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
@@ -31,7 +31,9 @@ MAX_DESCRIPTION_CHARS = 4000
 """A population description is a few sentences; the session stores it once, so it is bounded."""
 
 
-GENERATORS = ("hybrid", *SET_BUILDERS)
+def generators() -> tuple[str, ...]:
+    """What Assemble can generate candidates with: hybrid retrieval, or any registered set builder."""
+    return ("hybrid", *builder_names())
 
 
 def check_description(description: object) -> str:
@@ -90,8 +92,8 @@ def start(
     hits) or a set builder (``adaptive_cutoff``, ``subtree``, ``learned``).
     """
     description = check_description(description)
-    if generator not in GENERATORS:
-        raise ValueError(f"unknown generator {generator!r}; choose one of {', '.join(GENERATORS)}")
+    if generator not in generators():
+        raise ValueError(f"unknown generator {generator!r}; choose one of {', '.join(generators())}")
     broken: list[str] = []  # a broken library is reported in the session's notes and skipped
     libraries: list[Library] = (  # None: every installed library; []: no curated check at all
         list_libraries(errors=broken) if library_paths is None else [load_library(path) for path in library_paths]

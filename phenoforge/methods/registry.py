@@ -1,4 +1,4 @@
-"""The method registry: built-ins register themselves; users add theirs by name or entry point.
+"""The method registry: the built-ins' table, and the methods users add by name or entry point.
 
 A user's method is a function ``(context, task) -> list of codes or RunEntry``, named on the CLI
 and the dashboard as ``module:function``, or published by a package under the entry-point group
@@ -18,6 +18,7 @@ from phenoforge.methods.base import KNOWN_NEEDS, Method, Predict, Setup
 
 ENTRY_POINT_GROUP = "phenoforge.methods"
 REFERENCE_METHODS = ("bm25", "dense", "hybrid", "expand_descendants")
+"""The reference's four methods' names (their declarations: :mod:`phenoforge.methods.builtin`)."""
 _REGISTRY: dict[str, Method] = {}
 
 
@@ -121,11 +122,11 @@ def entry_point_methods() -> dict[str, Method]:
 
 
 def builtin_methods() -> dict[str, Method]:
-    """The registered methods, in registration order."""
-    import phenoforge.methods.builtin  # noqa: F401  # registers the built-ins on first use
+    """The built-in methods (the reference's four first, then the set builders), then those registered."""
+    from phenoforge.methods.builtin import builtin_table  # the set builders' stack loads on first use
 
-    first = [name for name in REFERENCE_METHODS if name in _REGISTRY]
-    return {name: _REGISTRY[name] for name in [*first, *(n for n in _REGISTRY if n not in first)]}
+    table = {declared.name: declared for declared in builtin_table()}
+    return {**table, **{name: declared for name, declared in _REGISTRY.items() if name not in table}}
 
 
 def available_methods(include_entry_points: bool = True) -> dict[str, Method]:

@@ -635,6 +635,7 @@ def tune_transfer(
     knowledge: CuratedKnowledge | None,
     held_out: Iterable[str | None],
     fallback: Callable[[Example], list[str]],
+    thresholds: Sequence[float] = TRANSFER_THRESHOLDS,
 ) -> TransferParams:
     """The name-similarity threshold above which transferring a matched list beats ``fallback``.
 
@@ -658,7 +659,7 @@ def tune_transfer(
         moved = _objective(con, ex, [hierarchy.code[i] for i in found[0].cohort.ids.tolist()])
         gains.append((found[0].similarity, moved - _objective(con, ex, fallback(ex))))
     best_gain, best = 0.0, NEVER
-    for threshold in TRANSFER_THRESHOLDS:
+    for threshold in thresholds:
         gain = sum(g for sim, g in gains if sim >= threshold)
         if gain > best_gain:
             best_gain, best = gain, threshold
