@@ -27,7 +27,7 @@ from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.locks import file_lock
 from phenoforge.methods import set_building
 from phenoforge.setbuild import api, transfer
-from phenoforge.setbuild.features import node_table_path
+from phenoforge.setbuild.nodes import node_table_path
 from phenoforge.setbuild.robust import word_counts_path
 from tests.fixture_library import write_icd_library
 from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS

@@ -112,6 +112,7 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
         held_out,
         context.library_id,
         context.has_dense,
+        builder_names(),  # a builder registered since needs a fit that holds it
         tuple(sorted((lib.library_id, str(lib.path), library_stamp(lib)) for lib in libraries)),
         _scored_stamp(context),  # the copy check reads the scored library's lists
     )

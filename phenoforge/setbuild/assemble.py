@@ -8,8 +8,9 @@ import duckdb
 
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.eval.scoring import score_cohort
-from phenoforge.setbuild.candidates import CandidateTable, billable_below
+from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.models import BuiltCode, BuiltSet, CodeProvenance, Source
+from phenoforge.setbuild.nodes import billable_below
 from phenoforge.trusted import trusted
 
 

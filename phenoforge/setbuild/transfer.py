@@ -37,9 +37,10 @@ from phenoforge.errors import LibraryError, PhenoforgeError
 from phenoforge.setbuild.assemble import SetAssembler, mean_objective
 from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.corpus import Example
-from phenoforge.setbuild.features import FEATURE_NAMES, hierarchy_stats
+from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
+from phenoforge.setbuild.nodes import hierarchy_stats
 from phenoforge.storage import write_atomically
 
 TRANSFER_VERSION = "2"
