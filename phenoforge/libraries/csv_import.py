@@ -28,6 +28,10 @@ from phenoforge.libraries.common import (
     valid_cohort_id,
 )
 from phenoforge.libraries.destination import check_library_target
+from phenoforge.storage import read_user_file
+
+MAX_IMPORT_BYTES = 64 << 20
+"""The largest CSV ``library import`` reads (64 MiB); past it, and for a device or pipe, it refuses."""
 
 
 class RowProblem(BaseModel):
@@ -329,7 +333,7 @@ def import_library_csv(
     """
     path = Path(csv_path)
     try:
-        data = path.read_bytes()
+        data = read_user_file(path, MAX_IMPORT_BYTES, "a library CSV")
     except FileNotFoundError:
         raise LibraryError(f"{path}: no such file") from None
     except OSError as error:
