@@ -76,9 +76,7 @@ def test_an_io_error_with_space_left_does_not_blame_the_database(
     assert "I/O error" in err and "move it aside" not in err, err
 
 
-def test_a_damaged_database_is_still_called_unreadable(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_a_damaged_database_is_still_called_unreadable(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     app_state.app_state_db_path().parent.mkdir(parents=True, exist_ok=True)
     app_state.app_state_db_path().write_bytes(b"this is not a database" * 100)
     code, _out, err = run(capsys, *_commands(tmp_path)["run export"])

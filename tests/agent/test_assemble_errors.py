@@ -62,4 +62,29 @@ def test_a_description_with_control_characters_is_refused_without_echoing_them(
 
 
 def test_a_description_with_tabs_and_newlines_is_accepted(fixture_library: Path) -> None:
-    assert main(["assemble", "adults with\tasthma\nor copd", "--reviewer", "ann", "--yes", "--library", str(fixture_library)]) == 0
+    assert (
+        main(
+            [
+                "assemble",
+                "adults with\tasthma\nor copd",
+                "--reviewer",
+                "ann",
+                "--yes",
+                "--library",
+                str(fixture_library),
+            ]
+        )
+        == 0
+    )
+
+
+def test_list_shows_a_stored_escape_sequence_escaped(fixture_library: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A session saved before descriptions were checked still lists without its escapes reaching the terminal."""
+    session = _assembled(fixture_library)
+    with sqlite3.connect(app_state_db_path()) as con:
+        con.execute("UPDATE assembly_session SET description = ? WHERE session_id = ?", ["red \x1b[31m\u202e", session])
+    capsys.readouterr()
+    assert main(["assemble", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out
+    assert "red \\x1b[31m\\u202e" in out
