@@ -19,7 +19,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
@@ -340,6 +340,12 @@ class _StoredFit(BaseModel):
     notes: list[str]
     transfer: TransferParams = TransferParams()
     context_model_directory: str | None = None
+    digest: str | None = Field(
+        default=None, description="SHA-256 of the other fields as written: an edited bundle is refitted, not trusted"
+    )
+
+    def content_digest(self) -> str:
+        return hashlib.sha256(self.model_dump_json(exclude={"digest"}).encode("utf-8")).hexdigest()
 
 
 def _fit_signature(
@@ -382,6 +388,10 @@ def _load_fitted(
         return None, f"{path.name} is corrupt: refitted"
     except OSError as error:  # data/models is a file, or not readable
         return None, f"{path.name} cannot be read ({error.strerror or error}): refitted"
+    if stored.digest is not None and stored.digest != stored.content_digest():
+        return None, f"{path.name} was edited or damaged after phenoforge wrote it: refitted"
+    if stored.digest is None and stored.model_directory is None:  # nothing proves "no model" was the fit's own
+        return None, f"{path.name} names no membership model and carries no digest (edited, or older): refitted"
     if stored.signature != signature or stored.training_libraries != names:
         return None, f"{path.name} was fitted on other libraries: refitted"
     model: MembershipModel | None = None
@@ -438,6 +448,7 @@ def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str, stor
         transfer=fitted.transfer,
         context_model_directory=context_directory,
     )
+    stored.digest = stored.content_digest()
     _store(_fit_path(signature), stored.model_dump_json(indent=1), fitted.notes)
 
 

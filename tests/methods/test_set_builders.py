@@ -400,3 +400,27 @@ def test_learned_and_curated_transfer_build_the_learned_set_once_per_cohort(
         for name, report in alone.items():
             mine = [(r.cohort_id, r.predicted_codes, r.provenance) for r in both.results if r.method == name]
             assert mine == [(r.cohort_id, r.predicted_codes, r.provenance) for r in report.results], (order, name)
+
+
+@pytest.mark.usefixtures("small_models")
+@pytest.mark.parametrize("edit", ["drop the model", "change a parameter", "drop the digest"])
+def test_an_edited_fitted_bundle_is_refitted_not_blamed_on_training_data(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path], edit: str
+) -> None:
+    """A bundle edited by hand once named no model and was reported as 'too little training data'."""
+    libraries = [load_library(path) for path in installed.values()]
+    assert api.fit_builders(fixture_con, None, "elixhauser", libraries).model is not None
+    (bundle,) = (libraries_dir().parent / "models").glob("fitted-*.json")
+    stored = json.loads(bundle.read_text(encoding="utf-8"))
+    if edit == "drop the model":
+        stored["model_directory"] = None
+    elif edit == "change a parameter":
+        stored["notes"] = [*stored["notes"], "edited by hand"]
+    else:
+        stored.pop("digest", None)
+        stored["model_directory"] = None
+    bundle.write_text(json.dumps(stored), encoding="utf-8")
+    again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert not any(note.startswith("reused the builders") for note in again.notes), again.notes
+    assert any(bundle.name in note and "edited" in note for note in again.notes), again.notes
+    assert again.model is not None  # what the 'too little training data' fallback is decided on
