@@ -207,16 +207,20 @@ def _foreign_content(folder: Path, adopt_unmarked: bool) -> str | None:
     except (OSError, ValidationError):
         return f"has a {LIBRARY_MARKER} phenoforge did not write"
     if marker is None and not adopt_unmarked:
-        return f"has no {LIBRARY_MARKER}, so phenoforge cannot tell it wrote this folder"
+        return (
+            f"has no {LIBRARY_MARKER}, so phenoforge cannot tell it wrote this folder (a library written by an "
+            "older phenoforge: remove it yourself if it may go)"
+        )
     if marker is not None and (
         marker.library_id != manifest.library_id or marker.manifest_sha256 != hashlib.sha256(manifest_bytes).hexdigest()
     ):
         return f"has a {MANIFEST} that is not the one phenoforge wrote there (edited, or a forged {LIBRARY_MARKER})"
     expected = {MANIFEST, LIBRARY_MARKER, *(entry.file for entry in manifest.cohorts)}
     expected |= {str(Path(name).parent) for name in expected} - {"."}
-    found = {str(path.relative_to(folder)) for path in folder.rglob("*")}
-    links = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_symlink())
-    foreign = sorted(found - expected) + links
+    children = list(folder.rglob("*"))  # does not follow links into folders: a link is itself foreign
+    foreign = sorted(
+        {str(p.relative_to(folder)) for p in children if p.is_symlink() or str(p.relative_to(folder)) not in expected}
+    )
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         return f"holds files phenoforge did not write ({shown})"

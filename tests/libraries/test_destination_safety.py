@@ -146,3 +146,26 @@ def test_build_scale_refuses_a_folder_of_the_users_files(tmp_path: Path, capsys:
     assert "--force" in capsys.readouterr().err
     assert main(["library", "build-scale", "--dest", str(theirs), "--limit", "2", "--force"]) != 0
     assert snapshot(theirs) == before
+
+
+def test_a_library_holding_a_link_to_the_users_folder_is_not_replaced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = user_project(tmp_path / "home")
+    dest = tmp_path / "lib"
+    assert main(["library", "import", str(csv_file(tmp_path)), "--id", "mine", "--dest", str(dest)]) == 0
+    (dest / "cohorts" / "home").symlink_to(home, target_is_directory=True)
+    before = snapshot(home)
+    assert main(["library", "import", str(csv_file(tmp_path)), "--id", "mine", "--dest", str(dest), "--force"]) != 0
+    assert "cohorts/home" in capsys.readouterr().err
+    assert (dest / "cohorts" / "home").is_symlink() and snapshot(home) == before
+
+
+def test_a_library_without_a_marker_is_not_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest = tmp_path / "lib"
+    assert main(["library", "import", str(csv_file(tmp_path)), "--id", "mine", "--dest", str(dest)]) == 0
+    (dest / LIBRARY_MARKER).unlink()
+    before = snapshot(dest)
+    assert main(["library", "import", str(csv_file(tmp_path)), "--id", "mine", "--dest", str(dest), "--force"]) != 0
+    assert LIBRARY_MARKER in capsys.readouterr().err
+    assert snapshot(dest) == before
