@@ -21,7 +21,8 @@ def check_library_target(
 
     ``overwrite`` (``--force``) replaces only a library phenoforge wrote, never the data directory, the
     libraries folder, a folder holding either, or a folder the set-up writes (other than ``own_dir``,
-    the reserved folder the calling command itself fills). ``library_id`` None skips the id check;
+    the reserved folder the calling command itself fills). ``library_id`` is checked against the installed
+    libraries when ``target`` is itself installed (a folder of the libraries folder); None skips that;
     ``id_option`` says whether the command has an ``--id`` to suggest.
     """
     root = libraries_dir()
@@ -34,8 +35,8 @@ def check_library_target(
     if resolved in {(root / name).resolve() for name in RESERVED_DIRS if name != own_dir}:
         raise LibraryError(f"{target} is where a bundled library lives; choose another --id or --dest")
     check_replaceable(target, overwrite)
-    if library_id is None:
-        return
+    if library_id is None or resolved.parent != root.resolve():
+        return  # only the libraries folder's own folders are installed: only there can an id shadow another
     for library in list_libraries(root, errors=[]):
         if library.library_id == library_id and library.path.resolve() != resolved:
             fix = "choose another --id" if id_option else f"replace it (--dest {library.path} --force) or remove it"

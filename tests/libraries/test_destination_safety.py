@@ -169,3 +169,10 @@ def test_a_library_without_a_marker_is_not_replaced(tmp_path: Path, capsys: pyte
     assert main(["library", "import", str(csv_file(tmp_path)), "--id", "mine", "--dest", str(dest), "--force"]) != 0
     assert LIBRARY_MARKER in capsys.readouterr().err
     assert snapshot(dest) == before
+
+
+def test_fetch_ohdsi_outside_the_libraries_folder_may_share_an_id(clone: Path, tmp_path: Path) -> None:
+    """A folder outside the libraries folder is not installed, so its id shadows nothing (a scratch copy)."""
+    assert fetch(clone) == 0
+    assert fetch(clone, "--dest", str(tmp_path / "scratch")) == 0
+    assert load_library(tmp_path / "scratch").library_id == load_library(libraries_dir() / "ohdsi").library_id
