@@ -263,9 +263,22 @@ def cmd_search(args: argparse.Namespace) -> int:
                 "a list from its name",
                 file=sys.stderr,
             )
+    unavailable = None
+    if dense is None and "dense" in methods:  # say why in its own words: corrupt or stale is not "not built"
+        from phenoforge.engine.dense import dense_index_status
+
+        unavailable = dense_unavailable_message(dense_index_status(con), "no dense results")
     output = {}
     for method in methods:
-        result = search_concepts(con, query, method=method, k=args.k, dense=dense, dense_weight=args.dense_weight)
+        result = search_concepts(
+            con,
+            query,
+            method=method,
+            k=args.k,
+            dense=dense,
+            dense_weight=args.dense_weight,
+            dense_unavailable=unavailable,
+        )
         output[method] = result
         if args.json:
             continue

@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
@@ -334,6 +334,10 @@ class _StoredFit(BaseModel):
     states: dict[str, dict[str, Any]]
     """each registered builder's fitted state, by name (``SetBuilder.state``)"""
     notes: list[str]
+    digest: str = Field(default="", description="SHA-256 of the other fields as written: an edited bundle is refitted")
+
+    def content_digest(self) -> str:
+        return hashlib.sha256(self.model_dump_json(exclude={"digest"}).encode("utf-8")).hexdigest()
 
 
 def _fit_signature(
@@ -377,6 +381,8 @@ def _load_fitted(
         return None, f"{path.name} is corrupt: refitted"
     except OSError as error:  # data/models is a file, or not readable
         return None, f"{path.name} cannot be read ({error.strerror or error}): refitted"
+    if stored.digest != stored.content_digest():
+        return None, f"{path.name} was edited or damaged after phenoforge wrote it: refitted"
     if stored.signature != signature or stored.training_libraries != names:
         return None, f"{path.name} was fitted on other libraries: refitted"
     builders: dict[str, SetBuilder] = {}
@@ -410,6 +416,7 @@ def _save_fitted(signature: str, fitted: FittedBuilders, hierarchy: Hierarchy) -
         states={name: builder.state() for name, builder in fitted.builders.items()},
         notes=[note for builder in fitted.builders.values() for note in builder.training_notes()],
     )
+    stored.digest = stored.content_digest()
     _store(_fit_path(signature), stored.model_dump_json(indent=1), fitted.notes)
 
 

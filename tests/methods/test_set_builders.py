@@ -418,3 +418,27 @@ def _build_ranked(
     """One builder's set for rankings, as the benchmark builds it: their candidate table, then the builder."""
     table = api.candidate_table(hierarchy, query, bm25, dense)
     return api.build_set(hierarchy, fitted, method, table, scored_library_id, scored_group)
+
+
+@pytest.mark.usefixtures("small_models")
+@pytest.mark.parametrize("edit", ["drop the model", "change a parameter", "drop the digest"])
+def test_an_edited_fitted_bundle_is_refitted_not_blamed_on_training_data(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path], edit: str
+) -> None:
+    """A bundle edited by hand once named no model and was reported as 'too little training data'."""
+    libraries = [load_library(path) for path in installed.values()]
+    assert api.fit_builders(fixture_con, None, "elixhauser", libraries).model is not None
+    (bundle,) = (libraries_dir().parent / "models").glob("fitted-*.json")
+    stored = json.loads(bundle.read_text(encoding="utf-8"))
+    if edit == "drop the model":
+        stored["states"]["learned"]["model_directory"] = None
+    elif edit == "change a parameter":
+        stored["notes"] = [*stored["notes"], "edited by hand"]
+    else:
+        stored.pop("digest", None)
+        stored["states"]["learned"]["model_directory"] = None
+    bundle.write_text(json.dumps(stored), encoding="utf-8")
+    again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert not any(note.startswith("reused the builders") for note in again.notes), again.notes
+    assert any(bundle.name in note and "edited" in note for note in again.notes), again.notes
+    assert again.model is not None  # what the 'too little training data' fallback is decided on
