@@ -27,9 +27,9 @@ from phenoforge.eval.measures import Measure
 from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult, MethodRecord
 from phenoforge.eval.qrels import CuratedSet, Qrels, load_qrels
-from phenoforge.eval.runs import Run, RunEntry
+from phenoforge.eval.runs import Run, RunEntry, name_key
 from phenoforge.memory import collections_paused
-from phenoforge.methods import CohortTask, Method, MethodContext, MethodSetup, SkipMethod, get_method
+from phenoforge.methods import CohortTask, Method, MethodContext, MethodError, MethodSetup, SkipMethod, get_method
 from phenoforge.methods.registry import builtin_methods
 from phenoforge.methods.retrieval import Retrieval
 
@@ -102,8 +102,12 @@ def _check_parameters(k: int, dense_weight: float) -> None:
 
 def resolve_methods(methods: Sequence[str | Method] | None) -> list[Method]:
     """Methods by name, ``module:function`` or object; the reference's default three when None."""
-    chosen = [get_method(spec) for spec in (methods if methods is not None else DEFAULT_METHODS)]
-    return list({m.name: m for m in chosen}.values())
+    chosen: dict[str, Method] = {}  # by name_key: one name asked twice runs once
+    for declared in (get_method(spec) for spec in (methods if methods is not None else DEFAULT_METHODS)):
+        same = chosen.setdefault(name_key(declared.name), declared)
+        if same is not declared and same.predict is not declared.predict:
+            raise MethodError(f"two different methods read as one name: {same.name!r} and {declared.name!r}")
+    return list(chosen.values())
 
 
 def build_run(

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import math
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,14 @@ if TYPE_CHECKING:
 
 RUN_CSV_COLUMNS = ["cohort_id", "code", "rank", "score"]
 MAX_PROBLEMS_SHOWN = 20
+
+
+def name_key(name: str) -> str:
+    """How a run's or method's name reads: NFKC-normalised, format characters (zero-width spaces, bidi
+    marks) dropped, blanks collapsed and trimmed, case folded. Two names with one key would make two
+    rows a reader cannot tell apart ("hybrid" and "hybrid\u200b ")."""
+    text = "".join(ch for ch in unicodedata.normalize("NFKC", name) if unicodedata.category(ch) != "Cf")
+    return " ".join(text.split()).casefold()
 
 
 class RunEntry(BaseModel):
