@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from phenoforge.config import ProgressCallback, vocab_db_path
+from phenoforge.config import DEFAULT_PLUGIN_TIMEOUT, ProgressCallback, vocab_db_path
 from phenoforge.errors import PhenoforgeError
 from phenoforge.memory import fix_mmap_threshold
 from phenoforge.setbuild.models import SET_BUILDERS
@@ -343,6 +344,8 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
     for name, record in report.methods.items():
         if record.degraded:
             lines.append(f"  ! {name} is degraded: {record.degraded}")
+        if record.status.startswith("failed"):
+            lines.append(f"  ! {name} {record.status}")
         if record.trained_on:
             lines.append(f"  {name} trained on: {', '.join(record.trained_on)}")
         empty = [r.cohort_id for r in report.results if r.method == name and not r.predicted_codes]
@@ -413,6 +416,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
                 progress=progress,
                 measures=args.measures,
                 dense_problem=dense_problem,
+                method_timeout=args.method_timeout or None,
             )
             if args.json:
                 # the text ``json.dumps({id: report, ...}, indent=1)`` gives for this entry, made now
@@ -672,6 +676,16 @@ def _unit_interval(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError("a number of seconds, 0 or more")
+    return value
+
+
 def _positive_int(name: str) -> Callable[[str], int]:
     """An argparse type whose error names the option: "k must be a positive integer, got 'abc'"."""
 
@@ -773,6 +787,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     bench.add_argument("--fanout-threshold", type=_positive_int("fanout-threshold"), default=100)
     bench.add_argument("--no-dense", action="store_true", help="run without the dense index")
+    bench.add_argument(
+        "--method-timeout",
+        type=_seconds,
+        default=DEFAULT_PLUGIN_TIMEOUT,
+        metavar="SECONDS",
+        help=f"a plug-in method's time limit per cohort; past it that method fails there and the run goes on "
+        f"(default {DEFAULT_PLUGIN_TIMEOUT:g}; 0: no limit; built-ins have none)",
+    )
     bench.add_argument("--json", action="store_true", help="the full report as JSON")
     bench.add_argument("--quiet", action="store_true")
     bench.set_defaults(func=cmd_benchmark)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from phenoforge.eval.qrels import CuratedSet, Qrels, load_qrels
 from phenoforge.eval.runs import Run, RunEntry, name_key
 from phenoforge.memory import collections_paused
 from phenoforge.methods import CohortTask, Method, MethodContext, MethodError, MethodSetup, SkipMethod, get_method
+from phenoforge.methods.guard import DEFAULT_PLUGIN_TIMEOUT, MethodFailed, MethodTimedOut, checked_answer, guarded
 from phenoforge.methods.registry import builtin_methods
 from phenoforge.methods.retrieval import Retrieval
 
@@ -116,20 +118,36 @@ def build_run(
     qrels: Qrels,
     skipped: list[str],
     progress: ProgressCallback | None = None,
+    method_timeout: float | None = DEFAULT_PLUGIN_TIMEOUT,
 ) -> tuple[Run | None, MethodRecord]:
-    """One method over every cohort of ``qrels``: its run (None if skipped) and its record."""
+    """One method over every cohort of ``qrels``: its run (None if skipped or failed) and its record.
+
+    A built-in is called directly, without a time limit, and its errors propagate (they are bugs). A
+    plug-in is called through :func:`~phenoforge.methods.guard.guarded` with ``method_timeout`` seconds
+    per cohort (None: no limit): its exception, ``SystemExit``, wrong answer type or time-out costs
+    only that cohort's answer (a failing ``setup``: every cohort's), listed in ``skipped`` and in
+    ``record.status``; it is given its own copy of each task.
+    """
     record = MethodRecord(
         name=declared.name,
         label=declared.label or declared.name,
         source=declared.source,
         needs=sorted(declared.needs | declared.uses),
     )
+    plugin = declared.source != "built-in"
+    limit = method_timeout if plugin else None
     problem = declared.unmet(context)
     if problem is None and declared.setup is not None:
         try:
-            setup: MethodSetup = declared.setup(context)
+            setup = _setup(declared, context, plugin, limit)
         except SkipMethod as error:
             problem = str(error)
+        except MethodFailed as error:
+            skipped += [f"{cohort_id}/{declared.name}: {error}" for cohort_id in qrels.cohorts]
+            record.status = f"failed: {error}"
+            record.notes.append(record.status)
+            log.warning("method %s failed: %s", declared.name, error)
+            return None, record
         else:
             record.trained_on, record.notes = list(setup.trained_on), list(setup.notes)
             record.degraded = setup.degraded
@@ -137,6 +155,7 @@ def build_run(
     if problem is not None:
         skipped += [f"{cohort_id}/{declared.name}: {problem}" for cohort_id in qrels.cohorts]
         record.notes.append(f"skipped: {problem}")
+        record.status = f"skipped: {problem}"
         return None, record
     degradation = declared.degradation(context)
     if degradation:
@@ -148,24 +167,47 @@ def build_run(
         CohortTask(cohort_id=cohort.cohort_id, query=cohort.cohort_name, seed_code=expansion_seed(cohort.codes))
         for cohort in qrels.cohorts.values()
     ]
-    answers = _batch_answers(declared, context, tasks, record, progress)
+    failed: list[str] = []
+    try:
+        answers = _batch_answers(declared, context, tasks, record, progress, limit)
+    except MethodTimedOut as error:  # asking one cohort at a time would hang as long again, per cohort
+        answers, failed = None, [f"{task.cohort_id}: {error}" for task in tasks]
+        tasks = []
     for position, task in enumerate(tasks):
         if answers is not None:
             run.cohorts[task.cohort_id] = _run_entries(declared, answers[position])
             continue
         progress(position, total, f"{declared.name}: {task.cohort_id}")
-        try:
-            produced = declared.predict(context, task)
-        except Exception as error:
-            if declared.source == "built-in":
-                raise
-            skipped.append(f"{task.cohort_id}/{declared.name}: the method raised {type(error).__name__}: {error}")
-            record.notes.append(f"raised on cohort {task.cohort_id}: {type(error).__name__}: {error}")
-            log.warning("method %s raised on cohort %s", declared.name, task.cohort_id, exc_info=True)
+        if not plugin:
+            run.cohorts[task.cohort_id] = _run_entries(declared, declared.predict(context, task))
             continue
-        run.cohorts[task.cohort_id] = _run_entries(declared, produced)
+        try:
+            run.cohorts[task.cohort_id] = guarded(partial(_plugin_answer, declared, context, task), limit)
+        except MethodFailed as error:
+            failed.append(f"{task.cohort_id}: {error}")
+            log.warning("method %s failed on cohort %s: %s", declared.name, task.cohort_id, error)
+    if failed:
+        skipped += [f"{line.split(': ', 1)[0]}/{declared.name}: {line.split(': ', 1)[1]}" for line in failed]
+        record.notes += [f"failed on cohort {line}" for line in failed]
+        record.status = f"failed on {len(failed)} of {total} cohorts ({failed[0]})"
     record.notes += context.notes_of(declared.name)
     return run, record
+
+
+def _setup(declared: Method, context: MethodContext, plugin: bool, limit: float | None) -> MethodSetup:
+    """The method's setup; a plug-in's guarded, and checked to answer a MethodSetup."""
+    assert declared.setup is not None
+    if not plugin:
+        return declared.setup(context)
+    found = guarded(partial(declared.setup, context), limit, what="setup")
+    if not isinstance(found, MethodSetup):
+        raise MethodFailed(f"setup answered {type(found).__name__}, not a MethodSetup")
+    return found
+
+
+def _plugin_answer(declared: Method, context: MethodContext, task: CohortTask) -> list[RunEntry]:
+    """A plug-in's checked answer for its own copy of ``task`` (it may write to it: its cohort id stays ours)."""
+    return checked_answer(declared.predict(context, task.model_copy()), declared.name)
 
 
 def _run_entries(declared: Method, produced: Sequence[RunEntry | str]) -> list[RunEntry]:
@@ -181,26 +223,38 @@ def _batch_answers(
     tasks: list[CohortTask],
     record: MethodRecord,
     progress: ProgressCallback,
+    limit: float | None = None,
 ) -> list[Sequence[RunEntry | str]] | None:
     """Every task's answer from the method's ``predict_batch``, or None to ask one task at a time.
 
     A built-in's error propagates (a bug); another method whose batch raises or answers the wrong
-    number of tasks is asked one task at a time instead, so one bad cohort costs only its own answer.
+    number of tasks, or a wrong type, is asked one task at a time instead, so one bad cohort costs only
+    its own answer. A plug-in's batch has ``limit`` seconds per task; past it, MethodTimedOut.
     """
     if declared.predict_batch is None or not tasks:
         return None
     progress(0, len(tasks), f"{declared.name}: {len(tasks)} cohorts")
-    try:
-        answers = list(declared.predict_batch(context, tasks))
+    batch = declared.predict_batch
+    if declared.source == "built-in":
+        answers = list(batch(context, tasks))
         if len(answers) != len(tasks):
             raise ValueError(f"predict_batch answered {len(answers)} of {len(tasks)} tasks")
-    except Exception as error:
-        if declared.source == "built-in":
-            raise
-        record.notes.append(f"predict_batch raised {type(error).__name__}: {error}; asked one cohort at a time")
-        log.warning("method %s: predict_batch raised; one cohort at a time", declared.name, exc_info=True)
+        return answers
+
+    def checked() -> list[Sequence[RunEntry | str]]:
+        produced = list(batch(context, [task.model_copy() for task in tasks]))
+        if len(produced) != len(tasks):
+            raise ValueError(f"predict_batch answered {len(produced)} of {len(tasks)} tasks")
+        return [checked_answer(answer, declared.name) for answer in produced]
+
+    try:
+        return guarded(checked, None if limit is None else limit * len(tasks), what="predict_batch")
+    except MethodTimedOut:
+        raise
+    except MethodFailed as error:
+        record.notes.append(f"{error}; asked one cohort at a time")
+        log.warning("method %s: %s; one cohort at a time", declared.name, error)
         return None
-    return answers
 
 
 def score_runs(
@@ -244,11 +298,13 @@ def run_methods(
     progress: ProgressCallback | None = None,
     dense_problem: str | None = None,
     extra_runs: Sequence[Run] = (),
+    method_timeout: float | None = DEFAULT_PLUGIN_TIMEOUT,
 ) -> BenchmarkReport:
     """Run ``methods`` over ``qrels`` and score them (plus any ``extra_runs``, e.g. imported).
 
     A run named like one of the methods would be scored as that method (their results merged):
-    refused before any work, as is a second run of one name.
+    refused before any work, as is a second run of one name. A plug-in may take ``method_timeout``
+    seconds per cohort (None: no limit; built-ins have none); see :func:`build_run`.
     """
     _check_parameters(k, dense_weight)
     chosen = resolve_methods(methods)
@@ -285,7 +341,7 @@ def run_methods(
     runs: list[Run] = []
     records: dict[str, MethodRecord] = {}
     for declared in chosen:
-        run, record = build_run(declared, context, qrels, skipped, progress)
+        run, record = build_run(declared, context, qrels, skipped, progress, method_timeout)
         records[declared.name] = record
         if run is not None:
             runs.append(run)
@@ -309,6 +365,7 @@ def run_benchmark(
     progress: ProgressCallback | None = None,
     measures: Sequence[Measure | str] | None = None,
     dense_problem: str | None = None,
+    method_timeout: float | None = DEFAULT_PLUGIN_TIMEOUT,
 ) -> BenchmarkReport:
     """Run every requested method against every cohort and aggregate the results.
 
@@ -316,11 +373,15 @@ def run_benchmark(
     ``expand_descendants`` seeds from the shortest curated code, a deliberately weak baseline.
     A method whose needs are missing (``dense`` without a dense retriever) is skipped and listed
     in ``skipped``; ``hybrid`` without one runs on BM25 alone and the report marks it degraded
-    (``methods["hybrid"].degraded``, with ``dense_problem`` when the caller knows why).
+    (``methods["hybrid"].degraded``, with ``dense_problem`` when the caller knows why). A plug-in
+    that fails or runs past ``method_timeout`` seconds on a cohort costs only its own answers
+    (``methods[name].status``); built-ins have no time limit.
     """
     _check_parameters(k, dense_weight)
     qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold, progress)
-    return run_methods(con, qrels, methods, dense, k, dense_weight, measures, progress, dense_problem)
+    return run_methods(
+        con, qrels, methods, dense, k, dense_weight, measures, progress, dense_problem, method_timeout=method_timeout
+    )
 
 
 class CohortRankings(BaseModel):

@@ -60,6 +60,12 @@ class MethodRecord(BaseModel):
     degraded: str | None = Field(default=None, description="why the results are not what the method would give")
     trained_on: list[str] = Field(default_factory=list, description="libraries a fitted model or parameter came from")
     notes: list[str] = Field(default_factory=list)
+    status: str = Field(
+        default="ok",
+        description="'ok', 'skipped: why', 'failed: why' (no cohort answered: a plug-in's setup or import "
+        "failed) or 'failed on N of M cohorts (first cohort: why)' (a plug-in raised, answered the wrong "
+        "type or ran past its time limit there)",
+    )
 
 
 class BenchmarkReport(BaseModel):

@@ -23,6 +23,7 @@ from typing import Any
 from phenoforge.errors import PhenoforgeError
 from phenoforge.eval.runs import name_key
 from phenoforge.methods.base import KNOWN_NEEDS, Method, Predict, Setup
+from phenoforge.methods.guard import MethodFailed
 
 ENTRY_POINT_GROUP = "phenoforge.methods"
 REFERENCE_METHODS = ("bm25", "dense", "hybrid", "expand_descendants")
@@ -163,13 +164,30 @@ def load_callable(spec: str) -> Method:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        raise MethodError(f"{spec!r}: cannot import module {module_name!r} ({error})") from None
+        if error.name is not None and (module_name + ".").startswith(error.name + "."):
+            raise MethodError(f"{spec!r}: cannot import module {module_name!r} ({error})") from None
+        return _failed_import(spec, module_name, error)  # the module is there; something it imports is not
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # noqa: BLE001 - a plug-in module raising (even SystemExit) fails only itself
+        return _failed_import(spec, module_name, error)
     obj: Any = module
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise MethodError(f"{spec!r}: module {module_name!r} has no {attribute!r}")
         obj = getattr(obj, part)
     return _as_method(obj, spec, spec)
+
+
+def _failed_import(spec: str, module_name: str, error: BaseException) -> Method:
+    """A stand-in for a plug-in whose module raised on import: the harness reports it failed, for that
+    method alone (its setup raises the reason), and runs the others."""
+    reason = f"importing {module_name} raised {type(error).__name__}: {error}"
+
+    def fail(*_args: object) -> Any:
+        raise MethodFailed(reason)
+
+    return Method(name=spec, predict=fail, label=spec, source=spec, setup=fail, retrieves=False)
 
 
 def entry_point_methods() -> dict[str, Method]:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from phenoforge.methods import CohortTask, Method, MethodContext
+import math
+import threading
+from collections.abc import Iterator
+
+from phenoforge.eval.runs import RunEntry
+from phenoforge.methods import CohortTask, Method, MethodContext, MethodSetup
 
 
 def top_category(context: MethodContext, task: CohortTask) -> list[str]:
@@ -27,3 +32,66 @@ look_alike_hybrid = Method(name="Hybrid\u200b ", predict=perfect_answer)
 
 plain_method = Method(name="my_lists", predict=perfect_answer)
 """A Method object that says nothing about its source: the loader names it."""
+
+
+# --- plug-ins that fail: each must cost only its own row ------------------------------------------
+
+
+def returns_int(context: MethodContext, task: CohortTask) -> int:
+    return 42
+
+
+def returns_string(context: MethodContext, task: CohortTask) -> str:
+    """One code as a bare string: must not be scored as the codes 'E', '1', '1', '.', '9'."""
+    return "E11.9"
+
+
+def returns_none(context: MethodContext, task: CohortTask) -> None:
+    return None
+
+
+def exits(context: MethodContext, task: CohortTask) -> list[str]:
+    raise SystemExit(3)
+
+
+def interrupts(context: MethodContext, task: CohortTask) -> list[str]:
+    raise KeyboardInterrupt
+
+
+def _failing_setup(context: MethodContext) -> MethodSetup:
+    raise RuntimeError("no model file")
+
+
+def fails_setup(context: MethodContext, task: CohortTask) -> list[str]:
+    return ["E11"]
+
+
+fails_setup.setup = _failing_setup  # type: ignore[attr-defined]  # a plain attribute, as a user would set it
+
+RELEASE = threading.Event()
+"""Set by the test that uses ``blocks`` once it is done, so the abandoned worker thread ends."""
+
+
+def blocks(context: MethodContext, task: CohortTask) -> list[str]:
+    """Hangs (until released): the harness must stop waiting for it."""
+    RELEASE.wait(120)
+    return ["E11"]
+
+
+def fails_midway(context: MethodContext, task: CohortTask) -> Iterator[str]:
+    yield "E11"
+    raise ValueError("lost the connection half way")
+
+
+def non_strings(context: MethodContext, task: CohortTask) -> list[object]:
+    return ["E11", 11.9, None]
+
+
+def nan_scores(context: MethodContext, task: CohortTask) -> list[RunEntry]:
+    return [RunEntry(code="E11", rank=1, score=math.nan)]
+
+
+def mutates_task(context: MethodContext, task: CohortTask) -> list[str]:
+    """Writes another cohort's id into its task: its answer must still be filed under its own cohort."""
+    task.cohort_id = "hf"
+    return ["E11"]
