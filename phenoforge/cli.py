@@ -622,7 +622,7 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     """A saved run's codes for one method, in the run import format."""
     from phenoforge import app_state
     from phenoforge.agent.cli import check_output_path
-    from phenoforge.eval.runs import Run, RunEntry, run_to_csv, run_to_json
+    from phenoforge.eval.runs import run_from_results, run_to_csv, run_to_json
 
     # a folder or a missing folder: one line before any work, not a traceback after it
     check_output_path("--output", args.output, f"{args.method or 'run'}.{args.format}")
@@ -631,17 +631,7 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     method = args.method or (methods[0] if len(methods) == 1 else None)
     if method not in methods:
         raise PhenoforgeError(f"run {args.run_id} has methods {', '.join(methods)}: choose one with --method")
-    run = Run(
-        name=method,
-        cohorts={
-            r.cohort_id: [
-                RunEntry(code=code, rank=rank, provenance=list((r.provenance or {}).get(code, [])))
-                for rank, code in enumerate(r.predicted_codes, start=1)
-            ]
-            for r in saved.report.results
-            if r.method == method
-        },
-    )
+    run = run_from_results(saved.report.results, method)
     text = run_to_json(run) if args.format == "json" else run_to_csv(run)
     if args.output:
         try:

@@ -308,14 +308,17 @@ def run_methods(
     """
     _check_parameters(k, dense_weight)
     chosen = resolve_methods(methods)
-    names = [m.name for m in chosen]
+    names = {name_key(m.name): m.name for m in chosen}  # how each row's name reads: case, blanks, invisibles
     for extra in extra_runs:
-        if extra.name in names:
+        same = names.get(name_key(extra.name))
+        if same is not None:
+            kind = "a method it is compared with" if same in (m.name for m in chosen) else "a second run"
+            kind += f" ({same!r})" if same != extra.name else ""
             raise PhenoforgeError(
-                f"the run is named {extra.name!r}, like a method it is compared with; give it another name "
+                f"the run is named {extra.name!r}, like {kind}; give it another name "
                 "(run import --name, or the Benchmark page's run name)"
             )
-        names.append(extra.name)
+        names[name_key(extra.name)] = extra.name
     hierarchy = get_hierarchy(con)
     retrieval = Retrieval(con, dense, fusion_depth(k))
     context = MethodContext(

@@ -36,6 +36,13 @@ class CohortEvalResult(BaseModel):
     provenance: dict[str, list[str]] = Field(
         default_factory=dict, description="predicted code -> why the method put it in the list"
     )
+    ranks: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="predicted code -> its rank in the run (None: unranked); empty in reports saved before",
+    )
+    code_scores: dict[str, float] = Field(
+        default_factory=dict, description="predicted code -> the method's own score for it, when it gave one"
+    )
 
 
 class MeasureRecord(BaseModel):
