@@ -9,6 +9,7 @@ the one scoring path :func:`~phenoforge.eval.evaluate.evaluate`. ``run_benchmark
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from functools import partial
@@ -28,7 +29,7 @@ from phenoforge.eval.measures import Measure
 from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult, MethodRecord
 from phenoforge.eval.qrels import CuratedSet, Qrels, load_qrels
-from phenoforge.eval.runs import Run, RunEntry, name_key
+from phenoforge.eval.runs import Run, RunEntry, mixed_script, name_key
 from phenoforge.memory import collections_paused
 from phenoforge.methods import CohortTask, Method, MethodContext, MethodError, MethodSetup, SkipMethod, get_method
 from phenoforge.methods.guard import DEFAULT_PLUGIN_TIMEOUT, MethodFailed, MethodTimedOut, checked_answer, guarded
@@ -199,15 +200,17 @@ def _setup(declared: Method, context: MethodContext, plugin: bool, limit: float 
     assert declared.setup is not None
     if not plugin:
         return declared.setup(context)
-    found = guarded(partial(declared.setup, context), limit, what="setup")
+    found = guarded(partial(declared.setup, copy.copy(context)), limit, what="setup", passes=(SkipMethod,))
     if not isinstance(found, MethodSetup):
         raise MethodFailed(f"setup answered {type(found).__name__}, not a MethodSetup")
     return found
 
 
 def _plugin_answer(declared: Method, context: MethodContext, task: CohortTask) -> list[RunEntry]:
-    """A plug-in's checked answer for its own copy of ``task`` (it may write to it: its cohort id stays ours)."""
-    return checked_answer(declared.predict(context, task.model_copy()), declared.name)
+    """A plug-in's checked answer, given its own copies of ``context`` and ``task``: setting ``context.k``
+    or ``task.cohort_id`` changes neither the methods after it nor where its answer is filed. (The objects
+    they hold, the connection, retrieval cache and options, are shared.)"""
+    return checked_answer(declared.predict(copy.copy(context), task.model_copy()), declared.name)
 
 
 def _run_entries(declared: Method, produced: Sequence[RunEntry | str]) -> list[RunEntry]:
@@ -242,7 +245,7 @@ def _batch_answers(
         return answers
 
     def checked() -> list[Sequence[RunEntry | str]]:
-        produced = list(batch(context, [task.model_copy() for task in tasks]))
+        produced = list(batch(copy.copy(context), [task.model_copy() for task in tasks]))
         if len(produced) != len(tasks):
             raise ValueError(f"predict_batch answered {len(produced)} of {len(tasks)} tasks")
         return [checked_answer(answer, declared.name) for answer in produced]
@@ -310,6 +313,10 @@ def run_methods(
     chosen = resolve_methods(methods)
     names = {name_key(m.name): m.name for m in chosen}  # how each row's name reads: case, blanks, invisibles
     for extra in extra_runs:
+        if mixed_script(extra.name):
+            raise PhenoforgeError(
+                f"the run is named {extra.name!r}, mixing Latin, Cyrillic or Greek letters: a look-alike"
+            )
         same = names.get(name_key(extra.name))
         if same is not None:
             kind = "a method it is compared with" if same in (m.name for m in chosen) else "a second run"

@@ -39,6 +39,18 @@ def clean_name(name: str) -> str:
     return " ".join(text.split())
 
 
+_LOOK_ALIKE_SCRIPTS = {"LATIN", "CYRILLIC", "GREEK"}
+"""Scripts with letters drawn alike (Cyrillic 'һ', 'о', Greek 'ο' and Latin 'h', 'o'): NFKC keeps them apart."""
+
+
+def mixed_script(name: str) -> bool:
+    """Whether ``name``'s letters mix Latin, Cyrillic or Greek: how 'һybrid' (a Cyrillic h) passes for
+    'hybrid'. One script throughout is a name; a mix of these is a look-alike (Unicode TS #39's
+    single-script restriction, for the scripts that share glyphs)."""
+    scripts = {unicodedata.name(ch, "").split(" ")[0] for ch in name if ch.isalpha()}
+    return len(scripts & _LOOK_ALIKE_SCRIPTS) > 1
+
+
 def name_key(name: str) -> str:
     """How a run's or method's name reads: NFKC-normalised, format characters (zero-width spaces, bidi
     marks) dropped, blanks collapsed and trimmed, case folded. Two names with one key would make two
@@ -104,6 +116,8 @@ def _validate(rows: Iterable[Row], qrels: Qrels, hierarchy: Hierarchy, name: str
     shown = clean_name(name)
     if not shown:
         raise RunImportError(source, [f"the run's name {name!r} has no visible characters"])
+    if mixed_script(shown):
+        raise RunImportError(source, [f"the run's name {shown!r} mixes Latin, Cyrillic or Greek letters"])
     for line, cohort_id, raw_code, raw_rank, raw_score, provenance in rows:
         where = f"line {line}"
         cohort_id = cohort_id.strip()
@@ -214,6 +228,8 @@ def parse_run_json(text: str, qrels: Qrels, hierarchy: Hierarchy, name: str, sou
         raw = json.loads(text, object_pairs_hook=_unique_keys)
     except _DuplicateKey as error:
         raise RunImportError(source, [str(error)]) from None
+    except RecursionError:
+        raise RunImportError(source, ["the JSON is nested too deeply to be a run"]) from None
     except json.JSONDecodeError as error:
         raise RunImportError(source, [f"line {error.lineno}: not valid JSON ({error.msg})"]) from None
     try:

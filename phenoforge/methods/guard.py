@@ -16,10 +16,12 @@ from typing import TypeVar
 
 from phenoforge.config import DEFAULT_PLUGIN_TIMEOUT
 from phenoforge.eval.runs import RunEntry
-from phenoforge.methods.base import SkipMethod
 
 __all__ = ["DEFAULT_PLUGIN_TIMEOUT", "MethodFailed", "MethodTimedOut", "checked_answer", "guarded"]
 T = TypeVar("T")
+MAX_ANSWER_CODES = 200_000
+"""More codes than ICD-10-CM has (about 98,000 with its categories): an answer this long is a runaway
+generator, stopped before it fills memory."""
 
 
 class MethodFailed(Exception):
@@ -30,11 +32,24 @@ class MethodTimedOut(MethodFailed):
     """A plug-in call the harness stopped waiting for."""
 
 
-def guarded(function: Callable[[], T], timeout: float | None, what: str = "the method") -> T:
+def describe(error: BaseException) -> str:
+    """``Type: message`` of a plug-in's exception, even one whose ``__str__`` raises."""
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:  # noqa: BLE001 - a plug-in's exception may not even print
+        return f"{type(error).__name__} (its message cannot be printed)"
+
+
+def guarded(
+    function: Callable[[], T],
+    timeout: float | None,
+    what: str = "the method",
+    passes: tuple[type[BaseException], ...] = (),
+) -> T:
     """``function()``, any failure of it raised as :class:`MethodFailed` (``what raised X: ...``).
 
-    ``SkipMethod`` (a setup saying it cannot run here) and ``KeyboardInterrupt`` (the user stopping
-    the run) propagate; ``SystemExit`` and every other exception are the method's failure. With a
+    ``passes`` (``SkipMethod`` for a setup saying it cannot run here) and ``KeyboardInterrupt`` (the
+    user stopping the run) propagate; ``SystemExit`` and every other exception are the method's failure. With a
     ``timeout`` the call runs in a daemon worker thread and the caller waits at most that long. Python
     cannot stop a thread: a call past its limit is abandoned, not killed. It keeps running, and keeps
     what it holds, until it returns by itself or the process exits; its answer is then discarded.
@@ -42,10 +57,8 @@ def guarded(function: Callable[[], T], timeout: float | None, what: str = "the m
     if timeout is None:
         try:
             return function()
-        except (KeyboardInterrupt, SkipMethod, MethodFailed):
-            raise
         except BaseException as error:  # noqa: BLE001 - SystemExit from a plug-in is its failure, not ours
-            raise MethodFailed(f"{what} raised {type(error).__name__}: {error}") from None
+            raise _failure(error, what, passes) from None
     outcome: list[tuple[bool, object]] = []
 
     def work() -> None:
@@ -62,21 +75,28 @@ def guarded(function: Callable[[], T], timeout: float | None, what: str = "the m
     done, value = outcome[0]
     if done:
         return value  # type: ignore[return-value]  # function()'s own result
-    if isinstance(value, KeyboardInterrupt | SkipMethod | MethodFailed):
-        raise value
-    raise MethodFailed(f"{what} raised {type(value).__name__}: {value}")
+    raise _failure(value, what, passes)  # type: ignore[arg-type]  # what work() caught
+
+
+def _failure(error: BaseException, what: str, passes: tuple[type[BaseException], ...]) -> BaseException:
+    """What to raise for ``error``: itself when it must propagate, else a MethodFailed naming it."""
+    if isinstance(error, (KeyboardInterrupt, MethodFailed, *passes)):
+        return error
+    return MethodFailed(f"{what} raised {describe(error)}")
 
 
 def checked_answer(produced: object, provenance: str) -> list[RunEntry]:
     """A plug-in's answer for one cohort as run entries, or MethodFailed saying what is wrong with it.
 
-    A list, tuple or iterator of codes (``str``) or :class:`RunEntry`; a bare string would otherwise
-    be scored character by character, a dict by its keys, a set in no order.
+    A list, tuple or iterator of codes (``str``) or :class:`RunEntry`, at most :data:`MAX_ANSWER_CODES`;
+    a bare string would otherwise be scored character by character, a dict by its keys, a set in no order.
     """
     if isinstance(produced, str | bytes | Mapping) or not isinstance(produced, Sequence | Iterator):
         raise MethodFailed(f"answered {type(produced).__name__}, not a list of codes")
     out: list[RunEntry] = []
     for rank, item in enumerate(produced, start=1):
+        if rank > MAX_ANSWER_CODES:
+            raise MethodFailed(f"answered more than {MAX_ANSWER_CODES} codes")
         if isinstance(item, str):
             out.append(RunEntry(code=item, rank=rank, provenance=[provenance]))
         elif isinstance(item, RunEntry) and isinstance(item.code, str):

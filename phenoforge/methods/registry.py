@@ -21,9 +21,9 @@ from dataclasses import replace
 from typing import Any
 
 from phenoforge.errors import PhenoforgeError
-from phenoforge.eval.runs import name_key
+from phenoforge.eval.runs import mixed_script, name_key
 from phenoforge.methods.base import KNOWN_NEEDS, Method, Predict, Setup
-from phenoforge.methods.guard import MethodFailed
+from phenoforge.methods.guard import MethodFailed, describe
 
 ENTRY_POINT_GROUP = "phenoforge.methods"
 REFERENCE_METHODS = ("bm25", "dense", "hybrid", "expand_descendants")
@@ -52,7 +52,11 @@ def _origin(function: object) -> str:
 
 
 def _check_name(name: str, what: str) -> None:
-    """A MethodError when ``name`` reads as a built-in method's name."""
+    """A MethodError when ``name`` reads as a built-in method's name (or is no plain name at all)."""
+    if not isinstance(name, str) or not name_key(name):
+        raise MethodError(f"{what}: a method's name is a non-empty string, got {name!r}")
+    if mixed_script(name):
+        raise MethodError(f"{what}: {name!r} mixes Latin, Cyrillic or Greek letters (a look-alike name)")
     key = name_key(name)
     for builtin in builtin_methods():
         if name_key(builtin) == key:
@@ -182,7 +186,7 @@ def load_callable(spec: str) -> Method:
 def _failed_import(spec: str, module_name: str, error: BaseException) -> Method:
     """A stand-in for a plug-in whose module raised on import: the harness reports it failed, for that
     method alone (its setup raises the reason), and runs the others."""
-    reason = f"importing {module_name} raised {type(error).__name__}: {error}"
+    reason = f"importing {module_name} raised {describe(error)}"
 
     def fail(*_args: object) -> Any:
         raise MethodFailed(reason)

@@ -70,3 +70,25 @@ def test_a_run_reading_as_a_method_name_is_refused(
         run_methods(fixture_con, qrels, ["hybrid"], extra_runs=[run])
     with pytest.raises(PhenoforgeError, match="second run"):
         run_methods(fixture_con, qrels, ["bm25"], extra_runs=[Run(name="mine"), Run(name="MINE")])
+
+
+def test_a_json_nested_too_deeply_is_refused_not_a_crash(qrels: Qrels, hierarchy: Hierarchy) -> None:
+    with pytest.raises(RunImportError, match="nested too deeply"):
+        parse_run_json("[" * 100_000 + "]" * 100_000, qrels, hierarchy, "mine")
+
+
+def test_a_cyrillic_look_alike_name_is_refused(
+    fixture_con: duckdb.DuckDBPyConnection, qrels: Qrels, hierarchy: Hierarchy
+) -> None:
+    """NFKC keeps Cyrillic 'һ' apart from Latin 'h': a name mixing the scripts is refused instead."""
+    with pytest.raises(RunImportError, match="mixes Latin, Cyrillic or Greek"):
+        parse_run_csv("cohort_id,code\ndm2,E11.9\n", qrels, hierarchy, "\u04bbybrid")
+    run = Run(name="\u04bbybrid", cohorts={"dm2": [RunEntry(code="E11.9")]})
+    with pytest.raises(PhenoforgeError, match="look-alike"):
+        run_methods(fixture_con, qrels, ["hybrid"], extra_runs=[run])
+    assert parse_run_csv("cohort_id,code\ndm2,E11.9\n", qrels, hierarchy, "гибрид").name == "гибрид"  # one script
+
+
+def test_non_finite_scores_in_json_are_refused(qrels: Qrels, hierarchy: Hierarchy) -> None:
+    with pytest.raises(RunImportError, match="score 'nan' is not finite"):
+        parse_run_json('{"cohorts": {"dm2": [{"code": "E11.9", "score": NaN}]}}', qrels, hierarchy, "mine")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections.abc import Iterator
 
 from phenoforge.eval.runs import RunEntry
-from phenoforge.methods import CohortTask, Method, MethodContext, MethodSetup
+from phenoforge.methods import CohortTask, Method, MethodContext, MethodSetup, SkipMethod
 
 
 def top_category(context: MethodContext, task: CohortTask) -> list[str]:
@@ -94,4 +95,34 @@ def nan_scores(context: MethodContext, task: CohortTask) -> list[RunEntry]:
 def mutates_task(context: MethodContext, task: CohortTask) -> list[str]:
     """Writes another cohort's id into its task: its answer must still be filed under its own cohort."""
     task.cohort_id = "hf"
+    return ["E11"]
+
+
+def skips_in_predict(context: MethodContext, task: CohortTask) -> list[str]:
+    """SkipMethod belongs in setup; raised per cohort it is that cohort's failure, not the run's end."""
+    raise SkipMethod("no key")
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("cannot print me")
+
+
+def raises_unprintable(context: MethodContext, task: CohortTask) -> list[str]:
+    raise UnprintableError
+
+
+def runaway(context: MethodContext, task: CohortTask) -> Iterator[str]:
+    """Never stops yielding: stopped by the answer cap, not left to fill memory."""
+    return (f"E11.{i}" for i in itertools.count())
+
+
+def returns_set(context: MethodContext, task: CohortTask) -> set[str]:
+    return {"E11", "I50"}
+
+
+def narrows_the_context(context: MethodContext, task: CohortTask) -> list[str]:
+    """Sets the run's k and weight: the built-ins after it must not notice."""
+    context.k = 1
+    context.dense_weight = 1.0
     return ["E11"]

@@ -52,6 +52,10 @@ def _builtin_rows(report: BenchmarkReport) -> list[tuple[str, str, list[str], fl
         ("fails_midway", "the method raised ValueError: lost the connection half way"),
         ("non_strings", "item 2 is float, not a code or RunEntry"),
         ("nan_scores", "item 1 has a score that is not a finite number (nan)"),
+        ("skips_in_predict", "the method raised SkipMethod: no key"),
+        ("raises_unprintable", "the method raised UnprintableError (its message cannot be printed)"),
+        ("runaway", "answered more than 200000 codes"),
+        ("returns_set", "answered set, not a list of codes"),
     ],
 )
 def test_a_failing_plugin_costs_only_its_own_row(
@@ -133,3 +137,11 @@ def test_a_plugin_mutating_its_task_cannot_file_its_answer_under_another_cohort(
 def test_a_keyboard_interrupt_still_stops_the_run(fixture_con: duckdb.DuckDBPyConnection, library: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         run_benchmark(fixture_con, library, list(COHORTS), methods=[f"{PLUGINS}:interrupts"], k=5)
+
+
+def test_a_plugin_setting_the_context_does_not_change_the_methods_after_it(
+    fixture_con: duckdb.DuckDBPyConnection, library: Path, alone: BenchmarkReport
+) -> None:
+    spec = f"{PLUGINS}:narrows_the_context"
+    report = run_benchmark(fixture_con, library, list(COHORTS), methods=[spec, "bm25", "hybrid"], k=5)
+    assert _builtin_rows(report) == _builtin_rows(alone)

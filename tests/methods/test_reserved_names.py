@@ -85,3 +85,9 @@ def test_an_entry_point_named_like_a_builtin_is_refused(monkeypatch: pytest.Monk
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [point])
     with pytest.raises(MethodError, match="'hybrid' is a built-in method's name"):
         available_methods()
+
+
+@pytest.mark.parametrize(("name", "message"), [(5, "non-empty string"), ("\u04bbybrid", "mixes Latin, Cyrillic")])
+def test_names_that_are_not_plain_or_mix_scripts_are_refused(name: object, message: str) -> None:
+    with pytest.raises(MethodError, match=message):
+        get_method(Method(name=name, predict=perfect_answer))  # type: ignore[arg-type]  # as a careless caller would
