@@ -282,7 +282,7 @@ def _library_cohorts(
     out = []
     for entry in library.manifest.cohorts:
         try:
-            curated = load_curated_concept_set(con, Path(library.path), entry.cohort_id)
+            curated = load_curated_concept_set(con, library, entry.cohort_id)  # opened: no manifest read per cohort
         except LibraryError:
             if skip_unreadable:
                 continue
