@@ -48,7 +48,7 @@ from phenoforge.libraries.scale import build_scale_library  # noqa: E402
 from phenoforge.memory import fix_mmap_threshold  # noqa: E402
 from phenoforge.methods import retrieval as retrieval_module  # noqa: E402
 from phenoforge.methods.registry import builtin_methods  # noqa: E402
-from phenoforge.setbuild.models import SET_BUILDERS  # noqa: E402
+from phenoforge.setbuild.builders import builder_names  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,8 +98,8 @@ def warm_pair(label: str, run: Callable[[object], object], dense: object, runs: 
 def builders_one_at_a_time():  # noqa: ANN201
     """The set builders without their batch step: what a run cost before ``predict_batch``."""
     methods = builtin_methods()
-    saved = {name: methods[name].predict_batch for name in SET_BUILDERS}
-    for name in SET_BUILDERS:
+    saved = {name: methods[name].predict_batch for name in builder_names()}
+    for name in builder_names():
         methods[name].predict_batch = None
     try:
         yield

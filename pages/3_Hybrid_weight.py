@@ -22,7 +22,7 @@ from phenoforge.dashboard.weights import (
     sweep_key,
     sweep_rows,
 )
-from phenoforge.eval.sweep import SWEEPABLE, LibrarySweep
+from phenoforge.eval.sweep import LibrarySweep, sweepable
 
 REFERENCE_WEIGHT = 0.0
 
@@ -216,12 +216,12 @@ def main() -> None:
         return
     method = st.selectbox(
         "Method",
-        list(SWEEPABLE),
+        list(sweepable()),
         key="hw_method",
         help="hybrid re-fuses cached rankings as the slider moves; a set builder is swept on a grid of weights",
     )
     if method != "hybrid":
-        st.caption(f"Swept: {SWEEPABLE[method]}.")
+        st.caption(f"Swept: {sweepable()[method]}.")
     library = ui.library_picker(libraries, key="hw_library")
     names = {e.cohort_id: e.cohort_name for e in library.manifest.cohorts}
     cols = st.columns([3, 1])

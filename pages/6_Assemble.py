@@ -60,7 +60,7 @@ def start_section(reviewer: str) -> None:
         k = int(cols[2].number_input("Hits per term (k)", 1, 50, 10, key="as_k"))
         generator = st.radio(
             "Codes for terms no curated cohort settles",
-            list(workflow.GENERATORS),
+            list(workflow.generators()),
             key="as_generator",
             horizontal=True,
             help="hybrid: the top k hits; adaptive_cutoff, subtree, learned, curated_transfer: a billable list of "

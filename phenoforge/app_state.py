@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from phenoforge.config import app_state_db_path
 from phenoforge.errors import DiskFullError, PhenoforgeError
 from phenoforge.eval.models import BenchmarkReport
-from phenoforge.storage import is_disk_full
+from phenoforge.storage import is_disk_full, is_io_error, no_space_left
 
 APP_STATE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS benchmark_run (
@@ -99,7 +99,7 @@ def connect_app_state(path: Path | None = None) -> Iterator[sqlite3.Connection]:
         path.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(str(path), timeout=BUSY_SECONDS)
     except (OSError, sqlite3.Error) as error:
-        if is_disk_full(error):
+        if _out_of_space(error, path):
             raise _disk_full(path) from None
         raise AppStateError(
             f"cannot open the app-state database at {path} ({error}); check that the data "
@@ -112,10 +112,16 @@ def connect_app_state(path: Path | None = None) -> Iterator[sqlite3.Connection]:
         con.executescript(APP_STATE_SCHEMA)
         yield con
     except (sqlite3.DatabaseError, OSError) as error:
-        if is_disk_full(error):  # the database is intact: blaming it would send users to delete it
+        if _out_of_space(error, path):  # the database is intact: blaming it would send users to delete it
             raise _disk_full(path) from None
         if isinstance(error, OSError):
             raise
+        if is_io_error(error):  # the disk failed a read or write: the file itself may well be intact
+            raise AppStateError(
+                f"I/O error on the app-state database at {path} ({error}): the disk or mount failed a read or "
+                "write (full, over quota, read-only or gone); your saved runs are most likely intact, so do not "
+                "move the database aside: check the disk and try again"
+            ) from error
         if _is_locked(error):  # intact, only busy: moving it aside would lose every saved run
             raise AppStateError(
                 f"the app-state database at {path} stayed busy for {BUSY_SECONDS:.0f} s ({error}): another "
@@ -131,6 +137,12 @@ def connect_app_state(path: Path | None = None) -> Iterator[sqlite3.Connection]:
 
 BUSY_SECONDS = 30.0
 """How long an operation waits for another writer before it gives up with an error saying so."""
+
+
+def _out_of_space(error: BaseException, path: Path) -> bool:
+    """ENOSPC/EDQUOT or SQLite's "disk is full", or its bare "disk I/O error" on a file system with no space
+    left (what SQLite says when it cannot grow the WAL index of a database it only reads)."""
+    return is_disk_full(error) or (is_io_error(error) and no_space_left(path.parent))
 
 
 def _is_locked(error: BaseException) -> bool:

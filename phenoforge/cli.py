@@ -19,7 +19,7 @@ from pathlib import Path
 from phenoforge.config import DEFAULT_PLUGIN_TIMEOUT, ProgressCallback, vocab_db_path
 from phenoforge.errors import PhenoforgeError
 from phenoforge.memory import fix_mmap_threshold
-from phenoforge.setbuild.models import SET_BUILDERS
+from phenoforge.setbuild.builders import builder_names
 
 DEFAULT_SWEEP_WEIGHTS = [round(step / 10, 1) for step in range(11)]
 
@@ -247,7 +247,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     query, notes = spell_out_for_search(con, args.query)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    if args.method in SET_BUILDERS:
+    if args.method in builder_names():
         return _search_set_builder(con, args, query)
     methods = ["bm25", "dense", "hybrid"] if args.method == "all" else [args.method]
     dense = _dense_or_none(con, any(method in ("dense", "hybrid") for method in methods))
@@ -264,9 +264,22 @@ def cmd_search(args: argparse.Namespace) -> int:
                 "a list from its name",
                 file=sys.stderr,
             )
+    unavailable = None
+    if dense is None and "dense" in methods:  # say why in its own words: corrupt or stale is not "not built"
+        from phenoforge.engine.dense import dense_index_status
+
+        unavailable = dense_unavailable_message(dense_index_status(con), "no dense results")
     output = {}
     for method in methods:
-        result = search_concepts(con, query, method=method, k=args.k, dense=dense, dense_weight=args.dense_weight)
+        result = search_concepts(
+            con,
+            query,
+            method=method,
+            k=args.k,
+            dense=dense,
+            dense_weight=args.dense_weight,
+            dense_unavailable=unavailable,
+        )
         output[method] = result
         if args.json:
             continue
@@ -738,7 +751,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument(
         "--method",
-        choices=["bm25", "dense", "hybrid", *SET_BUILDERS, "all"],
+        choices=["bm25", "dense", "hybrid", *builder_names(), "all"],
         default="hybrid",
         help="a ranking (bm25, dense, hybrid: top k) or a set builder (adaptive_cutoff, subtree, learned, "
         "curated_transfer: a billable code list of its own size, each code with why it is there); all = the three "
@@ -793,14 +806,14 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep",
         help="sweep a method's dense_weight against curated ground truth, cross-validated over cohorts",
         description="Sweeps dense_weight: for hybrid, dense's share of the fused ranking cut at k; for a set "
-        f"builder ({', '.join(SET_BUILDERS)}), dense's share of the fused ranking it builds from. A set "
+        f"builder ({', '.join(builder_names())}), dense's share of the fused ranking it builds from. A set "
         "builder's own parameters (cut-off, subtree shares, membership model and threshold, transfer "
         "similarity) are fitted leave-one-library-group-out and are not re-chosen here.",
     )
     sweep.add_argument(
         "--method",
         default="hybrid",
-        help=f"the method to sweep: hybrid (default) or a set builder ({', '.join(SET_BUILDERS)}); "
+        help=f"the method to sweep: hybrid (default) or a set builder ({', '.join(builder_names())}); "
         "-k applies to hybrid only",
     )
     sweep.add_argument(

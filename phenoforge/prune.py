@@ -136,7 +136,7 @@ def current_state(con: duckdb.DuckDBPyConnection, dense: object | None) -> Curre
     from phenoforge.engine.expansion import get_hierarchy
     from phenoforge.methods.set_building import current_fit_files
     from phenoforge.setbuild.api import knowledge_identity
-    from phenoforge.setbuild.features import node_table_path
+    from phenoforge.setbuild.nodes import node_table_path
     from phenoforge.setbuild.robust import word_counts_path
     from phenoforge.setbuild.transfer import embed_identity_of, knowledge_path
 
@@ -286,7 +286,9 @@ def _classify(path: Path, state: CurrentState, names: set[str]) -> tuple[Entry, 
         return kept("curated knowledge", "of this vocabulary build (which one is current is not known)")
     if _FITTED.match(name) and is_file:
         if current:
-            return kept("fitted builders")
+            states = _json_field(path, "states")
+            held = ", ".join(states) if isinstance(states, dict) else "no readable builder states"
+            return kept("fitted builders", f"read by the current state; the fitted {held}")
         if state.fits_known:
             return stale("fitted builders", "no current fit has this signature (other libraries, index or build)")
         made_for = _json_field(path, "vocabulary_build_id")
@@ -404,7 +406,7 @@ def _size(path: Path) -> int:
 
 
 def _node_table_format() -> int:
-    from phenoforge.setbuild.features import NODE_TABLE_FORMAT
+    from phenoforge.setbuild.nodes import NODE_TABLE_FORMAT
 
     return NODE_TABLE_FORMAT
 

@@ -13,12 +13,13 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from phenoforge.errors import DiskFullError
+from phenoforge.errors import DiskFullError, PhenoforgeError
 
 
 def sha256_file(path: Path) -> str:
@@ -101,6 +102,46 @@ def is_disk_full(error: BaseException) -> bool:
     return any(phrase in text for phrase in _DISK_FULL_TEXTS)
 
 
+LOW_SPACE_BYTES = 4 << 20
+"""Below this much free space, an I/O error SQLite reports ("disk I/O error") is taken for a full disk."""
+
+
+def is_io_error(error: BaseException) -> bool:
+    """SQLite's own words for a failed read or write (a full disk that stopped its WAL index growing, a
+    failing or vanished mount): not a damaged database, so never a reason to move it aside."""
+    return "disk i/o error" in str(error).lower()
+
+
+def no_space_left(folder: Path) -> bool:
+    """Whether the file system holding ``folder`` (or its nearest existing parent) is all but full."""
+    for candidate in (Path(folder), *Path(folder).parents):
+        if candidate.exists():
+            try:
+                return shutil.disk_usage(candidate).free < LOW_SPACE_BYTES
+            except OSError:
+                return False
+    return False
+
+
 def disk_full_error(what: str, path: Path, kept: str) -> DiskFullError:
     """The one message for a full disk: what could not be written, what was kept, what to do."""
     return DiskFullError(f"disk full while writing {what} ({path}): {kept}; free some space and try again")
+
+
+def read_user_file(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of a file the user named, at most ``limit`` of them: a device (``/dev/zero``), a pipe or a
+    socket is refused before it is opened (reading one never ends, or blocks), a larger file after ``limit``.
+
+    ``FileNotFoundError`` and ``IsADirectoryError`` pass through for the caller's own words; other refusals
+    are a ``PhenoforgeError`` naming ``what`` the file was meant to be.
+    """
+    mode = os.stat(path).st_mode  # follows a symbolic link: what would be read
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if not stat.S_ISREG(mode):
+        raise PhenoforgeError(f"{path}: not a regular file (a device, pipe or socket); give {what}")
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise PhenoforgeError(f"{path}: larger than {limit:,} bytes, the most {what} may hold; split it")
+    return data

@@ -47,4 +47,4 @@ def write_icd_library(
         cid: icd_cohort_definition(cohort_name, list(codes), include_descendants=desc)
         for cid, (cohort_name, codes, desc) in cohorts.items()
     }
-    return write_library(dest, manifest, definitions)
+    return write_library(dest, manifest, definitions, replace=True)  # a fixture library written before is replaced

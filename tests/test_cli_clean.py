@@ -14,7 +14,7 @@ from phenoforge.config import data_dir, vocab_db_path
 from phenoforge.engine import vocab_build
 from phenoforge.engine.dense.model import onnx_model_file
 from phenoforge.engine.expansion import get_hierarchy
-from phenoforge.setbuild.features import node_table_path
+from phenoforge.setbuild.nodes import node_table_path
 
 OTHER_BUILD = "0" * 32
 OLD_ONNX = "all-MiniLM-L6-v2-0.1.0-torch2.1.0-opset17.onnx"

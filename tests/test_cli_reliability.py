@@ -84,7 +84,7 @@ def test_force_refuses_the_libraries_root_and_the_data_directory(data: Path, tmp
     dest = data / "libraries" if which == "libraries" else data
     before = snapshot(data)
     result = cli(data, "library", "import", str(csv_file(tmp_path)), "--dest", str(dest), "--force")
-    one_line_error(result, "an import never replaces it")
+    one_line_error(result, "a library is never written over it")
     assert snapshot(data) == before
 
 

@@ -13,7 +13,7 @@ from phenoforge.engine.db import connect
 from phenoforge.eval import sweep as sweep_module
 from phenoforge.eval.harness import collect_rankings, rescore_hybrid
 from phenoforge.eval.selection import assign_folds
-from phenoforge.setbuild.models import SET_BUILDERS
+from phenoforge.setbuild.builders import builder_names
 from tests.eval.test_harness import FakeDense
 from tests.fixture_library import write_icd_library
 from tests.test_cli import fixture_vocabulary, run  # noqa: F401  # the autouse fixture vocabulary
@@ -61,7 +61,7 @@ def test_the_default_sweep_is_the_hybrid_sweep_unchanged(
     assert len(lines) == 5 and "sweeping" not in default_out
 
 
-@pytest.mark.parametrize("builder", SET_BUILDERS)
+@pytest.mark.parametrize("builder", builder_names())
 def test_a_set_builder_is_swept_with_the_cross_validated_report(
     capsys: pytest.CaptureFixture[str], builder: str
 ) -> None:
@@ -116,7 +116,7 @@ def test_a_method_with_nothing_to_sweep_is_a_one_line_error(capsys: pytest.Captu
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"cannot sweep '{method}'" in err
-    assert all(name in err for name in ["hybrid", *SET_BUILDERS])
+    assert all(name in err for name in ["hybrid", *builder_names()])
 
 
 def test_sweep_help_explains_every_option_and_names_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,6 +19,7 @@ import duckdb
 import numpy as np
 import pytest
 
+import phenoforge.setbuild.builders.learned as learned_builder
 from phenoforge import prune
 from phenoforge.config import data_dir, libraries_dir
 from phenoforge.engine.dense.model import onnx_model_file
@@ -26,7 +27,7 @@ from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.locks import file_lock
 from phenoforge.methods import set_building
 from phenoforge.setbuild import api, transfer
-from phenoforge.setbuild.features import node_table_path
+from phenoforge.setbuild.nodes import node_table_path
 from phenoforge.setbuild.robust import word_counts_path
 from tests.fixture_library import write_icd_library
 from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
@@ -81,7 +82,7 @@ def generations(fixture_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.Monk
 
     Returns what each name is expected to be: ``current``, ``stale`` or ``unknown``.
     """
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
     models = _models()
     _install(TRAIN_COHORTS)
     first = _fit(fixture_con)
@@ -290,7 +291,7 @@ def test_with_a_dense_index_its_fits_and_the_no_dense_ones_are_current_an_older_
     from phenoforge.engine.dense import ensure_dense_index
     from tests.setbuild.test_stored_knowledge import IdentifiedEmbedder
 
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
     _install(TRAIN_COHORTS)
     dense = ensure_dense_index(fixture_con, embed_fn=IdentifiedEmbedder())
     models = _models()
@@ -330,7 +331,7 @@ def test_the_fit_a_benchmark_of_an_import_copying_a_bundled_library_reads_is_cur
     from phenoforge.eval.harness import run_benchmark
     from tests.methods.test_transfer_leak_hostile import _mark_imported
 
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
     _install(TRAIN_COHORTS)
     only_hcc = {cid: TRAIN_COHORTS[cid] for cid in ("pvd", "femur", "obesity")}  # lists of the HCC library alone
     # declared in the Charlson group: held out with it, and with the HCC group it copies (a fit of its own)
@@ -358,7 +359,7 @@ def test_the_fit_a_benchmark_of_a_library_declaring_another_group_than_its_famil
     from phenoforge.engine.curated import load_library
     from phenoforge.eval.harness import run_benchmark
 
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
     _install(TRAIN_COHORTS)
     old_hcc = write_icd_library(libraries_dir() / "hcc-old", HCC_EDITED, library_id="cms-hcc-v24-old", group="old")
     _fit(fixture_con)
@@ -381,7 +382,7 @@ def test_while_a_fit_has_no_model_only_another_builds_parameters_go(
     def too_small(*_args: object, **_kwargs: object) -> None:
         raise TrainingDataTooSmall("too few cohorts")
 
-    monkeypatch.setattr(api, "ensure_model", too_small)
+    monkeypatch.setattr(learned_builder, "ensure_model", too_small)
     _install(TRAIN_COHORTS)
     _fit(fixture_con)
     models = _models()
@@ -408,7 +409,7 @@ def test_while_the_onnx_export_is_missing_the_fits_made_with_the_ready_index_sta
     from phenoforge.engine.dense import ensure_dense_index
     from tests.setbuild.test_stored_knowledge import IdentifiedEmbedder
 
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
     _install(TRAIN_COHORTS)
     dense = ensure_dense_index(fixture_con, embed_fn=IdentifiedEmbedder())
     models = _models()

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from phenoforge.agent.state import AssemblyState
 from phenoforge.app_state import AppStateError, connect_app_state
@@ -157,12 +157,27 @@ def save_state(
             )
 
 
-def load_state(session_id: str, path: Path | None = None) -> AssemblyState:
+def saved_state(session_id: str, path: Path | None = None) -> str:
+    """The session's saved state as stored (JSON text); ``AppStateError`` when there is no such session."""
     with _open(path) as con:
         rows = con.execute("SELECT state FROM assembly_session WHERE session_id = ?", [session_id]).fetchall()
     if not rows:
         raise AppStateError(f"no assembly session {session_id!r}; list sessions with `assemble --list`")
-    return AssemblyState.model_validate_json(rows[0]["state"])
+    return str(rows[0]["state"])
+
+
+def load_state(session_id: str, path: Path | None = None) -> AssemblyState:
+    text = saved_state(session_id, path)
+    try:
+        return AssemblyState.model_validate_json(text)
+    except ValidationError as error:  # edited or cut off in the database: say so, not a pydantic traceback
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the saved state"
+        raise AppStateError(
+            f"assembly session {session_id!r} is damaged in the app-state database ({where}: {first['msg']}); "
+            f"it cannot be resumed: its decision trail is still there (`assemble --audit {session_id}`), "
+            "start a new session for the description"
+        ) from None
 
 
 def list_sessions(path: Path | None = None, limit: int = 50) -> list[SessionSummary]:

@@ -17,7 +17,7 @@ from typing import TextIO
 
 from phenoforge.agent.state import AssemblyState, Candidate, Decision
 from phenoforge.errors import PhenoforgeError
-from phenoforge.setbuild.models import SET_BUILDERS
+from phenoforge.setbuild.builders import builder_names
 
 PROMPT = "[a]ccept [r]eject [e]xpand+accept [A]ccept rest [R]eject rest [s]kip [q]uit: "
 ANSWERS = {
@@ -181,12 +181,12 @@ def check_output_path(flag: str, value: str | None, example: str = "concept_set.
         raise PhenoforgeError(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another")
 
 
-def _write(path: Path, text: str, out: TextIO) -> None:
+def _write(path: Path, text: str, out: TextIO, again: str = "write it again with --resume") -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as error:
         raise PhenoforgeError(
-            f"cannot write {path} ({error.strerror or error}); the session is saved: write it again with --resume"
+            f"cannot write {path} ({error.strerror or error}); the session is saved: {again}"
         ) from None
     print(f"wrote {path}", file=out)
 
@@ -218,13 +218,18 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         for session in audit.list_sessions():
             print(
                 f"{session.session_id}  {session.updated_at}  {session.stage:10} "
-                f"{session.n_decisions:3} decisions  {session.reviewer or '-':10} {session.description}"
+                f"{session.n_decisions:3} decisions  {workflow.printable(session.reviewer or '-'):10} "
+                f"{workflow.printable(session.description)}"
             )
         return 0
     if args.audit:
+        check_output_path("--csv", args.csv, "trail.csv")
         records = audit.decisions(args.audit)
-        audit.load_state(args.audit)  # unknown session -> readable error
-        print(audit.audit_json(records) if args.json else audit.audit_csv(records), end="")
+        audit.saved_state(args.audit)  # unknown session -> readable error; a damaged one still has its trail
+        if args.csv:  # the trail as CSV in that file (was: printed, and the file never written)
+            _write(Path(args.csv), audit.audit_csv(records), sys.stdout, again="write it again with --audit")
+        if args.json or not args.csv:
+            print(audit.audit_json(records) if args.json else audit.audit_csv(records), end="")
         return 0
     if args.yes and args.no_input:
         raise PhenoforgeError("--yes and --no-input contradict each other; pick one")
@@ -459,7 +464,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     assemble.add_argument("--k", type=_positive_int("k"), default=10, help="hits per term (default 10)")
     assemble.add_argument(
         "--generator",
-        choices=["hybrid", *SET_BUILDERS],
+        choices=["hybrid", *builder_names()],
         default="hybrid",
         help="what proposes codes for terms no curated cohort settles: hybrid (top k hits) or a set builder "
         "(a billable list of its own size, fitted on the bundled libraries; k is not used)",

@@ -56,7 +56,7 @@ from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.engine.hybrid import hybrid_search
 from phenoforge.engine.query import tokenize
 from phenoforge.errors import LibraryError
-from phenoforge.setbuild.models import SET_BUILDERS
+from phenoforge.setbuild.builders import builder_names
 
 if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
@@ -579,7 +579,7 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
             continue
         best = min(candidate.sources, key=lambda source: source.rank)
         evidence = f"accepted by {candidate.reviewer} at {candidate.decided_at}"
-        if best.retriever in SET_BUILDERS and best.detail:
+        if best.retriever in builder_names() and best.detail:
             evidence = f"{best.detail}; {evidence}"
         add(
             ConceptEntry(

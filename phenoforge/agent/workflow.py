@@ -8,6 +8,7 @@ and leaves the saved session consistent, so a restart resumes with :func:`resume
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from phenoforge.agent.state import AssemblyState, Decision
 from phenoforge.engine.codes import codes_in_text, typed_as_code
 from phenoforge.engine.curated import Library, list_libraries, load_library
 from phenoforge.engine.expansion import get_hierarchy
-from phenoforge.setbuild.models import SET_BUILDERS
+from phenoforge.setbuild.builders import builder_names
 
 if TYPE_CHECKING:
     from phenoforge.engine.dense import DenseRetriever
@@ -31,11 +32,42 @@ MAX_DESCRIPTION_CHARS = 4000
 """A population description is a few sentences; the session stores it once, so it is bounded."""
 
 
-GENERATORS = ("hybrid", *SET_BUILDERS)
+def generators() -> tuple[str, ...]:
+    """What Assemble can generate candidates with: hybrid retrieval, or any registered set builder."""
+    return ("hybrid", *builder_names())
+
+
+_ORDINARY_WHITESPACE = frozenset("\t\n\r")
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def control_character(text: str) -> tuple[int, str] | None:
+    """The first control character of ``text`` (position, ``U+XXXX``) other than tab and line breaks: an
+    escape sequence echoed back to a terminal would run there, a bidi override would reorder the text."""
+    for position, ch in enumerate(text, start=1):
+        if ch in _BIDI_CONTROLS or (unicodedata.category(ch) == "Cc" and ch not in _ORDINARY_WHITESPACE):
+            return position, f"U+{ord(ch):04X}"
+    return None
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``), for echoing stored text safely."""
+    shown = (_escape(ch) if ch in _BIDI_CONTROLS or unicodedata.category(ch) == "Cc" else ch for ch in text)
+    return "".join(shown)
+
+
+def _escape(ch: str) -> str:
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
 
 
 def check_description(description: object) -> str:
     """The description with its spacing tidied, or a ``DescriptionError`` that says what to type."""
+    if isinstance(description, str) and (found := control_character(description)) is not None:
+        position, code_point = found
+        raise DescriptionError(
+            f"the description holds a control character ({code_point} at character {position}), such as a "
+            "terminal escape sequence; type plain text (tabs and line breaks are fine)"
+        )
     text = " ".join(description.split()) if isinstance(description, str) else ""
     if not text:
         raise DescriptionError("describe the population first, e.g. 'adults hospitalized with heart failure'")
@@ -90,8 +122,8 @@ def start(
     hits) or a set builder (``adaptive_cutoff``, ``subtree``, ``learned``).
     """
     description = check_description(description)
-    if generator not in GENERATORS:
-        raise ValueError(f"unknown generator {generator!r}; choose one of {', '.join(GENERATORS)}")
+    if generator not in generators():
+        raise ValueError(f"unknown generator {generator!r}; choose one of {', '.join(generators())}")
     broken: list[str] = []  # a broken library is reported in the session's notes and skipped
     libraries: list[Library] = (  # None: every installed library; []: no curated check at all
         list_libraries(errors=broken) if library_paths is None else [load_library(path) for path in library_paths]

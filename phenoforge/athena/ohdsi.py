@@ -36,6 +36,8 @@ from phenoforge.engine.curated import (
     write_library,
 )
 from phenoforge.errors import LibraryError
+from phenoforge.libraries.common import libraries_lock
+from phenoforge.libraries.destination import check_library_target
 
 if TYPE_CHECKING:  # imported where a request is made: `python -m phenoforge` starts without httpx
     import httpx
@@ -247,6 +249,7 @@ def fetch_ohdsi_library(
     client: httpx.Client | None = None,
     release_tag: str = PINNED_TAG,
     progress: ProgressCallback | None = None,
+    overwrite: bool = False,
 ) -> LibraryManifest:
     """Write the OHDSI library (default ``<data>/libraries/ohdsi``) and return its manifest.
 
@@ -254,10 +257,13 @@ def fetch_ohdsi_library(
     ``release_tag``. ``ids`` picks cohorts, ``all_`` takes every cohort in Cohorts.csv, neither the
     23 default cohorts. A cohort that cannot be fetched or parsed is reported in
     ``manifest.report['failures']``; when none succeeds nothing is written (LibraryError). The
-    library is written atomically, so a failure never leaves a half-written one.
+    library is written atomically, so a failure never leaves a half-written one. An existing folder is
+    replaced only with ``overwrite`` and only when it holds a library phenoforge wrote; a library id
+    another installed library has is refused.
     """
     progress = progress or no_progress
     dest = Path(dest) if dest is not None else libraries_dir() / LIBRARY_DIR_NAME
+    check_library_target(dest, overwrite, own_dir=LIBRARY_DIR_NAME)  # before any download
     own_client = client is None and from_dir is None
     if own_client:
         import httpx
@@ -269,7 +275,7 @@ def fetch_ohdsi_library(
         else:
             assert client is not None
             source = _HttpSource(client, release_tag)
-        return _fetch(source, dest, ids, all_, release_tag, progress)
+        return _fetch(source, dest, ids, all_, release_tag, progress, overwrite)
     finally:
         if own_client and client is not None:
             client.close()
@@ -302,6 +308,7 @@ def _fetch(
     all_: bool,
     release_tag: str,
     progress: ProgressCallback,
+    overwrite: bool,
 ) -> LibraryManifest:
     try:
         index = parse_cohorts_index(source.read(source.index_path), source.index_path)
@@ -393,7 +400,9 @@ def _fetch(
             "unresolvable (version drift)",
         },
     )
-    write_library(dest, manifest, definitions)
+    with libraries_lock(libraries_dir()):
+        check_library_target(dest, overwrite, manifest.library_id, own_dir=LIBRARY_DIR_NAME, id_option=False)
+        write_library(dest, manifest, definitions, replace=overwrite)
     return manifest
 
 
@@ -414,6 +423,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
             from_dir=args.from_dir,
             release_tag=args.tag,
             progress=progress,
+            overwrite=args.force,
         )
     dest = args.dest or libraries_dir() / LIBRARY_DIR_NAME
     if args.json:
@@ -450,6 +460,12 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     fetch.add_argument("--tag", default=PINNED_TAG, help=f"release tag (default {PINNED_TAG})")
     fetch.add_argument("--dest", type=Path, help="library directory (default: <data>/libraries/ohdsi)")
+    fetch.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the library at the destination: only a library phenoforge wrote there, never a folder "
+        "of other files, the data directory or the libraries folder",
+    )
     fetch.add_argument("--json", action="store_true", help="print the manifest as JSON")
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
     fetch.set_defaults(func=_cmd_fetch)

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 import duckdb
 from pydantic import BaseModel, Field, ValidationError
@@ -28,6 +28,17 @@ from phenoforge.errors import DiskFullError, LibraryError
 from phenoforge.storage import disk_full_error, is_disk_full, remove_stale_temporaries, temporary_sibling
 
 MANIFEST = "manifest.json"
+LIBRARY_MARKER = ".phenoforge-library.json"
+"""Written by ``write_library`` beside the manifest: the proof that phenoforge wrote the folder."""
+LIBRARY_FORMAT: Final = "phenoforge-library/1"
+
+
+class LibraryMarker(BaseModel):
+    """What makes a folder replaceable: the library's id, the format, and the digest of the manifest written."""
+
+    format: Literal["phenoforge-library/1"]
+    library_id: str
+    manifest_sha256: str
 
 
 class Citation(BaseModel):
@@ -179,8 +190,83 @@ def cohort_file_name(cohort_id: str) -> str:
     return f"cohorts/{safe}.json"
 
 
-def write_library(dest: Path, manifest: LibraryManifest, definitions: dict[str, dict[str, Any]]) -> Path:
-    """Write a whole library atomically: a temporary sibling directory, then a rename."""
+def _foreign_content(folder: Path, adopt_unmarked: bool) -> str | None:
+    """Why ``folder`` is not a library phenoforge wrote (None when it is): its marker must name the
+    manifest's id and digest, and it may hold nothing but the manifest and the cohort files it lists.
+    ``adopt_unmarked`` accepts a library written before markers existed (bundled rebuilds only)."""
+    manifest_file = folder / MANIFEST
+    try:
+        manifest_bytes = manifest_file.read_bytes()
+        manifest = LibraryManifest.model_validate_json(manifest_bytes)
+    except (OSError, ValidationError):
+        return f"holds files but no phenoforge library ({MANIFEST} is missing or not a library manifest)"
+    try:
+        marker: LibraryMarker | None = LibraryMarker.model_validate_json((folder / LIBRARY_MARKER).read_bytes())
+    except FileNotFoundError:
+        marker = None
+    except (OSError, ValidationError):
+        return f"has a {LIBRARY_MARKER} phenoforge did not write"
+    if marker is None and not adopt_unmarked:
+        return (
+            f"has no {LIBRARY_MARKER}, so phenoforge cannot tell it wrote this folder (a library written by an "
+            "older phenoforge: remove it yourself if it may go)"
+        )
+    if marker is not None and (
+        marker.library_id != manifest.library_id or marker.manifest_sha256 != hashlib.sha256(manifest_bytes).hexdigest()
+    ):
+        return f"has a {MANIFEST} that is not the one phenoforge wrote there (edited, or a forged {LIBRARY_MARKER})"
+    expected = {MANIFEST, LIBRARY_MARKER, *(entry.file for entry in manifest.cohorts)}
+    expected |= {str(Path(name).parent) for name in expected} - {"."}
+    children = list(folder.rglob("*"))  # does not follow links into folders: a link is itself foreign
+    foreign = sorted(
+        {str(p.relative_to(folder)) for p in children if p.is_symlink() or str(p.relative_to(folder)) not in expected}
+    )
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        return f"holds files phenoforge did not write ({shown})"
+    return None
+
+
+def check_replaceable(dest: Path, replace: bool, adopt_unmarked: bool = False) -> None:
+    """Refuse to write ``dest`` unless it is missing, empty, or (with ``replace``) a library phenoforge wrote.
+
+    A symbolic link is never replaced: renaming it would swap the link, not the folder it points to.
+    """
+    dest = Path(dest)
+    if dest.is_symlink():
+        raise LibraryError(f"{dest} is a symbolic link; a library is never written over one: give a real folder")
+    if not dest.exists():
+        return
+    if not dest.is_dir():
+        raise LibraryError(f"{dest} exists and is not a folder; nothing was touched: choose another --dest")
+    try:
+        empty = not any(dest.iterdir())
+    except OSError as error:
+        raise LibraryError(f"{dest} cannot be read ({error.strerror or error}); nothing was touched") from None
+    if empty:
+        return
+    if not replace:
+        raise LibraryError(f"{dest} already exists; choose another --dest or --id, or pass --force to replace it")
+    problem = _foreign_content(dest, adopt_unmarked)
+    if problem is not None:
+        raise LibraryError(
+            f"{dest} {problem}; --force replaces only a library phenoforge wrote, so nothing was touched: "
+            "choose another --dest"
+        )
+
+
+def write_library(
+    dest: Path,
+    manifest: LibraryManifest,
+    definitions: dict[str, dict[str, Any]],
+    replace: bool = False,
+    adopt_unmarked: bool = False,
+) -> Path:
+    """Write a whole library atomically: a temporary sibling directory, then a rename.
+
+    An existing library at ``dest`` is replaced only with ``replace`` and only when phenoforge wrote it
+    (``check_replaceable``); the new one carries the marker that proves it for the next replacement.
+    """
     dest = Path(dest)
     listed = {entry.cohort_id for entry in manifest.cohorts}
     if listed != set(definitions):
@@ -188,6 +274,7 @@ def write_library(dest: Path, manifest: LibraryManifest, definitions: dict[str, 
     files = [entry.file for entry in manifest.cohorts]
     if len(set(files)) != len(files):
         raise LibraryError(f"{dest}: two cohorts share one file name; give them distinct ids")
+    check_replaceable(dest, replace, adopt_unmarked)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -201,7 +288,14 @@ def write_library(dest: Path, manifest: LibraryManifest, definitions: dict[str, 
             for entry in manifest.cohorts:
                 (tmp / entry.file).parent.mkdir(parents=True, exist_ok=True)
                 (tmp / entry.file).write_text(json.dumps(definitions[entry.cohort_id], indent=1), encoding="utf-8")
-            (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=1), encoding="utf-8")
+            manifest_bytes = manifest.model_dump_json(indent=1).encode("utf-8")
+            (tmp / MANIFEST).write_bytes(manifest_bytes)
+            marker = LibraryMarker(
+                format=LIBRARY_FORMAT,
+                library_id=manifest.library_id,
+                manifest_sha256=hashlib.sha256(manifest_bytes).hexdigest(),
+            )
+            (tmp / LIBRARY_MARKER).write_text(marker.model_dump_json(indent=1), encoding="utf-8")
         except OSError as error:
             raise _write_error(dest, error) from None
         if dest.exists():

@@ -131,8 +131,10 @@ def search_concepts(
     k: int = 10,
     dense: DenseRetriever | None = None,
     dense_weight: float = 0.5,
+    dense_unavailable: str | None = None,
 ) -> SearchResult:
-    """One entry point for every retriever; a dense search without an index says why it is empty."""
+    """One entry point for every retriever; a dense search without an index says why it is empty
+    (``dense_unavailable``: the caller's words for why, e.g. a corrupt index, which is not a missing one)."""
     problem = query_problem(query)
     if problem is not None and method in METHODS:  # every method gives the same answer to the same bad query
         return SearchResult(
@@ -145,7 +147,7 @@ def search_concepts(
             return SearchResult(
                 query=str(query)[:200],
                 method="dense",
-                reason="the dense index is not built yet: run `python -m phenoforge build`",
+                reason=dense_unavailable or "the dense index is not built yet: run `python -m phenoforge build`",
                 degraded=True,
             )
         return dense.search(query, k)

@@ -1,5 +1,5 @@
 """Ontology-aware metrics and the benchmark harness.
 
-Scores retrieval and decomposition against the bundled curated cohorts as ground truth. See the
-README's "Validation and limitations" section for what has actually been measured.
+Scores retrieval and decomposition against the bundled curated cohorts as ground truth. See
+docs/results.md for what has actually been measured.
 """

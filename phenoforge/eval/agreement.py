@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, library_group, list_libraries, load_curated_concept_set
 from phenoforge.errors import CrosswalkError, LibraryError
-from phenoforge.eval.harness import score_cohort
+from phenoforge.eval.scoring import score_cohort
 
 CROSSWALK_PATH = Path(__file__).with_name("crosswalk.csv")
 CROSSWALK_COLUMNS = ("library_a", "cohort_a", "library_b", "cohort_b", "note")

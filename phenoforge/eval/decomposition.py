@@ -41,8 +41,8 @@ from phenoforge.eval.decomposition_cases import (  # noqa: F401  (re-exported: t
     DecompositionTestCase,
     cases_for_split,
 )
-from phenoforge.eval.harness import score_cohort
 from phenoforge.eval.models import DecompositionCaseResult, DecompositionReport, TermResolution
+from phenoforge.eval.scoring import score_cohort
 from phenoforge.eval.stats import bootstrap_ci
 
 if TYPE_CHECKING:

@@ -23,13 +23,14 @@ from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.engine.hybrid import fuse, fusion_depth
 from phenoforge.errors import PhenoforgeError
-from phenoforge.eval.evaluate import TruthIndexes, aggregate, evaluate, score_matches
-from phenoforge.eval.matching import NearestIndex, match_cohort
+from phenoforge.eval.evaluate import TruthIndexes, aggregate, evaluate
+from phenoforge.eval.matching import NearestIndex
 from phenoforge.eval.measures import Measure
 from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult, MethodRecord
 from phenoforge.eval.qrels import CuratedSet, Qrels, load_qrels
 from phenoforge.eval.runs import Run, RunEntry, mixed_script, name_key
+from phenoforge.eval.scoring import score_cohort as score_cohort  # the reference API names it here
 from phenoforge.memory import collections_paused
 from phenoforge.methods import CohortTask, Method, MethodContext, MethodError, MethodSetup, SkipMethod, get_method
 from phenoforge.methods.guard import DEFAULT_PLUGIN_TIMEOUT, MethodFailed, MethodTimedOut, checked_answer, guarded
@@ -71,24 +72,6 @@ def match_scores(
     return [
         distance_weighted_score(index.nearest(hierarchy.resolve(code)).distance, max_distance) for code in from_codes
     ]
-
-
-def score_cohort(
-    con: duckdb.DuckDBPyConnection,
-    cohort_id: str,
-    cohort_name: str,
-    ground_truth_codes: list[str],
-    predicted_codes: list[str],
-    method: str,
-) -> CohortEvalResult:
-    """Score one method's predictions for one cohort against its curated ground truth.
-
-    Coverage runs ground truth -> predicted, over-inclusion predicted -> ground truth; curated
-    codes the vocabulary does not know are reported in ``unresolvable_ground_truth`` and left out
-    of both directions. Codes are normalised and de-duplicated on both sides.
-    """
-    matches = match_cohort(get_hierarchy(con), ground_truth_codes, predicted_codes)
-    return score_matches(matches, cohort_id, cohort_name, method)
 
 
 def expansion_seed(ground_truth_codes: Sequence[str]) -> str | None:
@@ -152,7 +135,7 @@ def build_run(
         else:
             record.trained_on, record.notes = list(setup.trained_on), list(setup.notes)
             record.degraded = setup.degraded
-            context.options[f"setup:{declared.name}"] = setup.state
+            context.setups[declared.name] = setup.state
     if problem is not None:
         skipped += [f"{cohort_id}/{declared.name}: {problem}" for cohort_id in qrels.cohorts]
         record.notes.append(f"skipped: {problem}")
@@ -209,7 +192,7 @@ def _setup(declared: Method, context: MethodContext, plugin: bool, limit: float 
 def _plugin_answer(declared: Method, context: MethodContext, task: CohortTask) -> list[RunEntry]:
     """A plug-in's checked answer, given its own copies of ``context`` and ``task``: setting ``context.k``
     or ``task.cohort_id`` changes neither the methods after it nor where its answer is filed. (The objects
-    they hold, the connection, retrieval cache and options, are shared.)"""
+    they hold, the connection, retrieval cache, setups and shared state, are shared.)"""
     return checked_answer(declared.predict(copy.copy(context), task.model_copy()), declared.name)
 
 
@@ -338,7 +321,7 @@ def run_methods(
         library_group=qrels.group,
         library_path=qrels.library_path,
         dense_problem=dense_problem if dense is None else None,
-        options={"progress": progress} if progress is not None else {},
+        progress=progress,
         methods=tuple(m.name for m in chosen),
     )
     if any(m.retrieves for m in chosen):

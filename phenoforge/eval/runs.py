@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from phenoforge.csv_safe import SafeWriter, unescaped_cell
 from phenoforge.errors import PhenoforgeError
+from phenoforge.storage import read_user_file
 
 if TYPE_CHECKING:
     from phenoforge.engine.expansion import Hierarchy
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 RUN_CSV_COLUMNS = ["cohort_id", "code", "rank", "score"]
 MAX_PROBLEMS_SHOWN = 20
+MAX_RUN_FILE_BYTES = 64 << 20
+"""The largest run file ``read_run`` reads (64 MiB: millions of rows); past it, and for a device, it refuses."""
 
 
 def clean_name(name: str) -> str:
@@ -259,11 +262,13 @@ def read_run(path: Path | str, qrels: Qrels, hierarchy: Hierarchy, name: str | N
     """A run file (``.json`` or CSV), validated against ``qrels`` and the vocabulary."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = read_user_file(path, MAX_RUN_FILE_BYTES, "a run file").decode("utf-8-sig")
     except FileNotFoundError:
         raise PhenoforgeError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise PhenoforgeError(f"{path}: is a directory, not a run file") from None
+    except OSError as error:
+        raise PhenoforgeError(f"{path}: cannot be read ({error.strerror or error})") from None
     except UnicodeDecodeError:
         raise RunImportError(str(path), ["the file is not UTF-8 text"]) from None
     name = name or path.stem

@@ -34,6 +34,8 @@ from phenoforge.methods import MethodContext, SkipMethod
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.methods.set_building import (
     FITTED_DENSE_WEIGHT,
+    LEARNED,
+    SetBuildingRun,
     build_for,
     code_typed_as_query,
     learned_inputs,
@@ -44,21 +46,24 @@ from phenoforge.methods.set_building import (
     to_entries,
 )
 from phenoforge.setbuild.api import FittedBuilders, build_set, candidate_table, robust_query
+from phenoforge.setbuild.builders import builder_names, with_requirements
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
 from phenoforge.setbuild.context import LibraryContext
-from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet
-from phenoforge.setbuild.transfer import TRANSFER_METHOD
+from phenoforge.setbuild.models import BuiltSet
 
 SWEPT_PARAMETER = "dense_weight"
-SWEEPABLE: dict[str, str] = {
-    "hybrid": "dense's share of the fused RRF ranking, cut at k",
-    **{
-        builder: "dense's share of the fused ranking the builder starts from (its own parameters stay as fitted "
-        "leave-one-library-group-out)"
-        for builder in SET_BUILDERS
-    },
-}
-"""Methods ``sweep`` can sweep, and what their swept ``dense_weight`` means."""
+
+
+def sweepable() -> dict[str, str]:
+    """Methods ``sweep`` can sweep, and what their swept ``dense_weight`` means."""
+    return {
+        "hybrid": "dense's share of the fused RRF ranking, cut at k",
+        **{
+            builder: "dense's share of the fused ranking the builder starts from (its own parameters stay as "
+            "fitted leave-one-library-group-out)"
+            for builder in builder_names()
+        },
+    }
 
 
 class SweepError(PhenoforgeError):
@@ -67,10 +72,10 @@ class SweepError(PhenoforgeError):
 
 def check_sweepable(method: str) -> None:
     """Raise ``SweepError`` (one line naming the sweepable methods) unless ``method`` can be swept."""
-    if method not in SWEEPABLE:
+    if method not in sweepable():
         raise SweepError(
             f"cannot sweep {method!r}: it has no parameter to sweep here; methods that can be swept: "
-            f"{', '.join(SWEEPABLE)}"
+            f"{', '.join(sweepable())}"
         )
 
 
@@ -131,26 +136,29 @@ def _build_at(
         assert chosen.model is not None
         probabilities = chosen.model.probabilities(matrix)
 
-    def build(builder: str, fallback: BuiltSet | None = None) -> BuiltSet:
-        return build_set(
+    # curated_transfer falls back to the learned set of the same table (with these probabilities), as in the benchmark
+    built: dict[str, BuiltSet] = {}
+    if method != LEARNED and LEARNED in with_requirements([method]):
+        built[LEARNED] = build_set(
             context.hierarchy,
-            builder,
-            query,
-            bm25,
-            dense,
             chosen,
-            scored_library_id=context.library_id or None,
-            scored_group=scored_group(context),
-            searched_as=searched_as_of(query, searched),
-            umbrellas=umbrellas,
-            dense_weight=weight,
-            table=table,
-            fallback=fallback,
-            probabilities=probabilities if builder == "learned" else None,
+            LEARNED,
+            table,
+            context.library_id or None,
+            scored_group(context),
+            {},
+            probabilities,
         )
-
-    # curated_transfer falls back to the learned set of the same table, as in the benchmark
-    return build(method, build("learned") if method == TRANSFER_METHOD else None)
+    return build_set(
+        context.hierarchy,
+        chosen,
+        method,
+        table,
+        context.library_id or None,
+        scored_group(context),
+        built,
+        probabilities if method == LEARNED else None,
+    )
 
 
 @collections_paused()
@@ -168,8 +176,8 @@ def sweep_set_builder(
     benchmark fits them, and refuse to score a library they were fitted on. At the fitted weight
     (0.5) the sets are the benchmark's own.
     """
-    if method not in SET_BUILDERS:
-        raise SweepError(f"{method!r} is not a set builder; set builders: {', '.join(SET_BUILDERS)}")
+    if method not in builder_names():
+        raise SweepError(f"{method!r} is not a set builder; set builders: {', '.join(builder_names())}")
     problem = weights_problem(weights)
     if problem is not None:
         raise SweepError(problem)
@@ -183,7 +191,7 @@ def sweep_set_builder(
         library_id=qrels.library_id,
         library_group=qrels.group,
         library_path=qrels.library_path,
-        options={"progress": progress},
+        progress=progress,
     )
     try:
         setup = make_setup(method)(context)
@@ -205,8 +213,8 @@ def sweep_set_builder(
         searched_queries[query] = robust_query(con, query)
     context.retrieval.prefetch([searched for searched, _ in searched_queries.values()], depth=RETRIEVAL_DEPTH)
     library_context = None
-    if method in ("learned", TRANSFER_METHOD):
-        context.options["set-building:searched"] = dict(searched_queries)
+    if LEARNED in with_requirements([method]):
+        context.shared.get(SetBuildingRun).searched.update(searched_queries)
         library_context = library_context_of(context, [cohort.cohort_name for cohort in cohorts], fitted)
     runs = {weight: Run(name=sweep_label(method, weight)) for weight in weights}
     for position, cohort in enumerate(cohorts):

@@ -160,7 +160,7 @@ def build_bundled_libraries(
                 continue
             report(done, len(specs), f"{spec.dir_name}: reading {spec.files[0].name}")
             manifest, definitions = assemble_library(con, spec.read(), now_iso())
-            write_library(dest, manifest, definitions)
+            write_library(dest, manifest, definitions, replace=True, adopt_unmarked=True)
             report(
                 done + 1,
                 len(specs),

@@ -13,11 +13,10 @@ from pathlib import Path
 import duckdb
 from pydantic import BaseModel
 
-from phenoforge.config import data_dir, libraries_dir
+from phenoforge.config import libraries_dir
 from phenoforge.engine.codes import code_key
-from phenoforge.engine.curated import MANIFEST, Citation, LibraryManifest, list_libraries, write_library
+from phenoforge.engine.curated import Citation, LibraryManifest, write_library
 from phenoforge.errors import ImportRowError, LibraryError
-from phenoforge.libraries.bundled import RESERVED_DIRS
 from phenoforge.libraries.common import (
     ICD_SHAPE,
     SAFE_ID,
@@ -28,6 +27,11 @@ from phenoforge.libraries.common import (
     now_iso,
     valid_cohort_id,
 )
+from phenoforge.libraries.destination import check_library_target
+from phenoforge.storage import read_user_file
+
+MAX_IMPORT_BYTES = 64 << 20
+"""The largest CSV ``library import`` reads (64 MiB); past it, and for a device or pipe, it refuses."""
 
 
 class RowProblem(BaseModel):
@@ -311,40 +315,6 @@ def _parse_import_csv(text: str) -> tuple[list[SourceCohort], list[str], list[Ro
     return result, notes, problems
 
 
-def _check_target(target: Path, library_id: str, overwrite: bool) -> None:
-    """Refuse a destination whose replacement would lose someone's files, and an id already taken.
-
-    ``overwrite`` replaces only a phenoforge library (a folder with our manifest), never the data
-    directory, the libraries folder, a folder holding either, or a bundled library's folder.
-    """
-    root = libraries_dir()
-    resolved = target.resolve()
-    for folder, what in ((data_dir().resolve(), "the data directory"), (root.resolve(), "the libraries folder")):
-        if resolved == folder or resolved in folder.parents:
-            raise LibraryError(
-                f"{target} is {what} or holds it; an import never replaces it: give --dest a folder of its own"
-            )
-    if resolved in {(root / name).resolve() for name in RESERVED_DIRS}:
-        raise LibraryError(f"{target} is where a bundled library lives; choose another --id or --dest")
-    if target.exists() and not target.is_dir():
-        raise LibraryError(f"{target} exists and is not a directory; choose another --dest")
-    if target.exists() and any(target.iterdir()):
-        if not overwrite:
-            raise LibraryError(f"{target} already exists; choose another --dest or --id, or pass --force to replace it")
-        if not (target / MANIFEST).is_file():
-            raise LibraryError(
-                f"{target} holds files but no phenoforge library ({MANIFEST}); --force replaces only a "
-                "library, so nothing was touched: choose another --dest"
-            )
-    broken: list[str] = []
-    for library in list_libraries(root, errors=broken):
-        if library.library_id == library_id and library.path.resolve() != resolved:
-            raise LibraryError(
-                f"library id {library_id!r} is already used by {library.path}; ids are unique across "
-                "installed libraries: choose another --id"
-            )
-
-
 def import_library_csv(
     con: duckdb.DuckDBPyConnection,
     csv_path: Path | str,
@@ -363,7 +333,7 @@ def import_library_csv(
     """
     path = Path(csv_path)
     try:
-        data = path.read_bytes()
+        data = read_user_file(path, MAX_IMPORT_BYTES, "a library CSV")
     except FileNotFoundError:
         raise LibraryError(f"{path}: no such file") from None
     except OSError as error:
@@ -372,7 +342,7 @@ def import_library_csv(
     if not SAFE_ID.match(library_id):
         raise LibraryError(f"library id {library_id!r} may hold only letters, digits, '.', '_' and '-'")
     target = Path(dest) if dest is not None else libraries_dir() / library_id
-    _check_target(target, library_id, overwrite)
+    check_library_target(target, overwrite, library_id)
     text, problems = _decode(data)
     if problems:
         raise CsvImportError(path, problems)
@@ -410,6 +380,6 @@ def import_library_csv(
     for note in notes:
         warnings.warn(f"{path.name}: {note}", LibraryImportWarning, stacklevel=2)
     with libraries_lock(libraries_dir()):
-        _check_target(target, library_id, overwrite)  # again: another import may have finished meanwhile
-        write_library(target, manifest, definitions)
+        check_library_target(target, overwrite, library_id)  # again: another import may have finished meanwhile
+        write_library(target, manifest, definitions, replace=overwrite)
     return manifest

@@ -30,6 +30,8 @@ from phenoforge.engine.curated import (
 from phenoforge.engine.db import read_metadata
 from phenoforge.engine.schema import ICD10CM
 from phenoforge.errors import PhenoforgeError
+from phenoforge.libraries.common import libraries_lock
+from phenoforge.libraries.destination import check_library_target
 
 SCALE_LIBRARY_ID = "icd10cm-categories"
 CATEGORY_KIND = "category"
@@ -72,9 +74,15 @@ def build_scale_library(
     dest: Path | None = None,
     limit: int | None = None,
     progress: ProgressCallback | None = None,
+    overwrite: bool = False,
 ) -> Path:
-    """Write the scale library (atomically) and return its folder; ``limit`` keeps the first N."""
+    """Write the scale library (atomically) and return its folder; ``limit`` keeps the first N.
+
+    An existing folder is replaced only with ``overwrite`` and only when it holds a library phenoforge wrote.
+    """
     progress = progress or no_progress
+    dest = Path(dest) if dest is not None else libraries_dir() / SCALE_LIBRARY_ID
+    check_library_target(dest, overwrite, SCALE_LIBRARY_ID, id_option=False)  # before the work
     cohorts = category_cohorts(con)
     if not cohorts:
         raise PhenoforgeError(
@@ -115,8 +123,9 @@ def build_scale_library(
         stats=LibraryStats(n_cohorts=len(entries), n_listed_codes=sum(len(codes) for _code, _name, codes in cohorts)),
         cohorts=entries,
     )
-    dest = Path(dest) if dest is not None else libraries_dir() / SCALE_LIBRARY_ID
-    return write_library(dest, manifest, definitions)
+    with libraries_lock(libraries_dir()):
+        check_library_target(dest, overwrite, SCALE_LIBRARY_ID, id_option=False)
+        return write_library(dest, manifest, definitions, replace=overwrite)
 
 
 def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -130,6 +139,9 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     command.add_argument("--dest", type=Path, help=f"library folder (default: <data>/libraries/{SCALE_LIBRARY_ID})")
     command.add_argument("--limit", type=int, help="only the first N categories (by code)")
+    command.add_argument(
+        "--force", action="store_true", help="replace the library at the destination (only one phenoforge wrote)"
+    )
     command.set_defaults(func=_cmd_build_scale)
 
 
@@ -140,7 +152,7 @@ def _cmd_build_scale(args: argparse.Namespace) -> int:
         raise PhenoforgeError("--limit must be a positive number of categories")
     con = connect()
     try:
-        path = build_scale_library(con, args.dest, args.limit)
+        path = build_scale_library(con, args.dest, args.limit, overwrite=args.force)
     finally:
         con.close()
     manifest = LibraryManifest.model_validate_json((path / "manifest.json").read_text(encoding="utf-8"))

@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import duckdb
 from pydantic import BaseModel
 
+from phenoforge.config import ProgressCallback
 from phenoforge.engine.hybrid import fusion_depth
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.retrieval import Retrieval
@@ -40,6 +41,29 @@ class SkipMethod(Exception):
     """Raised by a method's ``setup`` when it cannot run here; the reason goes into the report."""
 
 
+T = TypeVar("T")
+
+
+class RunState:
+    """The state one run's methods share, one object per kind (a dataclass each method family owns).
+
+    ``context.shared.get(SetBuildingRun)`` gives the set builders' run state, made on first use; a kind is
+    a type, not a string key, so what is stored is typed and two families cannot collide on a name.
+    """
+
+    def __init__(self) -> None:
+        self._kinds: dict[type, object] = {}
+
+    def get(self, kind: type[T]) -> T:
+        found = self._kinds.get(kind)
+        if found is None:
+            found = self._kinds[kind] = kind()
+        return cast(T, found)
+
+    def clear(self) -> None:
+        self._kinds.clear()
+
+
 @dataclass
 class MethodContext:
     """Everything a method may use, shared by every method of one benchmark run."""
@@ -55,19 +79,25 @@ class MethodContext:
     """The scored library's directory (set builders compare its lists with the curated knowledge's)."""
     dense_problem: str | None = None
     """Why there is no dense retriever ('not built', 'corrupt: ...'), when there is none."""
-    options: dict[str, Any] = field(default_factory=dict)
     methods: tuple[str, ...] = ()
     """The names of every method this run will ask for, in order (empty: not known). Methods that
     share work (the set builders' candidate tables) compute it once for all of them."""
+    progress: ProgressCallback | None = None
+    """Where long work inside a method (a fit, a batched pass) reports how far it is."""
+    setups: dict[str, Any] = field(default_factory=dict)
+    """Each method's ``MethodSetup.state``, by method name (what its ``setup`` prepared for its predictions)."""
+    cohort_notes: dict[str, list[str]] = field(default_factory=dict)
+    """Per method, what the report should say about single cohorts' answers (``note``)."""
+    shared: RunState = field(default_factory=lambda: RunState())
+    """What methods of this run share (candidate tables, fitted builders), one typed object per kind."""
 
     def note(self, method: str, cohort_id: str, text: str) -> None:
         """Record something the report should say about one cohort's answer (a fallback, an empty set)."""
-        self.options.setdefault(f"notes:{method}", []).append(f"{cohort_id}: {text}")
+        self.cohort_notes.setdefault(method, []).append(f"{cohort_id}: {text}")
 
     def notes_of(self, method: str) -> list[str]:
         """The per-cohort notes ``method`` recorded, taken (so the next run starts clean)."""
-        notes: list[str] = self.options.pop(f"notes:{method}", [])
-        return notes
+        return self.cohort_notes.pop(method, [])
 
     @property
     def dense(self) -> Any:

@@ -1,4 +1,4 @@
-"""The method registry: built-ins register themselves; users add theirs by name or entry point.
+"""The method registry: the built-ins' table, and the methods users add by name or entry point.
 
 A user's method is a function ``(context, task) -> list of codes or RunEntry``, named on the CLI
 and the dashboard as ``module:function``, or published by a package under the entry-point group
@@ -27,6 +27,7 @@ from phenoforge.methods.guard import MethodFailed, describe
 
 ENTRY_POINT_GROUP = "phenoforge.methods"
 REFERENCE_METHODS = ("bm25", "dense", "hybrid", "expand_descendants")
+"""The reference's four methods' names (their declarations: :mod:`phenoforge.methods.builtin`)."""
 _REGISTRY: dict[str, Method] = {}
 
 
@@ -66,14 +67,25 @@ def _check_name(name: str, what: str) -> None:
             )
 
 
+def _is_builtin(declared: Method) -> bool:
+    """Whether ``declared`` is one of phenoforge's built-ins: its name is a built-in's and its function is
+    phenoforge's own (the built-in table makes fresh objects, so identity cannot tell)."""
+    return (
+        isinstance(declared.name, str)
+        and declared.name in builtin_methods()
+        and _is_own(declared.predict)
+        and declared.source in ("", "built-in")
+    )
+
+
 def _unreserved(declared: Method, what: str) -> Method:
     """``declared`` with its source filled in, unless it would pass for a built-in (then MethodError).
 
     A registered built-in itself passes unchanged; any other method may neither read as a built-in's
     name nor claim ``source="built-in"``.
     """
-    if builtin_methods().get(declared.name) is declared:
-        return declared
+    if _is_builtin(declared):
+        return declared if declared.source == "built-in" else replace(declared, source="built-in")
     _check_name(declared.name, what)
     if declared.source == "built-in":
         raise MethodError(
@@ -139,8 +151,8 @@ def _register(declared: Method) -> Method:
 def _as_method(obj: Any, name: str, source: str) -> Method:
     """A plug-in's object as a Method named ``name`` (a ``module:function`` spec or an entry point's
     declared name) with its loader's ``source``; one that would pass for a built-in is refused."""
-    if isinstance(obj, Method) and builtin_methods().get(obj.name) is obj:
-        return obj  # a plug-in module re-exporting a built-in: it is that built-in
+    if isinstance(obj, Method) and _is_builtin(obj):
+        return _unreserved(obj, name)  # a plug-in module re-exporting a built-in: it is that built-in
     declared = obj if isinstance(obj, Method) else getattr(obj, "__phenoforge_method__", None)
     if isinstance(declared, Method):
         _unreserved(declared, name)  # its own name may not read as a built-in's, nor claim to be built-in
@@ -211,11 +223,18 @@ def entry_point_methods() -> dict[str, Method]:
 
 
 def builtin_methods() -> dict[str, Method]:
-    """The registered methods, in registration order."""
-    import phenoforge.methods.builtin  # noqa: F401  # registers the built-ins on first use
+    """The built-in methods (the reference's four first, then the set builders), then those registered."""
+    from phenoforge.methods.builtin import builtin_table  # the set builders' stack loads on first use
 
-    first = [name for name in REFERENCE_METHODS if name in _REGISTRY]
-    return {name: _REGISTRY[name] for name in [*first, *(n for n in _REGISTRY if n not in first)]}
+    table = {declared.name: _as_builtin(declared) for declared in builtin_table()}
+    return {**table, **{name: declared for name, declared in _REGISTRY.items() if name not in table}}
+
+
+def _as_builtin(declared: Method) -> Method:
+    """A built-in table entry, marked ``source="built-in"`` (only phenoforge's own functions are)."""
+    if not _is_own(declared.predict):
+        raise MethodError(f"built-in {declared.name!r} is not phenoforge's own function")
+    return declared if declared.source == "built-in" else replace(declared, source="built-in")
 
 
 def available_methods(include_entry_points: bool = True) -> dict[str, Method]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -41,6 +41,7 @@ from phenoforge.setbuild.api import (
     stored_fit_files,
     training_libraries,
 )
+from phenoforge.setbuild.builders import builder_class, builder_classes, builder_names, with_requirements
 from phenoforge.setbuild.candidates import (
     AGREEMENT_DEPTH,
     FUSION_DEPTH,
@@ -51,11 +52,10 @@ from phenoforge.setbuild.candidates import (
 )
 from phenoforge.setbuild.context import LibraryContext, name_signature, signature_of
 from phenoforge.setbuild.groups import library_group
-from phenoforge.setbuild.learned import LeakageError, learned_features, predict_many
-from phenoforge.setbuild.models import SET_BUILDERS, BuiltCode, BuiltSet, CodeProvenance
+from phenoforge.setbuild.learned import LeakageError, MembershipModel, learned_features, predict_many
+from phenoforge.setbuild.models import BuiltCode, BuiltSet, CodeProvenance
 from phenoforge.setbuild.transfer import (
     COPY_JACCARD,
-    TRANSFER_METHOD,
     KnowledgeFileError,
     KnowledgeLeakError,
     copied_groups,
@@ -65,6 +65,7 @@ from phenoforge.setbuild.transfer import (
 )
 from phenoforge.trusted import trusted
 
+LEARNED = "learned"
 FITTED_DENSE_WEIGHT = 0.5
 """The fusion weight the builders are fitted and run at (their features read the fused ranking)."""
 
@@ -101,9 +102,9 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
 
     The three builders of one run share the answer (the cache key reads every library's files).
     """
-    shared = context.options.get("set-building:fitted")
-    if isinstance(shared, FittedBuilders):
-        return shared
+    run = _run(context)
+    if run.fitted is not None:
+        return run.fitted
     held_out, extra = scoring_fit_groups(context.library_id, context.library_group)
     broken: list[str] = []  # a broken installed library is left out of training and named in the notes
     libraries = list_libraries(errors=broken)
@@ -112,12 +113,13 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
         held_out,
         context.library_id,
         context.has_dense,
+        builder_names(),  # a builder registered since needs a fit that holds it
         tuple(sorted((lib.library_id, str(lib.path), library_stamp(lib)) for lib in libraries)),
         _scored_stamp(context),  # the copy check reads the scored library's lists
     )
     with _LOCK:
         if key not in _FITTED:
-            progress = context.options.get("progress")
+            progress = context.progress
             fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
             copied = sorted(_copied_groups(context, fitted) & set(fitted.training_groups))
             if copied:  # a copy of a bundled library: its model and parameters were fitted on these cohorts
@@ -131,7 +133,7 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
             fitted = without_copied_lists(context, fitted)
             _FITTED[key] = fitted
-        context.options["set-building:fitted"] = _FITTED[key]
+        run.fitted = _FITTED[key]
         return _FITTED[key]
 
 
@@ -207,12 +209,12 @@ def to_entries(built: BuiltSet) -> list[RunEntry]:
 def _shared_entries(context: MethodContext, built: BuiltSet) -> list[RunEntry]:
     """``to_entries(built)``; a set holding the very code list of one converted before in this run
     (curated_transfer's fallback is the learned set, its codes shared) gets those entries again."""
-    memo: dict[int, tuple[list[BuiltCode], list[RunEntry]]] = context.options.setdefault("set-building:entries", {})
+    memo = _run(context).entries
     known = memo.pop(id(built.codes), None)
     if known is not None and known[0] is built.codes:
         return list(known[1])
     entries = to_entries(built)
-    if built.method == "learned" and built.codes:  # the one set another builder hands over as it is
+    if built.method == LEARNED and built.codes:  # the one set another builder hands over as it is
         memo[id(built.codes)] = (built.codes, entries)
     return entries
 
@@ -229,16 +231,38 @@ class _Prepared:
     (its features are the costly part); whichever of the two runs first builds it"""
 
 
+@dataclass
+class SetBuildingRun:
+    """What the set builders of one run share (``context.shared.get(SetBuildingRun)``)."""
+
+    fitted: FittedBuilders | None = None
+    """the builders fitted for the scored library, shared by every builder of the run"""
+    prepared: dict[str, _Prepared] = field(default_factory=dict)
+    """per query, its candidate table (kept only while a block is built, or for a query built on its own)"""
+    searched: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    """per query, its typo-corrected form and umbrella nodes"""
+    built: dict[str, dict[str, BuiltSet]] = field(default_factory=dict)
+    """per builder, the sets the batched pass built that the builder has not asked for yet"""
+    entries: dict[int, tuple[list[BuiltCode], list[RunEntry]]] = field(default_factory=dict)
+    """the learned sets' run entries, by code list, for curated_transfer handing the same list over"""
+    library_context: tuple[MembershipModel | None, tuple[str, ...], LibraryContext | None] | None = None
+    """the context model, the names and the library context made for them (made once per run)"""
+
+
+def _run(context: MethodContext) -> SetBuildingRun:
+    return context.shared.get(SetBuildingRun)
+
+
 def _prepare(context: MethodContext, query: str) -> _Prepared:
     """Typo correction, umbrellas, deep rankings and the candidate table: once per query per run."""
-    memo: dict[str, _Prepared] = context.options.setdefault("set-building:prepared", {})
+    memo = _run(context).prepared
     if query not in memo:
         memo[query] = _prepared(context, query)
     return memo[query]
 
 
 def _prepared(context: MethodContext, query: str) -> _Prepared:
-    known = context.options.get("set-building:searched", {}).get(query)
+    known = _run(context).searched.get(query)
     searched, umbrellas = known if known is not None else robust_query(context.con, query)
     bm25_ids, dense_ids = (_ranked_ids(context, searched, dense) for dense in (False, True))
     # with a ranking's concept ids in hand, its (code, score) list is read only as deep as the table needs
@@ -286,18 +310,17 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
         )
         return BuiltSet(method=builder, query=query, notes=[note])
     prepared = _prepare(context, query)
-    if builder == "learned" and prepared.learned is not None:
+    if builder == LEARNED and prepared.learned is not None:
         return _with_ignored_words(query, prepared.learned)  # curated_transfer built it first as its fallback
-    fallback = None
-    if builder == TRANSFER_METHOD:
-        fallback = prepared.learned or build_for(context, "learned", query, fitted)
-    if builder == "learned":  # in its library's context when a library is scored, as the batched pass builds it
+    if builder == LEARNED:  # in its library's context when a library is scored, as the batched pass builds it
         library_context = library_context_of(context, [query], fitted)
         built = _learned_block(context, {query: prepared}, fitted, library_context)[query]
         prepared.learned = built  # shared, read-only: whoever changes a set copies it first
-    else:
-        built = _build(context, builder, query, prepared, fitted, fallback=fallback)
-    return _with_ignored_words(query, built)
+        return _with_ignored_words(query, built)
+    done: dict[str, BuiltSet] = {}
+    if LEARNED in builder_class(builder).requires:  # the learned set as the batched pass builds it, not anew
+        done[LEARNED] = prepared.learned or build_for(context, LEARNED, query, fitted)
+    return _with_ignored_words(query, _build(context, builder, query, prepared, fitted, built=done))
 
 
 def _with_ignored_words(query: str, built: BuiltSet) -> BuiltSet:
@@ -338,12 +361,12 @@ def built_sets(context: MethodContext, builder: str, queries: Sequence[str], fit
     The pass builds the sets of every set builder of the run (``context.methods``) at once, query by
     query in blocks of ``BATCH_QUERIES``: each block's candidate tables are built once, serve every
     builder, and are dropped; the learned builder predicts a block's candidates in one model call.
-    The other builders' sets wait in the context until they ask for them (and are handed over once).
+    The other builders' sets wait in the run state until they ask for them (and are handed over once).
     """
-    waiting: dict[str, dict[str, BuiltSet]] = context.options.setdefault("set-building:built", {})
+    waiting = _run(context).built
     mine = waiting.get(builder, {})
     if any(query not in mine for query in queries):
-        wanted = [name for name in SET_BUILDERS if name == builder or name in context.methods]
+        wanted = [name for name in builder_names() if name == builder or name in context.methods]
         _build_pass(context, [name for name in wanted if name not in waiting], list(dict.fromkeys(queries)), fitted)
         mine = waiting.get(builder, {})
     out = [mine[query] for query in queries]
@@ -352,19 +375,19 @@ def built_sets(context: MethodContext, builder: str, queries: Sequence[str], fit
 
 
 def _build_pass(context: MethodContext, builders: list[str], queries: list[str], fitted: FittedBuilders) -> None:
-    waiting: dict[str, dict[str, BuiltSet]] = context.options.setdefault("set-building:built", {})
+    """Every builder of ``builders`` (and those they require) for every query, block by block."""
+    run = _run(context)
+    # the learned set is built for a block in one model call; other required sets are built on demand
+    needs_learned = LEARNED in with_requirements(builders)
     sets: dict[str, dict[str, BuiltSet]] = {name: {} for name in builders}
-    progress = context.options.get("progress")
-    memo: dict[str, _Prepared] = context.options.get("set-building:prepared", {})
+    memo = run.prepared
     prepared_queries: list[str] = []
     _prefetch_corrected(context, [q for q in queries if q not in memo and not _handled_before_retrieval(context, q)])
-    library_context = None
-    if "learned" in builders or TRANSFER_METHOD in builders:
-        library_context = library_context_of(context, queries, fitted)
+    library_context = library_context_of(context, queries, fitted) if needs_learned else None
     for start in range(0, len(queries), BATCH_QUERIES):
         block = queries[start : start + BATCH_QUERIES]
-        if callable(progress):
-            progress(start, len(queries), f"set builders: {block[0]}")
+        if context.progress is not None:
+            context.progress(start, len(queries), f"set builders: {block[0]}")
         prepared: dict[str, _Prepared] = {}
         for query in block:
             if _handled_before_retrieval(context, query):
@@ -373,28 +396,27 @@ def _build_pass(context: MethodContext, builders: list[str], queries: list[str],
                 continue
             prepared[query] = memo.get(query) or _prepared(context, query)
             prepared_queries.append(query)
+        learned = _learned_block(context, prepared, fitted, library_context) if needs_learned else {}
+        for query, ready in prepared.items():
+            done: dict[str, BuiltSet] = {}
+            if query in learned:
+                ready.learned = done[LEARNED] = learned[query]
             for name in builders:
-                if name in ("adaptive_cutoff", "subtree"):
-                    sets[name][query] = _build(context, name, query, prepared[query], fitted)
-        if "learned" in builders or TRANSFER_METHOD in builders:
-            learned = _learned_block(context, prepared, fitted, library_context)
-            for query, built in learned.items():
-                prepared[query].learned = built
-                if "learned" in builders:
-                    sets["learned"][query] = built
-                if TRANSFER_METHOD in builders:
-                    sets[TRANSFER_METHOD][query] = _build(context, TRANSFER_METHOD, query, prepared[query], fitted)
-    for done in sets.values():  # as build_for answers: the words another script had are named
+                if name not in done:
+                    done[name] = _build(context, name, query, ready, fitted, built=done)
+                sets[name][query] = done[name]
+    for built in sets.values():  # as build_for answers: the words another script had are named
         for query in prepared_queries:
-            if query in done:
-                done[query] = _with_ignored_words(query, done[query])
+            if query in built:
+                built[query] = _with_ignored_words(query, built[query])
+    waiting = run.built
     waiting.update(sets)
 
 
 def _prefetch_corrected(context: MethodContext, queries: list[str]) -> None:
     """Rank the typo-corrected forms of ``queries`` in one batch (the harness prefetched the names as
     typed); each would otherwise be embedded and scanned on its own, ~25 ms apiece."""
-    searched: dict[str, tuple[str, dict[str, str]]] = context.options.setdefault("set-building:searched", {})
+    searched = _run(context).searched
     for query in queries:
         if query not in searched:
             searched[query] = robust_query(context.con, query)
@@ -420,11 +442,12 @@ def library_context_of(context: MethodContext, queries: Sequence[str], fitted: F
         return None
     listed = _library_names(context) or list(queries)
     names = tuple(q for q in dict.fromkeys(listed) if not _handled_before_retrieval(context, q))
-    memo = context.options.get("set-building:library-context")
+    run = _run(context)
+    memo = run.library_context
     if memo is not None and memo[0] is fitted.context_model and memo[1] == names:
         return memo[2]
     made = _library_context(context, names) if len(names) >= 2 else None
-    context.options["set-building:library-context"] = (fitted.context_model, names, made)
+    run.library_context = (fitted.context_model, names, made)
     return made
 
 
@@ -440,8 +463,8 @@ def _library_names(context: MethodContext) -> list[str]:
 
 
 def _library_context(context: MethodContext, names: Sequence[str]) -> LibraryContext:
-    memo: dict[str, _Prepared] = context.options.get("set-building:prepared", {})
-    searched_memo: dict[str, tuple[str, dict[str, str]]] = context.options.setdefault("set-building:searched", {})
+    memo = _run(context).prepared
+    searched_memo = _run(context).searched
     missing = [q for q in names if q not in memo and q not in searched_memo]
     _prefetch_corrected(context, missing)
     # names the run does not score (a subset of the library) were not ranked with the run's: in one batch
@@ -469,7 +492,7 @@ def _learned_block(
     done = {query: ready.learned for query, ready in prepared.items() if ready.learned is not None}
     todo = [query for query in prepared if query not in done]
     if fitted.model is None:  # the adaptive cut-off answers (build_set says so)
-        return {**done, **{query: _build(context, "learned", query, prepared[query], fitted) for query in todo}}
+        return {**done, **{query: _build(context, LEARNED, query, prepared[query], fitted) for query in todo}}
     by_model: dict[int, tuple[FittedBuilders, dict[str, np.ndarray]]] = {}
     for query in todo:
         if len(prepared[query].table):
@@ -484,7 +507,7 @@ def _learned_block(
         chosen.update(dict.fromkeys(features, builders))
     for query in todo:
         builders = chosen.get(query, fitted)
-        done[query] = _build(context, "learned", query, prepared[query], builders, predicted.get(query))
+        done[query] = _build(context, LEARNED, query, prepared[query], builders, predicted.get(query))
     return done
 
 
@@ -506,24 +529,21 @@ def _build(
     prepared: _Prepared,
     fitted: FittedBuilders,
     probabilities: np.ndarray | None = None,
-    fallback: BuiltSet | None = None,
+    built: dict[str, BuiltSet] | None = None,
 ) -> BuiltSet:
-    """What ``build_for`` builds from a prepared query (curated_transfer's fallback: ``fallback``, else
-    ``prepared.learned``)."""
+    """What ``build_for`` builds from a prepared query (``built``: the sets of the builders it requires,
+    when built already; the learned set defaults to ``prepared.learned``)."""
+    done = dict(built or {})
+    if prepared.learned is not None:
+        done.setdefault(LEARNED, prepared.learned)
     return build_set(
         context.hierarchy,
-        builder,
-        query,
-        prepared.bm25,
-        prepared.dense,
         fitted,
+        builder,
+        prepared.table,
         scored_library_id=context.library_id or None,
         scored_group=scored_group(context),
-        searched_as=searched_as_of(query, prepared.searched),
-        umbrellas=prepared.umbrellas,
-        dense_weight=FITTED_DENSE_WEIGHT,
-        table=prepared.table,
-        fallback=(fallback or prepared.learned) if builder == TRANSFER_METHOD else None,
+        built=done,
         probabilities=probabilities,
     )
 
@@ -539,9 +559,7 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
             fitted.check_may_score(context.library_id or None, scored_group(context))
         except (LeakageError, KnowledgeLeakError) as error:
             raise SkipMethod(str(error)) from None
-        degraded = None
-        if builder == "learned" and fitted.model is None:
-            degraded = "no membership model (too little training data): the adaptive cut-off answers instead"
+        degraded = fitted.builder(builder).degraded()
         if not fitted.training_libraries:
             degraded = "; ".join(filter(None, [degraded, "no bundled library to fit on: untuned defaults"]))
         notes = list(fitted.notes)
@@ -557,7 +575,7 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
 
 def make_predict(builder: str) -> Callable[[MethodContext, CohortTask], list[RunEntry]]:
     def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
-        fitted = context.options.get(f"setup:{builder}")
+        fitted = context.setups.get(builder)
         if not isinstance(fitted, FittedBuilders):
             fitted = fitted_for(context)
         built = build_for(context, builder, task.query, fitted)
@@ -570,7 +588,7 @@ def make_predict(builder: str) -> Callable[[MethodContext, CohortTask], list[Run
 
 def make_predict_batch(builder: str) -> Callable[[MethodContext, Sequence[CohortTask]], list[list[RunEntry]]]:
     def predict_batch(context: MethodContext, tasks: Sequence[CohortTask]) -> list[list[RunEntry]]:
-        fitted = context.options.get(f"setup:{builder}")
+        fitted = context.setups.get(builder)
         if not isinstance(fitted, FittedBuilders):
             fitted = fitted_for(context)
         out = []
@@ -598,6 +616,11 @@ def set_builder(name: str, label: str, description: str) -> Method:
     )
 
 
+def set_builder_methods() -> list[Method]:
+    """A method for every registered set builder (:mod:`phenoforge.setbuild.builders`)."""
+    return [set_builder(name, cls.label, cls.description) for name, cls in builder_classes().items()]
+
+
 def build_for_free_query(
     con: duckdb.DuckDBPyConnection,
     builder: str,
@@ -609,13 +632,12 @@ def build_for_free_query(
     from phenoforge.engine.expansion import get_hierarchy
     from phenoforge.methods.retrieval import Retrieval
 
-    if builder not in SET_BUILDERS:
-        raise ValueError(f"unknown set builder {builder!r}; choose one of {', '.join(SET_BUILDERS)}")
+    builder_class(builder)  # an unknown name is refused with the choices
     context = MethodContext(
         con=con,
         hierarchy=get_hierarchy(con),
         retrieval=Retrieval(con, dense, RETRIEVAL_DEPTH),
-        options={"progress": progress} if progress else {},
+        progress=progress,
     )
     fitted = fitted_for(context)
     built = build_for(context, builder, query, fitted)

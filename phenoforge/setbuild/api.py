@@ -1,10 +1,10 @@
-"""One entry point per builder for the method registry: fit once per held-out group, then build.
+"""Fitting the set builders once per held-out group, keeping what they fitted, and building a set.
 
-``fit_builders`` fits (or reuses) everything a builder needs on the installed *bundled* libraries
-(development and test alike) outside ``held_out_group``: the cut-off and subtree parameters and the membership model,
-stored under ``data/models/`` keyed by vocabulary build and training cohorts. ``build_set`` then
-answers one query from the rankings the harness already has, refusing to score a library whose
-group the fitted pieces saw.
+``fit_builders`` fits (or reuses) every registered builder (:mod:`phenoforge.setbuild.builders`) on the
+installed *bundled* libraries (development and test alike) outside ``held_out_group``, in the order the
+registry gives (a builder after those it requires), and stores each builder's fitted state under
+``data/models/`` keyed by vocabulary build and training cohorts. ``build_set`` then answers one query's
+candidate table with one builder, refusing to score a library whose group the fitted builders saw.
 """
 
 from __future__ import annotations
@@ -16,90 +16,108 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.errors import PhenoforgeError
 from phenoforge.memory import collections_paused
+from phenoforge.setbuild.builders import (
+    BuildInputs,
+    SetBuilder,
+    StateError,
+    Training,
+    builder_class,
+    builder_classes,
+)
+from phenoforge.setbuild.builders.learned import Learned
 from phenoforge.setbuild.candidates import CandidateTable, RankedIds, Retrieval, build_candidates
-from phenoforge.setbuild.context import with_context_features
 from phenoforge.setbuild.corpus import Example, library_examples
-from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff, tune_cutoff
 from phenoforge.setbuild.groups import is_training_library, library_group
 from phenoforge.setbuild.learned import (
     ALL_FEATURE_NAMES,
-    MATRIX_COLUMNS,
     LeakageError,
     MembershipModel,
-    ModelError,
-    TrainingDataTooSmall,
-    build_learned,
-    ensure_model,
-    load_model,
-    model_name,
     models_dir,
     not_stored,
 )
 from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
 from phenoforge.setbuild.learned import RECIPE as LEARNED_RECIPE
-from phenoforge.setbuild.models import SET_BUILDERS, BuiltSet
+from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
-from phenoforge.setbuild.subtree import SubtreeParams, build_subtree, tune_subtree
 from phenoforge.setbuild.transfer import (
-    TRANSFER_METHOD,
     CuratedKnowledge,
     KnowledgeView,
-    TransferParams,
-    build_transfer,
     curated_knowledge,
     embed_fn_of,
     embed_identity_of,
     knowledge_digest,
-    tune_transfer,
-    with_transfer_features,
 )
 from phenoforge.storage import write_atomically
 
-METHODS = SET_BUILDERS
-FIT_FORMAT_VERSION = 2
-"""Bumped when what ``fit_builders`` stores changes shape: older fitted bundles are refitted."""
-PARAMS_RECIPE = "2"
-"""Bumped when the rule builders' scales change (agreement floor at ``AGREEMENT_DEPTH``): stored
-tuned parameters of an older recipe are retuned, not reused."""
+FIT_FORMAT_VERSION = 3
+"""Bumped when what ``fit_builders`` stores changes shape: older fitted bundles are refitted.
+3: one fitted state per registered builder, by name."""
+PARAMS_RECIPE = "3"
+"""Bumped when the tuned parameters' file changes (3: one state per examples-only builder, by name) or the
+rule builders' scales change: stored tuned parameters of an older recipe are retuned, not reused."""
 
 
 class _StoredParams(BaseModel):
     vocabulary_build_id: str
     training_cohorts: list[str]
-    cutoff: CutoffParams
-    subtree: SubtreeParams
+    states: dict[str, dict[str, Any]]
 
 
 @dataclass
 class FittedBuilders:
-    """Everything fitted for scoring libraries outside ``training_groups``."""
+    """Every registered builder fitted for scoring libraries outside ``training_groups``, by name."""
 
     training_libraries: list[str]
     training_groups: list[str]
-    cutoff: CutoffParams
-    subtree: SubtreeParams
-    model: MembershipModel | None
+    builders: dict[str, SetBuilder]
     notes: list[str] = field(default_factory=list)
     knowledge: KnowledgeView | None = None
     """curated cohorts of bundled libraries outside the held-out group (the transfer features' source)"""
-    transfer: TransferParams = field(default_factory=TransferParams)
-    context_model: MembershipModel | None = None
-    """the membership model fitted with the library-context columns (:mod:`~phenoforge.setbuild.context`):
-    it answers a library's cohorts built together; ``model`` answers a query built on its own"""
+
+    def builder(self, name: str) -> SetBuilder:
+        """The fitted builder ``name`` (``UnknownBuilder`` for a name nothing registered)."""
+        if name not in self.builders:
+            builder_class(name)  # an unknown name says so, with the choices
+            raise StateError(f"the {name} builder was registered after these builders were fitted: fit them again")
+        return self.builders[name]
+
+    def states(self) -> dict[str, dict[str, Any]]:
+        """Every builder's fitted state, by name (what is stored; equal states build equal sets)."""
+        return {name: builder.state() for name, builder in self.builders.items()}
+
+    @property
+    def learned(self) -> Learned | None:
+        found = self.builders.get("learned")
+        return found if isinstance(found, Learned) else None
+
+    @property
+    def model(self) -> MembershipModel | None:
+        """The membership model answering a query on its own (None: too little training data)."""
+        return self.learned.model_ if self.learned is not None else None
+
+    @property
+    def context_model(self) -> MembershipModel | None:
+        """The membership model fitted with the library-context columns (:mod:`~phenoforge.setbuild.context`):
+        it answers a library's cohorts built together; ``model`` answers a query built on its own."""
+        return self.learned.context_model_ if self.learned is not None else None
 
     def in_context(self) -> FittedBuilders:
         """These builders with the context model answering ``learned`` (``self`` when there is none)."""
-        return self if self.context_model is None else replace(self, model=self.context_model)
+        learned = self.learned
+        if learned is None or learned.context_model_ is None:
+            return self
+        return replace(self, builders={**self.builders, "learned": learned.in_context()})
 
     def check_may_score(self, library_id: str | None, group: str | None) -> None:
         """Raise ``LeakageError`` (fitted on it) or ``KnowledgeLeakError`` (its own curated lists would
@@ -113,8 +131,10 @@ class FittedBuilders:
             self.knowledge.check_excludes([group, library_group({"library_id": library_id}) if library_id else None])
 
 
-FIT_STAGES = 4
-"""Progress stages of a fit from scratch: parameters, membership model, context model, transfer threshold."""
+def fit_stages() -> int:
+    """Progress stages of a fit from scratch: the examples-only builders' parameters together, then each
+    other builder's own steps."""
+    return 1 + sum(cls.stages for cls in builder_classes().values() if not cls.examples_only)
 
 
 @collections_paused()
@@ -126,11 +146,12 @@ def fit_builders(
     progress: ProgressCallback | None = None,
     also_held_out: Sequence[str] = (),
 ) -> FittedBuilders:
-    """Fit or reuse the builders on the bundled libraries outside ``held_out_group``.
+    """Fit or reuse every registered builder on the bundled libraries outside ``held_out_group``.
 
     ``held_out_group=None`` trains on every bundled library (for a user's imported library or
     a free query). ``also_held_out`` names further groups of the scored library (its id's family
-    when it declares another group). A too-small training set leaves ``model=None`` and says so in ``notes``.
+    when it declares another group). A too-small training set leaves ``learned`` without a model and
+    says so in ``notes``.
     """
     progress = progress or no_progress
     hierarchy = get_hierarchy(con)
@@ -169,55 +190,31 @@ def fit_builders(
     if unusable:
         notes.append(unusable)
     # each stage takes from seconds to minutes: say which one runs, and for which held-out group
-    stage = f"set builders without {', '.join(held_out)}" if held_out else "set builders on every library"
-    progress(0, FIT_STAGES, f"{stage}: tuning the cut-off and subtree parameters")
-    cutoff, subtree = _fit_params(con, hierarchy, examples, names, dense is not None, notes)
-    model: MembershipModel | None = None
-    context_model: MembershipModel | None = None
-    model_notes: list[str] = []
+    what = f"set builders without {', '.join(held_out)}" if held_out else "set builders on every library"
+    total = fit_stages()
+    done = [0]
+
+    def stage(message: str) -> None:
+        progress(done[0], total, f"{what}: {message}")
+        done[0] += 1
+
     # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
-    examples_key = f"{_examples_digest(examples)}-k{_knowledge_key(knowledge.digest, held_key)}"
-    model_directory = f"{model_name(names, ALL_FEATURE_NAMES, dense is not None)}-{examples_key}"
-    context_directory = f"{model_name(names, MATRIX_COLUMNS, dense is not None)}-{examples_key}"
-    try:
-        # each training cohort sees the curated knowledge without its own group and without the held-out one
-        progress(1, FIT_STAGES, f"{stage}: the membership model")
-        training = with_transfer_features(hierarchy, examples, knowledge, held_out)
-        model, model_notes = ensure_model(
-            con,
-            hierarchy,
-            training,
-            ALL_FEATURE_NAMES,
-            with_dense=dense is not None,
-            directory=models_dir() / model_directory,
-        )
-        notes += model_notes
-        try:
-            progress(2, FIT_STAGES, f"{stage}: the library-context model")
-            # each training library's cohorts are each other's context, as a scored library's are
-            context_model, model_notes = ensure_model(
-                con,
-                hierarchy,
-                with_context_features(hierarchy, training),
-                MATRIX_COLUMNS,
-                with_dense=dense is not None,
-                directory=models_dir() / context_directory,
-            )
-            notes += [f"library context: {note}" for note in model_notes]
-        except TrainingDataTooSmall as error:
-            notes.append(f"learned builds a library's cohorts without their context: {error}")
-    except TrainingDataTooSmall as error:
-        notes.append(f"learned builder falls back to the adaptive cut-off: {error}")
-    # the fallback while tuning is the adaptive cut-off (tuned on these same cohorts, so transfer must beat
-    # an in-sample rival): the learned model's own predictions on its training cohorts would be in-sample too
-    progress(3, FIT_STAGES, f"{stage}: the curated-transfer threshold")
-    transfer = tune_transfer(
-        con, hierarchy, examples, knowledge, held_out, lambda ex: build_cutoff(hierarchy, ex.table, cutoff).code_list
+    key = f"{_examples_digest(examples)}-k{_knowledge_key(knowledge.digest, held_key)}"
+    training = Training(
+        con, hierarchy, examples, names, dense is not None, knowledge, held_out, key, notes=notes, stage=stage
     )
-    notes.append(f"curated_transfer: min name similarity {transfer.min_similarity:.2f} ({transfer.chosen_on})")
-    progress(FIT_STAGES, FIT_STAGES, f"{stage}: fitted")
-    fitted = FittedBuilders(names, groups, cutoff, subtree, model, notes, view, transfer, context_model)
-    _save_fitted(signature, fitted, model_directory, context_directory)
+    classes = builder_classes()
+    tuned = [name for name, cls in classes.items() if cls.examples_only]
+    stage(f"tuning the {' and '.join(tuned)} parameters")
+    training.fitted.update(_fit_examples_only(training, tuned))
+    for name, cls in classes.items():
+        if name not in training.fitted:
+            # each builder's steps have their own numbers, whether or not the one before took all of its own
+            done[0] = 1 + sum(c.stages for n, c in classes.items() if not c.examples_only and n in training.fitted)
+            training.fitted[name] = cls().fit(training)
+    progress(total, total, f"{what}: fitted")
+    fitted = FittedBuilders(names, groups, dict(training.fitted), notes, view)
+    _save_fitted(signature, fitted, hierarchy)
     return fitted
 
 
@@ -334,12 +331,13 @@ class _StoredFit(BaseModel):
     signature: str
     vocabulary_build_id: str
     training_libraries: list[str]
-    cutoff: CutoffParams
-    subtree: SubtreeParams
-    model_directory: str | None
+    states: dict[str, dict[str, Any]]
+    """each registered builder's fitted state, by name (``SetBuilder.state``)"""
     notes: list[str]
-    transfer: TransferParams = TransferParams()
-    context_model_directory: str | None = None
+    digest: str = Field(default="", description="SHA-256 of the other fields as written: an edited bundle is refitted")
+
+    def content_digest(self) -> str:
+        return hashlib.sha256(self.model_dump_json(exclude={"digest"}).encode("utf-8")).hexdigest()
 
 
 def _fit_signature(
@@ -356,6 +354,7 @@ def _fit_signature(
         knowledge_key,
         LEARNED_FORMAT_VERSION,
         LEARNED_RECIPE,
+        list(builder_classes()),  # a builder registered since is fitted with the others, not found missing
         PARAMS_RECIPE,
         FIT_FORMAT_VERSION,
     ]
@@ -382,29 +381,20 @@ def _load_fitted(
         return None, f"{path.name} is corrupt: refitted"
     except OSError as error:  # data/models is a file, or not readable
         return None, f"{path.name} cannot be read ({error.strerror or error}): refitted"
+    if stored.digest != stored.content_digest():
+        return None, f"{path.name} was edited or damaged after phenoforge wrote it: refitted"
     if stored.signature != signature or stored.training_libraries != names:
         return None, f"{path.name} was fitted on other libraries: refitted"
-    model: MembershipModel | None = None
-    context_model: MembershipModel | None = None
-    for directory in (stored.model_directory, stored.context_model_directory):
-        if directory is None:
-            continue
-        if Path(directory).name != directory:
-            return None, f"{path.name} names a model outside data/models: refitted"
+    builders: dict[str, SetBuilder] = {}
+    for name, cls in builder_classes().items():
+        if name not in stored.states:
+            return None, f"{path.name} holds no fitted {name} builder: refitted"
         try:
-            loaded = load_model(models_dir() / directory, hierarchy.build_id)
-        except ModelError as error:
-            return None, f"{path.name}'s membership model is unusable ({error}): refitted"
-        if loaded.manifest.training_libraries != names:
-            return None, f"{path.name}'s membership model was trained on other libraries: refitted"
-        if directory == stored.model_directory:
-            model = loaded
-        else:
-            context_model = loaded
+            builders[name] = cls.from_state(stored.states[name], hierarchy, names)
+        except StateError as error:
+            return None, f"{path.name}: the {name} builder's {error}: refitted"
     notes = [f"reused the builders fitted on {', '.join(names) or 'nothing'} ({path.name})", *stored.notes]
-    fitted = FittedBuilders(names, groups, stored.cutoff, stored.subtree, model, notes, transfer=stored.transfer)
-    fitted.context_model = context_model
-    return fitted, None
+    return FittedBuilders(names, groups, builders, notes), None
 
 
 def _examples_digest(examples: Sequence[Example]) -> str:
@@ -413,31 +403,20 @@ def _examples_digest(examples: Sequence[Example]) -> str:
     return hashlib.sha1(json.dumps(content).encode()).hexdigest()[:12]
 
 
-def _save_fitted(signature: str, fitted: FittedBuilders, stored_model: str, stored_context_model: str) -> None:
-    model_directory = context_directory = None
-    if fitted.model is not None:
-        model_directory = stored_model
-        if not (models_dir() / model_directory).is_dir():
-            return  # the model was not stored where expected: do not record a bundle that cannot load
-    if fitted.context_model is not None:
-        context_directory = stored_context_model
-        if not (models_dir() / context_directory).is_dir():
+def _save_fitted(signature: str, fitted: FittedBuilders, hierarchy: Hierarchy) -> None:
+    """Keep every builder's fitted state; a builder whose files were not stored leaves the bundle unwritten
+    (a bundle that names a model that is not there could not be loaded)."""
+    for builder in fitted.builders.values():
+        if any(not (models_dir() / name).is_dir() for name in builder.stored_files()):
             return
     stored = _StoredFit(
         signature=signature,
-        vocabulary_build_id=fitted.model.manifest.vocabulary_build_id if fitted.model else "",
+        vocabulary_build_id=hierarchy.build_id,
         training_libraries=fitted.training_libraries,
-        cutoff=fitted.cutoff,
-        subtree=fitted.subtree,
-        model_directory=model_directory,
-        notes=[
-            note
-            for note in fitted.notes
-            if note.startswith(("learned builder falls back", "curated_transfer:", "learned builds a library's"))
-        ],
-        transfer=fitted.transfer,
-        context_model_directory=context_directory,
+        states={name: builder.state() for name, builder in fitted.builders.items()},
+        notes=[note for builder in fitted.builders.values() for note in builder.training_notes()],
     )
+    stored.digest = stored.content_digest()
     _store(_fit_path(signature), stored.model_dump_json(indent=1), fitted.notes)
 
 
@@ -451,50 +430,46 @@ def _store(path: Path, text: str, notes: list[str]) -> None:
         notes.append(not_stored(path, error))
 
 
-def _fit_params(
-    con: duckdb.DuckDBPyConnection,
-    hierarchy: Hierarchy,
-    examples: list[Example],
-    names: list[str],
-    with_dense: bool,
-    notes: list[str],
-) -> tuple[CutoffParams, SubtreeParams]:
-    keys = sorted(ex.key for ex in examples)
+def _fit_examples_only(training: Training, names: list[str]) -> dict[str, SetBuilder]:
+    """The builders whose fitted state depends on the examples alone, reused from their file when these very
+    examples tuned them before (every held-out key with the same training cohorts shares it)."""
+    notes = training.notes
+    keys = sorted(ex.key for ex in training.examples)
     # the cohorts' codes and names are in the name: a library re-imported under the same ids is retuned
-    path = models_dir() / params_file_name(keys, with_dense, _examples_digest(examples))
+    path = models_dir() / params_file_name(keys, training.with_dense, _examples_digest(training.examples))
+    classes = builder_classes()
     try:
         stored = _StoredParams.model_validate_json(path.read_text(encoding="utf-8"))
-        if stored.vocabulary_build_id == hierarchy.build_id and stored.training_cohorts == keys:
+        if stored.vocabulary_build_id == training.hierarchy.build_id and stored.training_cohorts == keys:
+            reused = {
+                name: classes[name].from_state(stored.states[name], training.hierarchy, training.library_ids)
+                for name in names
+            }
             notes.append(f"reused tuned parameters {path.name}")
-            return stored.cutoff, stored.subtree
+            return reused
         notes.append(f"{path.name} is stale (other vocabulary build or cohorts): retuned")
     except FileNotFoundError:
         pass
-    except (ValidationError, ValueError, UnicodeDecodeError):
+    except (ValidationError, ValueError, UnicodeDecodeError, KeyError, StateError):
         notes.append(f"{path.name} is corrupt: retuned")
     except OSError as error:
         notes.append(f"{path.name} cannot be read ({error.strerror or error}): retuned")
-    if not examples:
+    fitted = {name: classes[name]().fit(training) for name in names}
+    if not training.examples:
         notes.append("no bundled library to tune on: default parameters (untuned)")
-        return CutoffParams(), SubtreeParams()
-    cases = [(ex.cohort_id, ex.cohort_name, ex.truth, ex.table) for ex in examples]
-    cutoff = tune_cutoff(con, hierarchy, cases, names)
-    subtree = tune_subtree(con, hierarchy, cases, names)
-    _store(
-        path,
-        _StoredParams(
-            vocabulary_build_id=hierarchy.build_id, training_cohorts=keys, cutoff=cutoff, subtree=subtree
-        ).model_dump_json(indent=1),
-        notes,
-    )
-    notes.append(f"tuned parameters on {', '.join(names)}")
-    return cutoff, subtree
+        return fitted
+    states = {name: builder.state() for name, builder in fitted.items()}
+    params = _StoredParams(vocabulary_build_id=training.hierarchy.build_id, training_cohorts=keys, states=states)
+    _store(path, params.model_dump_json(indent=1), notes)
+    notes.append(f"tuned parameters on {', '.join(training.library_ids)}")
+    return fitted
 
 
 def params_file_name(training_cohorts: Sequence[str], with_dense: bool, examples_digest: str) -> str:
     """The file the rule builders' parameters tuned on these cohorts are kept in (``training_cohorts``: every
     example's key, sorted; ``examples_digest``: what the cohorts hold, as the model folder's name says it)."""
-    key = [list(training_cohorts), with_dense, examples_digest, PARAMS_RECIPE]
+    tuned = [name for name, cls in builder_classes().items() if cls.examples_only]
+    key = [list(training_cohorts), with_dense, examples_digest, PARAMS_RECIPE, tuned]
     return f"builder-params-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:12]}.json"
 
 
@@ -565,15 +540,13 @@ def stored_fit_files(
         stored = _StoredFit.model_validate_json(path.read_text(encoding="utf-8"))
     except (OSError, ValidationError, ValueError, UnicodeDecodeError):
         return StoredFitFiles(key, path.name, found=False)
-    folders = [d for d in (stored.model_directory, stored.context_model_directory) if d is not None]
-    if stored.signature != signature or any(Path(d).name != d for d in folders):
+    learned = stored.states.get("learned", {})
+    model_directory, context_model_directory = (learned.get(k) for k in ("model_directory", "context_model_directory"))
+    folders = [d for d in (model_directory, context_model_directory) if d is not None]
+    if stored.signature != signature or any(not isinstance(d, str) or Path(d).name != d for d in folders):
         return StoredFitFiles(key, path.name, found=False)
     return StoredFitFiles(
-        key,
-        path.name,
-        found=True,
-        model_directory=stored.model_directory,
-        context_model_directory=stored.context_model_directory,
+        key, path.name, found=True, model_directory=model_directory, context_model_directory=context_model_directory
     )
 
 
@@ -612,52 +585,30 @@ def candidate_table(
 
 def build_set(
     hierarchy: Hierarchy,
-    method: str,
-    query: str,
-    bm25: list[tuple[str, float]],
-    dense: list[tuple[str, float]] | None,
     fitted: FittedBuilders,
+    method: str,
+    table: CandidateTable,
     scored_library_id: str | None = None,
     scored_group: str | None = None,
-    searched_as: str | None = None,
-    umbrellas: dict[str, str] | None = None,
-    dense_weight: float = 0.5,
-    table: CandidateTable | None = None,
-    fallback: BuiltSet | None = None,
+    built: dict[str, BuiltSet] | None = None,
     probabilities: np.ndarray | None = None,
 ) -> BuiltSet:
-    """One builder's code list for one query from rankings ``RETRIEVAL_DEPTH`` deep (with scores).
+    """One fitted builder's code list for one query's candidate table (:func:`candidate_table`).
 
-    ``table`` (from :func:`candidate_table` of the same rankings) lets several builders share one
-    candidate table instead of each building its own; ``fallback`` (the learned set of the same
-    query and fitted builders) spares ``curated_transfer`` computing it again; ``probabilities`` (the
-    membership model's for ``table``, predicted with other queries' in one call) spares the model call.
+    ``built`` holds sets other builders already built from the same table (``curated_transfer`` falls
+    back to the learned set: given, it is not built again); ``probabilities`` (the membership model's for
+    ``table``, predicted with other queries' in one call) spares the model call.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown set builder {method!r}; choose one of {', '.join(METHODS)}")
+    builder = fitted.builder(method)
     fitted.check_may_score(scored_library_id, scored_group)
-    if table is None:
-        table = candidate_table(hierarchy, query, bm25, dense, searched_as, umbrellas, dense_weight)
-    if method == "adaptive_cutoff":
-        return build_cutoff(hierarchy, table, fitted.cutoff)
-    if method == "subtree":
-        return build_subtree(hierarchy, table, fitted.subtree)
-    if method == TRANSFER_METHOD and fallback is not None:
-        return build_transfer(hierarchy, query, fitted.knowledge, fitted.transfer, fallback)
-    if fitted.model is None:
-        built = build_cutoff(hierarchy, table, fitted.cutoff)
-        built.method = "learned"
-        built.fallback = "no membership model (too little training data): adaptive cut-off used instead"
-    else:
-        built = build_learned(
-            hierarchy,
-            table,
-            fitted.model,
-            scored_library_id,
-            scored_group,
-            knowledge=fitted.knowledge,
-            probabilities=probabilities,
-        )
-    if method == TRANSFER_METHOD:
-        return build_transfer(hierarchy, query, fitted.knowledge, fitted.transfer, built)
-    return built
+    inputs = BuildInputs(
+        hierarchy,
+        table,
+        knowledge=fitted.knowledge,
+        scored_library_id=scored_library_id,
+        scored_group=scored_group,
+        peers=fitted.builders,
+        built=built if built is not None else {},
+        probabilities=probabilities,
+    )
+    return builder.build(inputs)

@@ -1,8 +1,4 @@
-"""Shared by every builder: selected nodes become billable codes, each keeping its first reason.
-
-The harness is imported as a module (not its names) so a harness that registers these builders can
-import them without a circular-import failure.
-"""
+"""Shared by every builder: selected nodes become billable codes, each keeping its first reason."""
 
 from __future__ import annotations
 
@@ -11,9 +7,10 @@ from collections.abc import Callable, Sequence
 import duckdb
 
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
-from phenoforge.eval import harness
-from phenoforge.setbuild.candidates import CandidateTable, billable_below
+from phenoforge.eval.scoring import score_cohort
+from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.models import BuiltCode, BuiltSet, CodeProvenance, Source
+from phenoforge.setbuild.nodes import billable_below
 from phenoforge.trusted import trusted
 
 
@@ -106,7 +103,7 @@ def _cached_score(
     if key not in _SCORES:
         if len(_SCORES) > 200_000:
             _SCORES.clear()
-        result = harness.score_cohort(con, cohort_id, name, list(truth), list(predicted), "tuning")
+        result = score_cohort(con, cohort_id, name, list(truth), list(predicted), "tuning")
         _SCORES[key] = (result.hierarchical_score, result.exact_f1)
     return _SCORES[key]
 

@@ -18,6 +18,7 @@ import numpy as np
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.hybrid import rrf_fuse
 from phenoforge.engine.query import tokenize
+from phenoforge.setbuild.nodes import billable_below, hierarchy_stats, scratch_array
 
 RETRIEVAL_DEPTH = 5000
 """How deep a builder wants each retriever's ranking (scores of deep codes are features too).
@@ -66,16 +67,6 @@ class Retrieval:
             [[c for c, _ in self.bm25[:depth]], [c for c, _ in self.dense[:depth]]],
             [1.0 - self.dense_weight, self.dense_weight],
         )
-
-
-def billable_below(hierarchy: Hierarchy, concept_id: int) -> list[int]:
-    """The billable codes a selected node stands for: itself when billable, else its billable descendants."""
-    return list(hierarchy.billable_descendants(concept_id))
-
-
-def ancestor_of_kind(hierarchy: Hierarchy, concept_id: int, kind: str) -> int | None:
-    """The nearest node of ``kind`` at or above ``concept_id`` (``category``, ``block``...)."""
-    return hierarchy.ancestor_of_kind(concept_id, kind)
 
 
 class RankedIds:
@@ -345,8 +336,6 @@ def _extreme(scores: np.ndarray, pick: Callable[[np.ndarray], np.floating]) -> f
 def _provenance(hierarchy: Hierarchy, ids: list[int], origin: list[int], hit_rank: dict[int, int]) -> list[int]:
     """Per candidate, the best-ranked hit at or above it (its chain holds each node once and every hit has
     its own rank, so that hit is unique), else its ``origin`` as given: read from the node table's chains."""
-    from phenoforge.setbuild.features import hierarchy_stats, scratch_array  # features builds on this module
-
     if not ids or not hit_rank:
         return origin
     nodes = hierarchy_stats(hierarchy).node_table()

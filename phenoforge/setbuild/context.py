@@ -22,7 +22,7 @@ from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import tokenize
 from phenoforge.setbuild.candidates import CandidateTable, RankedIds, dense_floor, ranked_ids
 from phenoforge.setbuild.corpus import Example
-from phenoforge.setbuild.features import hierarchy_stats
+from phenoforge.setbuild.nodes import hierarchy_stats
 
 CONTEXT_FEATURES: list[str] = ["ctx_cos_margin", "ctx_n_closer", "ctx_cat_margin", "ctx_lex_margin"]
 """Per candidate: its dense cosine to its own name minus the best among the other names; how many other

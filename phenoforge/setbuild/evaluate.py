@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.eval import harness
+from phenoforge.eval.scoring import score_cohort
 from phenoforge.setbuild.context import CONTEXT_FEATURES, with_context_features
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.cutoff import build_cutoff, tune_cutoff
@@ -86,7 +86,7 @@ def _score(
     started = time.perf_counter()
     hier = f1 = 0.0
     for ex in scored:
-        result = harness.score_cohort(con, ex.cohort_id, ex.cohort_name, ex.truth, predict(ex), method)
+        result = score_cohort(con, ex.cohort_id, ex.cohort_name, ex.truth, predict(ex), method)
         hier += result.hierarchical_score
         f1 += result.exact_f1
     out.hierarchical[method] = hier / max(len(scored), 1)

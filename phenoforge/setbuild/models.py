@@ -6,9 +6,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SET_BUILDERS = ("adaptive_cutoff", "subtree", "learned", "curated_transfer")
-"""The set builders' names: the registry's methods, ``search --method`` and the Assemble generators."""
-
 Source = Literal["hit", "rollup", "model", "fallback", "curated"]
 
 

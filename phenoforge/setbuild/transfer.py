@@ -37,9 +37,10 @@ from phenoforge.errors import LibraryError, PhenoforgeError
 from phenoforge.setbuild.assemble import SetAssembler, mean_objective
 from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.corpus import Example
-from phenoforge.setbuild.features import FEATURE_NAMES, hierarchy_stats
+from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
+from phenoforge.setbuild.nodes import hierarchy_stats
 from phenoforge.storage import write_atomically
 
 TRANSFER_VERSION = "2"
@@ -664,6 +665,7 @@ def tune_transfer(
     knowledge: CuratedKnowledge | None,
     held_out: Iterable[str | None],
     fallback: Callable[[Example], list[str]],
+    thresholds: Sequence[float] = TRANSFER_THRESHOLDS,
 ) -> TransferParams:
     """The name-similarity threshold above which transferring a matched list beats ``fallback``.
 
@@ -687,7 +689,7 @@ def tune_transfer(
         moved = _objective(con, ex, [hierarchy.code[i] for i in found[0].cohort.ids.tolist()])
         gains.append((found[0].similarity, moved - _objective(con, ex, fallback(ex))))
     best_gain, best = 0.0, NEVER
-    for threshold in TRANSFER_THRESHOLDS:
+    for threshold in thresholds:
         gain = sum(g for sim, g in gains if sim >= threshold)
         if gain > best_gain:
             best_gain, best = gain, threshold

@@ -159,9 +159,11 @@ def test_nothing_fetched_writes_nothing_and_keeps_the_old_library(tmp_path: Path
     fetch_ohdsi_library(dest, ids=["9519"], client=FakeGitHub(fixture_files()).client())
     broken = fixture_files(extra={RAW + "cohorts/9521.json": 500})
     with pytest.raises(LibraryError, match="no OHDSI cohort could be fetched.*HTTP 500"):
-        fetch_ohdsi_library(dest, ids=["9521"], client=FakeGitHub(broken).client())
+        fetch_ohdsi_library(dest, ids=["9521"], client=FakeGitHub(broken).client(), overwrite=True)
     assert load_library(dest).cohort_ids == ["9519"]
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["ohdsi"]
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name != "data") == [
+        "ohdsi"
+    ]  # data: the test data dir
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,9 @@ def manifest_for(cohorts: dict[str, str], library_id: str = "test-lib") -> Libra
 
 def write(dest: Path, definitions: dict[str, tuple[str, dict[str, Any]]], library_id: str = "test-lib") -> Path:
     manifest = manifest_for({cid: name for cid, (name, _d) in definitions.items()}, library_id)
-    return write_library(dest, manifest, {cid: definition for cid, (_n, definition) in definitions.items()})
+    return write_library(
+        dest, manifest, {cid: definition for cid, (_n, definition) in definitions.items()}, replace=True
+    )
 
 
 def item(

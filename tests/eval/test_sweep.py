@@ -9,8 +9,8 @@ import pytest
 
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.eval.qrels import load_qrels
-from phenoforge.eval.sweep import SWEEPABLE, SweepError, check_sweepable, sweep_label, sweep_set_builder
-from phenoforge.setbuild.models import SET_BUILDERS
+from phenoforge.eval.sweep import SweepError, check_sweepable, sweep_label, sweep_set_builder, sweepable
+from phenoforge.setbuild.builders import builder_names
 from tests.eval.test_harness import COHORTS, SCORED, FakeDense
 from tests.fixture_library import write_icd_library
 
@@ -20,7 +20,7 @@ def library(tmp_path: Path) -> Path:
     return write_icd_library(tmp_path / "sweep-lib", COHORTS, "sweep-lib")
 
 
-@pytest.mark.parametrize("builder", SET_BUILDERS)
+@pytest.mark.parametrize("builder", builder_names())
 def test_at_the_fitted_weight_the_sweep_builds_the_benchmarks_sets(
     fixture_con: duckdb.DuckDBPyConnection, library: Path, builder: str
 ) -> None:
@@ -50,12 +50,12 @@ def test_the_swept_weight_reaches_the_builder(fixture_con: duckdb.DuckDBPyConnec
 
 
 def test_only_sweepable_methods_pass_the_check() -> None:
-    for method in ["hybrid", *SET_BUILDERS]:
+    for method in ["hybrid", *builder_names()]:
         check_sweepable(method)
     for method in ["bm25", "dense", "expand_descendants", "nope"]:
         with pytest.raises(SweepError, match=f"cannot sweep '{method}'") as raised:
             check_sweepable(method)
-        assert all(name in str(raised.value) for name in SWEEPABLE)
+        assert all(name in str(raised.value) for name in sweepable())
         assert "\n" not in str(raised.value)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -65,9 +66,9 @@ def test_build_skips_up_to_date_and_rebuilds_changed(
     written: list[str] = []
     real_write = bundled.write_library
 
-    def spy(dest: Path, *args: object) -> Path:
+    def spy(dest: Path, *args: Any, **kwargs: Any) -> Path:
         written.append(Path(dest).name)
-        return real_write(dest, *args)
+        return real_write(dest, *args, **kwargs)
 
     monkeypatch.setattr(bundled, "write_library", spy)
     again = build_bundled_libraries(fixture_con, root=root, **sources)
@@ -215,9 +216,9 @@ def test_build_checks_the_cohort_files_it_keeps(
     written: list[str] = []
     real_write = bundled.write_library
 
-    def spy(dest: Path, *args: object) -> Path:
+    def spy(dest: Path, *args: Any, **kwargs: Any) -> Path:
         written.append(Path(dest).name)
-        return real_write(dest, *args)
+        return real_write(dest, *args, **kwargs)
 
     monkeypatch.setattr(bundled, "write_library", spy)
     messages: list[str] = []

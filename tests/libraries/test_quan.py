@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -166,9 +167,9 @@ def test_built_library_counts_unmatched_prefixes(
     written: list[str] = []
     real_write = bundled.write_library
 
-    def spy(dest: Path, *args: object) -> Path:
+    def spy(dest: Path, *args: Any, **kwargs: Any) -> Path:
         written.append(Path(dest).name)
-        return real_write(dest, *args)
+        return real_write(dest, *args, **kwargs)
 
     write_csv(charlson_csv, CHARLSON_ROWS[:3])
     with pytest.MonkeyPatch.context() as patch:

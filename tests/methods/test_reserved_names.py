@@ -74,7 +74,7 @@ def test_registering_under_a_builtin_name_or_source_is_refused() -> None:
         method(name="bm25", register=True)(perfect_answer)
     with pytest.raises(MethodError, match="claims source 'built-in'"):
         register(Method(name="mine_too", predict=perfect_answer, source="built-in"))
-    assert get_method("hybrid") is real
+    assert get_method("hybrid").predict is real.predict and get_method("hybrid").source == "built-in"
     assert "mine_too" not in registry._REGISTRY
 
 

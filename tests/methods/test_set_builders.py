@@ -15,15 +15,17 @@ import duckdb
 import numpy as np
 import pytest
 
+import phenoforge.setbuild.builders.learned as learned_builder
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_library
-from phenoforge.engine.expansion import get_hierarchy
+from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import available_methods, set_building
 from phenoforge.methods.base import MethodContext
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import api, learned, transfer
 from phenoforge.setbuild.groups import library_group
+from phenoforge.setbuild.models import BuiltSet
 from tests.fixture_library import write_icd_library
 from tests.setbuild.conftest import OTHER_COHORTS, TRAIN_COHORTS
 
@@ -54,7 +56,7 @@ def installed(tmp_path: Path) -> dict[str, Path]:
 @pytest.fixture
 def small_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the fixture's handful of cohorts train a membership model (the real minimum is larger)."""
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
 
 
 def _benchmark(con: duckdb.DuckDBPyConnection, library: Path, methods: list[str]):  # noqa: ANN202
@@ -221,7 +223,7 @@ def test_a_fitted_bundle_is_reused_and_refitted_when_corrupt_or_stale(
     assert not any(note.startswith("reused the builders") for note in first.notes)
     again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
     assert any(note.startswith("reused the builders") for note in again.notes)
-    assert again.cutoff == first.cutoff and again.model is not None
+    assert again.states()["adaptive_cutoff"] == first.states()["adaptive_cutoff"] and again.model is not None
     bundles = sorted((libraries_dir().parent / "models").glob("fitted-*.json"))
     assert len(bundles) == 1
     bundles[0].write_text("{ not json", encoding="utf-8")
@@ -358,9 +360,10 @@ def test_curated_transfer_takes_a_matched_list_with_its_source_else_the_learned_
     libraries = [load_library(path) for path in installed.values()]
     fitted = api.fit_builders(fixture_con, None, "elixhauser", libraries)
     hierarchy = get_hierarchy(fixture_con)
-    fitted.transfer = transfer.TransferParams(min_similarity=0.7, trained_on=[HCC_ID])
+    tuned = transfer.TransferParams(min_similarity=0.7, trained_on=[HCC_ID])
+    fitted.builders["curated_transfer"].params_ = tuned  # type: ignore[attr-defined]
     ranking = [("I50.9", 3.0), ("I50", 2.0)]
-    built = api.build_set(
+    built = _build_ranked(
         hierarchy, "curated_transfer", "Congestive heart failure", ranking, None, fitted, ELIX_ID, "elixhauser"
     )
     assert built.code_list and all(code.startswith("I50") for code in built.code_list)
@@ -368,8 +371,8 @@ def test_curated_transfer_takes_a_matched_list_with_its_source_else_the_learned_
     assert sources <= {f"listed by curated cohort {HCC_ID}/hf", f"listed by curated cohort {TEST_ID}/hf"}, sources
     assert all(item.provenance.source == "curated" for item in built.codes)
     # nothing matches "Xylophonia": the learned set answers, and says why
-    learned_set = api.build_set(hierarchy, "learned", "Xylophonia", [("J45", 1.0)], None, fitted, ELIX_ID, "elixhauser")
-    fallback = api.build_set(
+    learned_set = _build_ranked(hierarchy, "learned", "Xylophonia", [("J45", 1.0)], None, fitted, ELIX_ID, "elixhauser")
+    fallback = _build_ranked(
         hierarchy, "curated_transfer", "Xylophonia", [("J45", 1.0)], None, fitted, ELIX_ID, "elixhauser"
     )
     assert fallback.code_list == learned_set.code_list
@@ -391,7 +394,7 @@ def test_learned_and_curated_transfer_build_the_learned_set_once_per_cohort(
         calls.append(args[1] if len(args) > 1 else "")
         return counted(*args, **kwargs)
 
-    monkeypatch.setattr(api, "build_learned", counting)
+    monkeypatch.setattr(learned_builder, "build_learned", counting)
     for order in (["curated_transfer", "learned"], ["learned", "curated_transfer"]):
         calls.clear()
         both = _benchmark(fixture_con, library, order)
@@ -400,3 +403,42 @@ def test_learned_and_curated_transfer_build_the_learned_set_once_per_cohort(
         for name, report in alone.items():
             mine = [(r.cohort_id, r.predicted_codes, r.provenance) for r in both.results if r.method == name]
             assert mine == [(r.cohort_id, r.predicted_codes, r.provenance) for r in report.results], (order, name)
+
+
+def _build_ranked(
+    hierarchy: Hierarchy,
+    method: str,
+    query: str,
+    bm25: list[tuple[str, float]],
+    dense: list[tuple[str, float]] | None,
+    fitted: api.FittedBuilders,
+    scored_library_id: str | None = None,
+    scored_group: str | None = None,
+) -> BuiltSet:
+    """One builder's set for rankings, as the benchmark builds it: their candidate table, then the builder."""
+    table = api.candidate_table(hierarchy, query, bm25, dense)
+    return api.build_set(hierarchy, fitted, method, table, scored_library_id, scored_group)
+
+
+@pytest.mark.usefixtures("small_models")
+@pytest.mark.parametrize("edit", ["drop the model", "change a parameter", "drop the digest"])
+def test_an_edited_fitted_bundle_is_refitted_not_blamed_on_training_data(
+    fixture_con: duckdb.DuckDBPyConnection, installed: dict[str, Path], edit: str
+) -> None:
+    """A bundle edited by hand once named no model and was reported as 'too little training data'."""
+    libraries = [load_library(path) for path in installed.values()]
+    assert api.fit_builders(fixture_con, None, "elixhauser", libraries).model is not None
+    (bundle,) = (libraries_dir().parent / "models").glob("fitted-*.json")
+    stored = json.loads(bundle.read_text(encoding="utf-8"))
+    if edit == "drop the model":
+        stored["states"]["learned"]["model_directory"] = None
+    elif edit == "change a parameter":
+        stored["notes"] = [*stored["notes"], "edited by hand"]
+    else:
+        stored.pop("digest", None)
+        stored["states"]["learned"]["model_directory"] = None
+    bundle.write_text(json.dumps(stored), encoding="utf-8")
+    again = api.fit_builders(fixture_con, None, "elixhauser", libraries)
+    assert not any(note.startswith("reused the builders") for note in again.notes), again.notes
+    assert any(bundle.name in note and "edited" in note for note in again.notes), again.notes
+    assert again.model is not None  # what the 'too little training data' fallback is decided on

@@ -13,6 +13,7 @@ from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import MethodContext, available_methods, set_building
+from phenoforge.methods.base import RunState
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import learned
 from phenoforge.setbuild.trees import TreeEnsemble
@@ -92,8 +93,9 @@ def test_the_pass_keeps_no_candidate_table_and_hands_each_set_over_once(
     queries = ["Heart failure", "Asthma", "Heart failure"]
     first = set_building.built_sets(context, "adaptive_cutoff", queries, fitted)
     assert [built.query for built in first] == queries
-    assert not context.options.get("set-building:prepared")  # no table kept beyond its block
-    waiting = context.options["set-building:built"]
+    run = context.shared.get(set_building.SetBuildingRun)
+    assert not run.prepared  # no table kept beyond its block
+    waiting = run.built
     assert set(waiting) == {"subtree", "learned", "curated_transfer"}
     assert [b.code_list for b in set_building.built_sets(context, "learned", queries, fitted)] == [
         set_building.build_for(context, "learned", query, fitted).code_list for query in queries
@@ -174,13 +176,13 @@ def test_the_transfer_fallback_reuses_the_learned_sets_entries() -> None:
     learned = BuiltSet(method="learned", query="diabetes", codes=codes)
     fallback = learned.model_copy(update={"method": "curated_transfer", "notes": ["the learned set"]})
     lookalike = BuiltSet(method="curated_transfer", query="diabetes", codes=list(codes))
-    context = SimpleNamespace(options={})
+    context = SimpleNamespace(shared=RunState())
     first = _shared_entries(context, learned)  # type: ignore[arg-type]
     again = _shared_entries(context, fallback)  # type: ignore[arg-type]
     assert again == first and all(a is b for a, b in zip(again, first, strict=True)) and again is not first
     other = _shared_entries(context, lookalike)  # type: ignore[arg-type]
     assert other == to_entries(lookalike) and not any(a is b for a, b in zip(other, first, strict=True))
-    assert context.options["set-building:entries"] == {}  # handed over once, then forgotten
+    assert context.shared.get(set_building.SetBuildingRun).entries == {}  # handed over once, then forgotten
 
 
 @pytest.mark.usefixtures("small_models")

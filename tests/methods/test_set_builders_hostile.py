@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+import phenoforge.setbuild.builders.learned as learned_builder
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_library
 from phenoforge.eval.harness import run_benchmark
@@ -38,7 +39,7 @@ def _fresh_process_cache() -> None:
 @pytest.fixture
 def small_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the fixture's handful of cohorts train a membership model (the real minimum is larger)."""
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
 
 
 def _install_development_libraries() -> dict[str, Path]:
@@ -98,13 +99,13 @@ def test_two_threads_fitting_one_group_both_succeed(
     installed = _install_development_libraries()
     libraries = [load_library(path) for path in installed.values()]
     model_lock = threading.Lock()  # the membership model's own store is another module's concern
-    ensure = api.ensure_model
+    ensure = learned_builder.ensure_model
 
     def serialised_ensure(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         with model_lock:
             return ensure(*args, **kwargs)
 
-    monkeypatch.setattr(api, "ensure_model", serialised_ensure)
+    monkeypatch.setattr(learned_builder, "ensure_model", serialised_ensure)
     barrier = threading.Barrier(2, timeout=60)
     write_text = Path.write_text
 

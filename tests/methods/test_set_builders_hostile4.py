@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+import phenoforge.setbuild.builders.learned as learned_builder
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import get_hierarchy
@@ -35,7 +36,7 @@ from tests.setbuild.conftest import TRAIN_COHORTS
 @pytest.fixture(autouse=True)
 def _fresh_process_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     set_building.clear_fitted()
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
 
 
 def test_an_imported_copy_of_a_development_library_is_not_scored_by_builders_fitted_on_it(
@@ -63,7 +64,7 @@ def test_a_fitted_bundle_half_written_by_a_killed_process_is_removed_by_the_next
     def too_small(*_args: object, **_kwargs: object) -> None:
         raise TrainingDataTooSmall("too few cohorts")
 
-    monkeypatch.setattr(api, "ensure_model", too_small)
+    monkeypatch.setattr(learned_builder, "ensure_model", too_small)
     installed = _install_development_libraries()
     models = libraries_dir().parent / "models"
     models.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+import phenoforge.setbuild.builders.learned as learned_builder
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import get_hierarchy
@@ -31,7 +32,7 @@ from tests.setbuild.conftest import TRAIN_COHORTS
 @pytest.fixture(autouse=True)
 def _fresh_process_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     set_building.clear_fitted()
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
 
 
 def _mark_imported(path: Path) -> None:

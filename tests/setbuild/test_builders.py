@@ -6,8 +6,9 @@ import pytest
 
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.setbuild.assemble import agreement
-from phenoforge.setbuild.candidates import AGREEMENT_DEPTH, Retrieval, billable_below, build_candidates
+from phenoforge.setbuild.candidates import AGREEMENT_DEPTH, Retrieval, build_candidates
 from phenoforge.setbuild.cutoff import CutoffParams, build_cutoff
+from phenoforge.setbuild.nodes import billable_below
 from phenoforge.setbuild.subtree import SubtreeParams, build_subtree
 
 

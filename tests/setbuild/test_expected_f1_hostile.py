@@ -21,11 +21,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import phenoforge.setbuild.builders.learned as learned_builder
 from phenoforge.engine.curated import Library, load_library
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.setbuild import api as api_module
 from phenoforge.setbuild import learned
-from phenoforge.setbuild.api import FIT_STAGES, fit_builders
+from phenoforge.setbuild.api import fit_builders, fit_stages
 from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.learned import (
@@ -501,7 +501,7 @@ class Cancelled(Exception):
 def fixture_libraries(libraries_root: Path, monkeypatch: pytest.MonkeyPatch) -> list[Library]:
     """The two fixture libraries as training libraries, with minimums the fixture meets (every stage runs)."""
     monkeypatch.setattr("phenoforge.setbuild.api.is_training_library", lambda manifest: True)
-    monkeypatch.setattr(api_module, "ensure_model", lambda *args, **kwargs: ensure_model(*args, **kwargs, **SMALL))
+    monkeypatch.setattr(learned_builder, "ensure_model", lambda *args, **kwargs: ensure_model(*args, **kwargs, **SMALL))
     return [load_library(libraries_root / "train"), load_library(libraries_root / "other")]
 
 
@@ -532,6 +532,9 @@ def test_a_progress_callback_that_raises_stops_the_fit_and_leaves_nothing_half_f
     )
     assert any(note.startswith("reused the builders") for note in again.notes)
     assert _stages(reused) == []  # nothing fitted, no stage reported
+
+
+FIT_STAGES = fit_stages()
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3, FIT_STAGES])
@@ -567,7 +570,7 @@ def test_no_progress_callback_fits_the_same_builders_as_a_recording_one(
         fixture_con, None, "fixture-other", fixture_libraries, progress=lambda *entry: reported.append(entry)
     )
     assert _stages(reported)
-    assert (loud.cutoff, loud.subtree, loud.transfer) == (silent.cutoff, silent.subtree, silent.transfer)
+    assert loud.states() == silent.states()
     assert (loud.model is None) == (silent.model is None)
 
 
@@ -595,12 +598,12 @@ def test_an_all_curated_training_set_falls_back_and_skips_the_context_stage(
     fixture_libraries: list[Library],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = api_module.with_transfer_features
+    real = learned_builder.with_transfer_features
 
     def transfer_then_all_curated(*args: object, **kwargs: object) -> list[Example]:
         return [all_curated(ex) for ex in real(*args, **kwargs)]  # type: ignore[arg-type]
 
-    monkeypatch.setattr(api_module, "with_transfer_features", transfer_then_all_curated)
+    monkeypatch.setattr(learned_builder, "with_transfer_features", transfer_then_all_curated)
     reported: list[tuple[int, int, str]] = []
     fitted = fit_builders(
         fixture_con, None, "fixture-other", fixture_libraries, progress=lambda *entry: reported.append(entry)

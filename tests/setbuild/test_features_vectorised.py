@@ -19,12 +19,11 @@ from phenoforge.setbuild.candidates import (
     CandidateTable,
     RankedIds,
     Retrieval,
-    ancestor_of_kind,
-    billable_below,
     build_candidates,
     log_rank,
 )
-from phenoforge.setbuild.features import FEATURE_NAMES, MISSING_RANK, _share, candidate_features, hierarchy_stats
+from phenoforge.setbuild.features import FEATURE_NAMES, MISSING_RANK, _share, candidate_features
+from phenoforge.setbuild.nodes import ancestor_of_kind, billable_below, hierarchy_stats
 
 
 def reference_candidate_features(hierarchy: Hierarchy, table: CandidateTable) -> np.ndarray:

@@ -16,7 +16,6 @@ from threadpoolctl import threadpool_limits
 
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.setbuild import learned
-from phenoforge.setbuild.candidates import billable_below
 from phenoforge.setbuild.context import CONTEXT_FEATURES
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES
@@ -37,6 +36,7 @@ from phenoforge.setbuild.learned import (
     select,
     train_membership_model,
 )
+from phenoforge.setbuild.nodes import billable_below
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES
 from tests.setbuild.conftest import DROP, SMALL, edit_manifest
 

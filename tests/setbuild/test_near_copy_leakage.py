@@ -3,30 +3,28 @@ builders scoring it are fitted, and transfer, without the copied group, and the 
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import duckdb
-import pytest
 
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_curated_concept_set
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.methods import set_building
-from phenoforge.setbuild import api
 from phenoforge.setbuild.transfer import COPY_JACCARD
 from tests.fixture_library import write_icd_library
-from tests.methods.test_set_builders_hostile import HCC_ID, SMALL, _install_development_libraries
-from tests.methods.test_transfer_leak_hostile import _context, _mark_imported, _transferred_from
+from tests.methods.test_set_builders_hostile import HCC_ID, _install_development_libraries
+from tests.methods.test_transfer_leak_hostile import (
+    _context,
+    _fresh_process_cache,
+    _mark_imported,
+    _transferred_from,
+)
+
+__all__ = ["_fresh_process_cache"]  # autouse: a fresh fit cache and small models for every test here
 
 FOREIGN = "S72.001A"
 """A code no development library lists for a diabetes or heart-failure cohort."""
-
-
-@pytest.fixture(autouse=True)
-def _fresh_process_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_building.clear_fitted()
-    monkeypatch.setattr(api, "ensure_model", functools.partial(api.ensure_model, **SMALL))
 
 
 def _codes(con: duckdb.DuckDBPyConnection, library: Path, cohort_id: str) -> list[str]:

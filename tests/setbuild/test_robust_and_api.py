@@ -12,12 +12,18 @@ from hypothesis import strategies as st
 
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.setbuild.api import FittedBuilders, build_set, fit_builders, robust_query
+from phenoforge.setbuild.api import FittedBuilders, build_set, candidate_table, fit_builders, robust_query
+from phenoforge.setbuild.builders.adaptive_cutoff import AdaptiveCutoff
+from phenoforge.setbuild.builders.curated_transfer import CuratedTransfer
+from phenoforge.setbuild.builders.learned import Learned
+from phenoforge.setbuild.builders.subtree import Subtree
 from phenoforge.setbuild.cutoff import CutoffParams
 from phenoforge.setbuild.groups import is_development_library, is_test_library, is_training_library, library_group
 from phenoforge.setbuild.learned import LeakageError
+from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.robust import TypoCorrector, edit_distance, get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.subtree import SubtreeParams
+from phenoforge.setbuild.transfer import TransferParams
 
 
 def test_edit_distance_counts_a_transposition_as_one_and_stops_at_the_limit() -> None:
@@ -90,13 +96,17 @@ def test_fit_builders_without_development_libraries_falls_back_and_says_so(
 
 
 def test_build_set_refuses_a_library_the_builders_were_fitted_on(hierarchy: Hierarchy) -> None:
-    fitted = FittedBuilders(["lib-a"], ["group-a"], CutoffParams(), SubtreeParams(), None)
+    cutoff, subtree, transferred = AdaptiveCutoff(), Subtree(), CuratedTransfer()
+    cutoff.params_, subtree.params_, transferred.params_ = CutoffParams(), SubtreeParams(), TransferParams()
+    learned = Learned.from_state({"model_directory": None, "context_model_directory": None}, hierarchy, [])
+    builders = {"adaptive_cutoff": cutoff, "subtree": subtree, "learned": learned, "curated_transfer": transferred}
+    fitted = FittedBuilders(["lib-a"], ["group-a"], builders)
     ranking = [("I50", 3.0), ("I50.9", 2.0)]
     with pytest.raises(LeakageError):
-        build_set(hierarchy, "subtree", "heart failure", ranking, None, fitted, scored_library_id="lib-a")
+        _build_ranked(hierarchy, "subtree", "heart failure", ranking, None, fitted, scored_library_id="lib-a")
     with pytest.raises(LeakageError):
-        build_set(hierarchy, "adaptive_cutoff", "heart failure", ranking, None, fitted, scored_group="group-a")
-    built = build_set(hierarchy, "learned", "heart failure", ranking, None, fitted, scored_library_id="lib-b")
+        _build_ranked(hierarchy, "adaptive_cutoff", "heart failure", ranking, None, fitted, scored_group="group-a")
+    built = _build_ranked(hierarchy, "learned", "heart failure", ranking, None, fitted, scored_library_id="lib-b")
     assert built.method == "learned" and built.fallback and "too little training data" in built.fallback
     assert set(built.code_list) == {"I50.21", "I50.22", "I50.9"}
 
@@ -125,9 +135,10 @@ def test_fit_builders_holds_out_the_scored_group_and_build_set_enforces_it(
     assert (2, 4) not in [(done, total) for done, total, _ in stages] or fitted.model is not None
     assert all(message.startswith("set builders without fixture-other:") for _, _, message in stages)
     assert "membership model" in stages[1][2] and stages[-1][2].endswith("fitted")
-    assert fitted.cutoff.trained_on == ["fixture-train"] and fitted.subtree.trained_on == ["fixture-train"]
+    states = fitted.states()
+    assert states["adaptive_cutoff"]["trained_on"] == ["fixture-train"] == states["subtree"]["trained_on"]
     ranking = [("J45.90", 3.0), ("J45.909", 2.0)]
-    built = build_set(
+    built = _build_ranked(
         hierarchy,
         "subtree",
         "Unspecified asthma",
@@ -140,7 +151,7 @@ def test_fit_builders_holds_out_the_scored_group_and_build_set_enforces_it(
     assert built.codes and built.trained_on == ["fixture-train"]
     for method in ("adaptive_cutoff", "subtree", "learned", "curated_transfer"):
         with pytest.raises(LeakageError):
-            build_set(hierarchy, method, "Asthma", ranking, None, fitted, scored_library_id="fixture-train")
+            _build_ranked(hierarchy, method, "Asthma", ranking, None, fitted, scored_library_id="fixture-train")
     again = fit_builders(fixture_con, None, held_out_group="fixture-other", libraries=libraries)
     assert any(note.startswith("reused the builders fitted on fixture-train") for note in again.notes)
 
@@ -184,3 +195,18 @@ def test_the_umbrella_word_index_finds_what_a_scan_of_every_text_finds(
                 expected[node] = text
     found = UmbrellaIndex(entries).match(" ".join(query))
     assert list(found.items()) == list(expected.items())
+
+
+def _build_ranked(
+    hierarchy: Hierarchy,
+    method: str,
+    query: str,
+    bm25: list[tuple[str, float]],
+    dense: list[tuple[str, float]] | None,
+    fitted: FittedBuilders,
+    scored_library_id: str | None = None,
+    scored_group: str | None = None,
+) -> BuiltSet:
+    """One builder's set for rankings, as the benchmark builds it: their candidate table, then the builder."""
+    table = candidate_table(hierarchy, query, bm25, dense)
+    return build_set(hierarchy, fitted, method, table, scored_library_id, scored_group)

@@ -16,12 +16,12 @@ from phenoforge.engine.expansion import Hierarchy
 from phenoforge.setbuild import features as features_module
 from phenoforge.setbuild import robust
 from phenoforge.setbuild.candidates import build_candidates
-from phenoforge.setbuild.features import (
+from phenoforge.setbuild.features import candidate_features
+from phenoforge.setbuild.nodes import (
     _TABLE_ARRAYS,
     NodeTableError,
     _HierarchyStats,
     _NodeTable,
-    candidate_features,
     complete_node_table,
     load_node_table,
     node_table_path,

@@ -113,7 +113,7 @@ def test_the_category_share_is_the_per_candidate_one(
     hierarchy: Hierarchy, knowledge: CuratedKnowledge, other_examples: list[Example], train_examples: list[Example]
 ) -> None:
     """``tr_cat_in_top`` read from the node table equals each candidate's own category walk, bit for bit."""
-    from phenoforge.setbuild.features import hierarchy_stats
+    from phenoforge.setbuild.nodes import hierarchy_stats
 
     stats = hierarchy_stats(hierarchy)
     col = TRANSFER_FEATURES.index("tr_cat_in_top")

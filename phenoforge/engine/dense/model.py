@@ -32,7 +32,7 @@ DEFAULT_PRECISION: Precision = "auto"
 """``auto``: fp32 through ONNX Runtime on every CPU, so an index (and every code list built from it)
 is the same whatever CPU built it. bf16 (``precision="bf16"``) is opt-in: on an AVX-512 BF16 CPU it
 was not faster than ONNX fp32 (same-run build: 407 s against 370 s wall, 400 against 325 CPU s) and
-it moved the set builders' out-of-sample scores by up to 0.07 (README, "One index on every CPU").
+it moved the set builders' out-of-sample scores by up to 0.07 (docs/results.md, "One index on every CPU").
 Queries are always embedded in fp32."""
 ONNX_OPSET = 17
 
@@ -225,7 +225,7 @@ def default_embed_fn(
     """all-MiniLM-L6-v2, offline, from the packaged model folder.
 
     ``runtime="torch"`` runs sentence-transformers; ``"onnx"`` runs an ONNX export of the same
-    weights through ONNX Runtime (same vectors in fp32; queries ~3x faster, see the README).
+    weights through ONNX Runtime (same vectors in fp32; queries ~3x faster, see docs/performance.md).
     ``precision="bf16"`` (torch only) runs batches under bfloat16 autocast (about 2.4x faster on
     CPUs with AMX/AVX-512 BF16, slower without); ``"int8"`` (onnx only) uses dynamically
     quantised weights. ``"auto"`` is fp32, through ONNX Runtime unless ``runtime`` says otherwise, on

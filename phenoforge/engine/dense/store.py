@@ -492,7 +492,7 @@ def _build_lock(index_dir: Path) -> AbstractContextManager[None]:
 ANN_MIN_ROWS: int | None = None
 """Store a graph when the index has at least this many rows; ``None``: never (the default).
 
-Off by default, by measurement (README, speed section): on a loaded 2-core AVX2 machine, building
+Off by default, by measurement (docs/performance.md): on a loaded 2-core AVX2 machine, building
 the graph over 98,186 x 384 same-size random vectors took 684 s (far over the 60 s build budget),
 and its search plus exact re-scoring was only 1.4x faster than the exact numpy scan. Its recall
 and cost on the real index are not measured yet; set this to e.g. 20_000 to try it.
@@ -509,7 +509,7 @@ def build_ann(vectors: np.ndarray, path: Path) -> None:
     """An HNSW graph over the (unit) vectors, half-precision, saved to ``path``.
 
     usearch rather than faiss/hnswlib: it can memory-map a saved index (``view``), so a cold
-    process opens it without reading it, and it builds on all cores (bench figures in README).
+    process opens it without reading it, and it builds on all cores (bench figures in docs/performance.md).
     """
     from usearch.index import Index
 

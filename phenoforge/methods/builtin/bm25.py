@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.base import CohortTask, Method, MethodContext
-from phenoforge.methods.registry import register
 
 
 def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
@@ -18,4 +17,4 @@ def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
     ]
 
 
-register(Method(name="bm25", predict=predict, label="BM25", description="top k of the BM25 ranking"))
+METHOD = Method(name="bm25", predict=predict, label="BM25", description="top k of the BM25 ranking")

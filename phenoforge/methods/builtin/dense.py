@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.base import CohortTask, Method, MethodContext
-from phenoforge.methods.registry import register
 
 
 def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
@@ -15,12 +14,10 @@ def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
     ]
 
 
-register(
-    Method(
-        name="dense",
-        predict=predict,
-        label="Dense",
-        description="top k of the dense-embedding ranking",
-        needs=frozenset({"dense"}),
-    )
+METHOD = Method(
+    name="dense",
+    predict=predict,
+    label="Dense",
+    description="top k of the dense-embedding ranking",
+    needs=frozenset({"dense"}),
 )

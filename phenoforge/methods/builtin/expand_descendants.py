@@ -9,7 +9,6 @@ from __future__ import annotations
 from phenoforge.engine.expansion import expand_descendants
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.base import CohortTask, Method, MethodContext, entries
-from phenoforge.methods.registry import register
 
 
 def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
@@ -18,12 +17,10 @@ def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
     return entries(expand_descendants(context.con, task.seed_code), f"descendant of curated seed {task.seed_code}")
 
 
-register(
-    Method(
-        name="expand_descendants",
-        predict=predict,
-        label="Expand descendants (seeded)",
-        description="the shortest curated code and its descendants (a weak baseline that seeds from ground truth)",
-        retrieves=False,
-    )
+METHOD = Method(
+    name="expand_descendants",
+    predict=predict,
+    label="Expand descendants (seeded)",
+    description="the shortest curated code and its descendants (a weak baseline that seeds from ground truth)",
+    retrieves=False,
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from phenoforge.engine.hybrid import fuse
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.base import CohortTask, Method, MethodContext
-from phenoforge.methods.registry import register
 
 
 def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
@@ -26,12 +25,10 @@ def predict(context: MethodContext, task: CohortTask) -> list[RunEntry]:
     return out
 
 
-register(
-    Method(
-        name="hybrid",
-        predict=predict,
-        label="Hybrid (RRF)",
-        description="BM25 and dense fused by weighted reciprocal rank fusion",
-        uses=frozenset({"dense"}),
-    )
+METHOD = Method(
+    name="hybrid",
+    predict=predict,
+    label="Hybrid (RRF)",
+    description="BM25 and dense fused by weighted reciprocal rank fusion",
+    uses=frozenset({"dense"}),
 )
