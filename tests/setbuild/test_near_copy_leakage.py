@@ -10,15 +10,14 @@ import duckdb
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_curated_concept_set
 from phenoforge.eval.harness import run_benchmark
-from phenoforge.methods import set_building
 from phenoforge.setbuild.transfer import COPY_JACCARD
 from tests.fixture_library import write_icd_library
 from tests.methods.test_set_builders_hostile import HCC_ID, _install_development_libraries
 from tests.methods.test_transfer_leak_hostile import (
-    _context,
     _fresh_process_cache,
     _mark_imported,
     _transferred_from,
+    fitted_for_import,
 )
 
 __all__ = ["_fresh_process_cache"]  # autouse: a fresh fit cache and small models for every test here
@@ -48,11 +47,7 @@ def test_a_near_copy_with_one_code_changed_never_sees_the_lists_it_copies(
     hcc = installed[HCC_ID]
     changed = _one_code_changed(fixture_con, hcc, "dm2")
     assert COPY_JACCARD <= _jaccard(changed, _codes(fixture_con, hcc, "dm2")) < 1.0  # near, not exact
-    copy = write_icd_library(
-        libraries_dir() / "mine", {"my-dm2": ("Type 2 diabetes", changed, False)}, library_id="my-conditions"
-    )
-    _mark_imported(copy)
-    fitted = set_building.fitted_for(_context(fixture_con, copy))
+    copy, fitted = fitted_for_import(fixture_con, {"my-dm2": ("Type 2 diabetes", changed, False)})
     assert fitted.knowledge is not None
     assert HCC_ID not in {c.library_id for c in fitted.knowledge.cohorts}
     assert any("my-conditions lists cohorts with exactly their codes, or nearly" in n for n in fitted.notes)
@@ -66,11 +61,7 @@ def test_an_overlapping_but_independent_list_keeps_the_knowledge(fixture_con: du
     half = [code for code in _codes(fixture_con, hcc, "dm2") if code.startswith(("E11.2", "E11.5"))]
     assert _jaccard(half, _codes(fixture_con, hcc, "dm2")) < COPY_JACCARD
     assert _jaccard(half, _codes(fixture_con, hcc, "dm2-kidney")) < COPY_JACCARD
-    own = write_icd_library(
-        libraries_dir() / "mine", {"my-dm2": ("Diabetes complications", half, False)}, library_id="my-conditions"
-    )
-    _mark_imported(own)
-    fitted = set_building.fitted_for(_context(fixture_con, own))
+    _own, fitted = fitted_for_import(fixture_con, {"my-dm2": ("Diabetes complications", half, False)})
     assert fitted.knowledge is not None
     assert HCC_ID in {c.library_id for c in fitted.knowledge.cohorts}
     assert not any("lists cohorts with exactly their codes" in n for n in fitted.notes)
