@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -293,6 +294,8 @@ def run_methods(
     seconds per cohort (None: no limit; built-ins have none); see :func:`build_run`.
     """
     _check_parameters(k, dense_weight)
+    if method_timeout is not None and not (isinstance(method_timeout, int | float) and 0 < method_timeout < math.inf):
+        raise ValueError(f"method_timeout must be a positive number of seconds or None, got {method_timeout!r}")
     chosen = resolve_methods(methods)
     names = {name_key(m.name): m.name for m in chosen}  # how each row's name reads: case, blanks, invisibles
     for extra in extra_runs:

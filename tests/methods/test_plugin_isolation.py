@@ -145,3 +145,23 @@ def test_a_plugin_setting_the_context_does_not_change_the_methods_after_it(
     spec = f"{PLUGINS}:narrows_the_context"
     report = run_benchmark(fixture_con, library, list(COHORTS), methods=[spec, "bm25", "hybrid"], k=5)
     assert _builtin_rows(report) == _builtin_rows(alone)
+
+
+def test_without_a_time_limit_a_failing_plugin_still_costs_only_its_row(
+    fixture_con: duckdb.DuckDBPyConnection, library: Path, alone: BenchmarkReport
+) -> None:
+    """``method_timeout=None`` calls plug-ins in the harness's own thread: the same guard applies."""
+    spec = f"{PLUGINS}:exits"
+    report = run_benchmark(
+        fixture_con, library, list(COHORTS), methods=["bm25", spec, "hybrid"], k=5, method_timeout=None
+    )
+    assert _builtin_rows(report) == _builtin_rows(alone)
+    assert report.methods[spec].status == "failed on 2 of 2 cohorts (dm2: the method raised SystemExit: 3)"
+    with pytest.raises(KeyboardInterrupt):
+        run_benchmark(fixture_con, library, ["dm2"], methods=[f"{PLUGINS}:interrupts"], method_timeout=None)
+
+
+@pytest.mark.parametrize("limit", [0, -1, float("nan"), float("inf")])
+def test_a_time_limit_is_a_positive_number(fixture_con: duckdb.DuckDBPyConnection, library: Path, limit: float) -> None:
+    with pytest.raises(ValueError, match="method_timeout must be a positive number"):
+        run_benchmark(fixture_con, library, ["dm2"], methods=["bm25"], method_timeout=limit)
