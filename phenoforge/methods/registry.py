@@ -67,22 +67,35 @@ def _check_name(name: str, what: str) -> None:
             )
 
 
+def _same_function(a: object, b: object) -> bool:
+    """``a`` and ``b`` are one function: the same object, or closures of the same code over equal values
+    (the built-in table makes a set builder's ``predict`` afresh each time)."""
+    if a is b:
+        return True
+    code = getattr(a, "__code__", None)
+    if code is None or code is not getattr(b, "__code__", None):
+        return False
+    try:
+        cells = [[cell.cell_contents for cell in getattr(f, "__closure__", None) or ()] for f in (a, b)]
+        return bool(cells[0] == cells[1])
+    except Exception:  # noqa: BLE001 - an empty cell or values that cannot be compared: not the same
+        return False
+
+
 def _is_builtin(declared: Method) -> bool:
-    """Whether ``declared`` is one of phenoforge's built-ins: its name is a built-in's and its function is
-    phenoforge's own (the built-in table makes fresh objects, so identity cannot tell)."""
-    return (
-        isinstance(declared.name, str)
-        and declared.name in builtin_methods()
-        and _is_own(declared.predict)
-        and declared.source in ("", "built-in")
-    )
+    """Whether ``declared`` is the built-in of its name: phenoforge's own function, the very one the
+    built-in table gives that name (not another built-in's function under it)."""
+    if not isinstance(declared.name, str) or declared.source not in ("", "built-in"):
+        return False
+    known = builtin_methods().get(declared.name)
+    return known is not None and _is_own(declared.predict) and _same_function(declared.predict, known.predict)
 
 
 def _unreserved(declared: Method, what: str) -> Method:
     """``declared`` with its source filled in, unless it would pass for a built-in (then MethodError).
 
-    A registered built-in itself passes unchanged; any other method may neither read as a built-in's
-    name nor claim ``source="built-in"``.
+    A built-in itself passes, marked ``source="built-in"``; any other method may neither read as a
+    built-in's name nor claim ``source="built-in"``.
     """
     if _is_builtin(declared):
         return declared if declared.source == "built-in" else replace(declared, source="built-in")

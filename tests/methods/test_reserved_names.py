@@ -91,3 +91,10 @@ def test_an_entry_point_named_like_a_builtin_is_refused(monkeypatch: pytest.Monk
 def test_names_that_are_not_plain_or_mix_scripts_are_refused(name: object, message: str) -> None:
     with pytest.raises(MethodError, match=message):
         get_method(Method(name=name, predict=perfect_answer))  # type: ignore[arg-type]  # as a careless caller would
+
+
+def test_a_builtins_function_under_another_builtins_name_is_refused() -> None:
+    """bm25's own function declared as 'hybrid' would make a 'hybrid' row of BM25's answers."""
+    with pytest.raises(MethodError, match="'hybrid' is a built-in method's name"):
+        get_method(Method(name="hybrid", predict=get_method("bm25").predict))
+    assert get_method(Method(name="learned", predict=get_method("learned").predict)).source == "built-in"
