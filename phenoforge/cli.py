@@ -7,48 +7,21 @@ only wires them in. Every handler returns an exit code; user errors print one li
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from phenoforge.config import DEFAULT_PLUGIN_TIMEOUT, ProgressCallback, vocab_db_path
+from phenoforge.console import dense_unavailable_message, positive_int, progress_bar
 from phenoforge.errors import PhenoforgeError
+from phenoforge.libraries.resolve import resolve_library_dirs
 from phenoforge.memory import fix_mmap_threshold
 from phenoforge.setbuild.builders import builder_names
 
 DEFAULT_SWEEP_WEIGHTS = [round(step / 10, 1) for step in range(11)]
-
-
-@contextlib.contextmanager
-def progress_bar(enabled: bool = True) -> Iterator[ProgressCallback]:
-    """A tqdm bar on stderr driven by ``progress(done, total, message)`` calls."""
-    from tqdm import tqdm
-
-    bar: dict[str, tqdm] = {}
-
-    def update(done: int, total: int, message: str) -> None:
-        if not enabled:
-            return
-        current = bar.get("bar")
-        # a new bar per stage: a stage starts at done == 0 or changes its total
-        if current is None or done == 0 or current.total != total:
-            if current is not None:
-                current.close()
-            current = bar["bar"] = tqdm(total=total, desc=message, file=sys.stderr, leave=False)
-        current.set_description(message, refresh=False)
-        current.n = done
-        current.refresh()
-
-    try:
-        yield update
-    finally:
-        if "bar" in bar:
-            bar["bar"].close()
 
 
 def _connect():  # noqa: ANN202 - a DuckDB connection
@@ -80,66 +53,12 @@ def _dense_or_none(  # noqa: ANN202
     return retriever
 
 
-def dense_unavailable_message(status, consequence: str = "dense methods are skipped") -> str:  # noqa: ANN001
-    """Why the dense index cannot be used, in its own words (not built, stale, corrupt), and how to rebuild."""
-    if status.state in ("corrupt", "stale"):
-        return (
-            f"the dense index is {status.state} ({status.reason}); {consequence}: "
-            "rebuild it with `python -m phenoforge build`"
-        )
-    return f"the dense index is not built; {consequence} (build it with `python -m phenoforge build`)"
-
-
 def _dense_problem(con) -> str:  # noqa: ANN001 - a DuckDB connection
     """Why the dense index cannot be used, as the report records it: 'corrupt (checksum ...)', 'missing'."""
     from phenoforge.engine.dense import dense_index_status
 
     status = dense_index_status(con)
     return f"{status.state} ({status.reason}); rebuild: {status.rebuild_command}" if status.reason else status.state
-
-
-def is_bundled(library) -> bool:  # noqa: ANN001 - a curated Library
-    """Whether a library is one ``build`` writes from a pinned package (its folder; imports may not use those)."""
-    from phenoforge.config import libraries_dir
-    from phenoforge.libraries.bundled import BUNDLED_DIRS
-
-    path = Path(library.path).resolve()
-    return path.parent == libraries_dir().resolve() and path.name in BUNDLED_DIRS
-
-
-def resolve_library_dirs(names: list[str] | None, bundled_only: bool = False) -> list[Path]:
-    """Library folders by id, folder name or path; every installed (or bundled) library when none is named."""
-    from phenoforge.engine.curated import list_libraries
-
-    if names and all((Path(name) / "manifest.json").is_file() for name in names):
-        return [Path(name) for name in names]
-    broken: list[str] = []
-    installed = list_libraries(errors=broken)
-    if not names:
-        for problem in broken:  # a broken library is reported and skipped; the others still run
-            print(f"warning: skipped a broken library: {problem}", file=sys.stderr)
-        chosen = [library for library in installed if is_bundled(library)] if bundled_only else installed
-        if not installed:
-            raise PhenoforgeError("no cohort library is installed: run `python -m phenoforge build`")
-        if not chosen:
-            installed_ids = ", ".join(library.library_id for library in installed)
-            raise PhenoforgeError(
-                f"no bundled library is built (run `python -m phenoforge build`); "
-                f"name an installed one with --library: {installed_ids}"
-            )
-        return [library.path for library in chosen]
-    found = []
-    for name in names:
-        match = [lib.path for lib in installed if name in (lib.library_id, lib.path.name)]
-        if match:
-            found.append(match[0])
-        elif (Path(name) / "manifest.json").is_file():
-            found.append(Path(name))
-        else:
-            known = ", ".join(lib.path.name for lib in installed) or "none"
-            hint = f"; broken: {broken[0]}" if broken else ""
-            raise PhenoforgeError(f"no library {name!r} (installed: {known}){hint}")
-    return found
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -689,21 +608,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _positive_int(name: str) -> Callable[[str], int]:
-    """An argparse type whose error names the option: "k must be a positive integer, got 'abc'"."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
-        return value
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     from phenoforge.agent.cli import register_cli as register_agent_commands
     from phenoforge.athena import register_cli as register_athena_commands
@@ -757,7 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
         "curated_transfer: a billable code list of its own size, each code with why it is there); all = the three "
         "rankings",
     )
-    search.add_argument("-k", type=_positive_int("k"), default=10)
+    search.add_argument("-k", type=positive_int("k"), default=10)
     search.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=cmd_search)
@@ -786,9 +690,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MEASURE",
         help="measures to record, e.g. hierarchical 'coverage(max_distance=4)' (default: all)",
     )
-    bench.add_argument("-k", type=_positive_int("k"), default=25)
+    bench.add_argument("-k", type=positive_int("k"), default=25)
     bench.add_argument("--dense-weight", type=_unit_interval, default=0.5)
-    bench.add_argument("--fanout-threshold", type=_positive_int("fanout-threshold"), default=100)
+    bench.add_argument("--fanout-threshold", type=positive_int("fanout-threshold"), default=100)
     bench.add_argument("--no-dense", action="store_true", help="run without the dense index")
     bench.add_argument(
         "--method-timeout",
@@ -836,16 +740,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated dense_weight values in [0, 1] to try, e.g. 0,0.25,0.5 "
         f"(default: {','.join(f'{w:g}' for w in DEFAULT_SWEEP_WEIGHTS)})",
     )
-    sweep.add_argument("-k", type=_positive_int("k"), default=25, help="hybrid's cut-off: codes kept (default: 25)")
+    sweep.add_argument("-k", type=positive_int("k"), default=25, help="hybrid's cut-off: codes kept (default: 25)")
     sweep.add_argument(
         "--folds",
-        type=_positive_int("folds"),
+        type=positive_int("folds"),
         default=5,
         help="cross-validation folds over cohorts for the out-of-sample figure (default: 5)",
     )
     sweep.add_argument(
         "--fanout-threshold",
-        type=_positive_int("fanout-threshold"),
+        type=positive_int("fanout-threshold"),
         default=100,
         help="skip (and report) a curated concept more than this many ICD-10-CM codes map to (default: 100)",
     )
@@ -871,7 +775,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="METHOD",
         help="built-in methods scored on the same cohorts, with paired tests (default: hybrid)",
     )
-    run_import.add_argument("-k", type=_positive_int("k"), default=25)
+    run_import.add_argument("-k", type=positive_int("k"), default=25)
     run_import.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     run_import.add_argument("--json", action="store_true")
     run_import.add_argument("--quiet", action="store_true")

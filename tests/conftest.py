@@ -13,6 +13,40 @@ from phenoforge.athena.loader import AthenaLoadReport, load_athena
 from tests.athena.athena_fixture import write_athena_fixture
 from tests.fixture_vocab import build_fixture_vocab
 
+SLOW_TESTS = (
+    "tests/methods/",  # each fits the set builders on fixture libraries
+    "tests/setbuild/learned/",  # membership models trained, stored, raced
+    "tests/test_prune.py",  # generations of fitted builders made, then pruned
+    "tests/test_cli.py",
+    "tests/test_cli_reliability.py",
+    "tests/test_cli_fresh_process.py",  # every command in a fresh interpreter
+    "tests/test_cli_runs.py",
+    "tests/test_cli_error_messages.py",
+    "tests/test_cli_sweep.py",
+    "tests/test_cli_sweep_arguments.py",
+    "tests/test_cli_clean.py",
+    "tests/libraries/test_bundled.py",  # the real packaged libraries
+    "tests/libraries/test_quan.py",
+    "tests/libraries/test_destination_safety.py",
+    "tests/engine/test_bm25.py",
+    "tests/engine/test_vocab_build.py",
+    "tests/engine/dense/test_distinct.py",
+    "tests/eval/test_decomposition.py",
+    "tests/eval/test_agreement.py",
+    "tests/agent/test_assemble_page.py",
+    "tests/agent/test_cli.py",
+    "tests/setbuild/test_builder_registry.py",
+)
+"""Test files of the full tier only (``-m "not slow"`` leaves them out): each fits models, starts processes or
+reads the real packaged data. The quick tier (``bash scripts/test.sh --quick``) runs the rest."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("::", 1)[0].startswith(SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
+
+
 # The machines are shared and noisy: a property test checks properties, not speed.
 settings.register_profile("phenoforge", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("phenoforge")

@@ -204,3 +204,149 @@ def test_relative_imports_resolve_against_the_importing_module(tmp_path: Path) -
     init = tmp_path / "phenoforge/engine/__init__.py"
     targets = {t for i in imports_of(init, tmp_path / "phenoforge") for t in i.targets}
     assert {"phenoforge.engine.curated", "phenoforge.eval.metrics"} <= targets
+
+
+# --- the layer order and the absence of import circles ----------------------------------------------
+
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        (
+            "phenoforge",
+            "phenoforge.errors",
+            "phenoforge.config",
+            "phenoforge.storage",
+            "phenoforge.locks",
+            "phenoforge.memory",
+            "phenoforge.trusted",
+            "phenoforge.csv_safe",
+            "phenoforge.console",
+        ),
+    ),
+    ("engine", ("phenoforge.engine",)),
+    ("libraries", ("phenoforge.libraries",)),
+    ("scoring", ("phenoforge.eval",)),
+    ("set building", ("phenoforge.setbuild",)),
+    ("methods", ("phenoforge.methods",)),
+    ("runs", ("phenoforge.eval.harness", "phenoforge.eval.sweep", "phenoforge.app_state", "phenoforge.prune")),
+    ("agent", ("phenoforge.agent",)),
+    ("decomposition", ("phenoforge.eval.decomposition", "phenoforge.eval.decomposition_cases")),
+    ("athena", ("phenoforge.athena",)),
+    ("cli", ("phenoforge.cli", "phenoforge.__main__", "phenoforge.agent.cli", "phenoforge.libraries.cli")),
+    ("dashboard", ("phenoforge.dashboard",)),
+)
+"""From the bottom: a module imports only its own layer and the layers below. A module belongs to the layer
+of its longest listed prefix (``phenoforge.eval`` is the scoring core; the reference API's runners
+``eval.harness`` and ``eval.decomposition`` stand above the methods and the agent they run)."""
+
+
+def layer_of(module: str, root: str = "phenoforge") -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for rank, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            prefix = prefix.replace("phenoforge", root, 1)
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), rank)
+    return None if best is None else best[1]
+
+
+def import_graph(package_dir: Path) -> dict[str, dict[str, int]]:
+    """Module -> the package's modules it imports (each with the first line that does)."""
+    paths = sorted(package_dir.rglob("*.py"))
+    modules = {module_name(path, package_dir) for path in paths}
+    graph: dict[str, dict[str, int]] = {name: {} for name in modules}
+    for path in paths:
+        for found in imports_of(path, package_dir):
+            for target in found.targets:
+                parts = target.split(".")
+                while parts and ".".join(parts) not in modules:
+                    parts.pop()
+                resolved = ".".join(parts)
+                if resolved and resolved != found.module:
+                    graph[found.module].setdefault(resolved, found.line)
+    return graph
+
+
+def layer_violations(package_dir: Path) -> list[str]:
+    root = package_dir.name
+    problems = []
+    for module, targets in sorted(import_graph(package_dir).items()):
+        mine = layer_of(module, root)
+        for target, line in sorted(targets.items()):
+            theirs = layer_of(target, root)
+            if mine is None or theirs is None:
+                problems.append(f"{module}:{line}: {module if mine is None else target} is in no layer")
+            elif theirs > mine:
+                problems.append(f"{module}:{line}: imports {target} ({LAYERS[theirs][0]}, above {LAYERS[mine][0]})")
+    return problems
+
+
+def import_cycles(package_dir: Path) -> list[list[str]]:
+    """Every group of modules that import each other, directly or round a circle (Tarjan's algorithm)."""
+    graph = import_graph(package_dir)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_every_module_imports_only_its_layer_and_below() -> None:
+    assert layer_violations(PACKAGE_DIR) == []
+
+
+def test_the_package_has_no_import_circle() -> None:
+    assert import_cycles(PACKAGE_DIR) == []
+
+
+def test_the_layer_order_reads_the_real_package() -> None:
+    graph = import_graph(PACKAGE_DIR)
+    assert "phenoforge.engine.curated" in graph["phenoforge.eval.harness"] or any(
+        target.startswith("phenoforge.engine") for target in graph["phenoforge.eval.harness"]
+    )
+    assert layer_of("phenoforge.eval.metrics") == 3 and layer_of("phenoforge.eval.harness") == 6
+
+
+def test_a_synthetic_circle_is_caught(clean_package: Path) -> None:
+    _write(clean_package.parent, "phenoforge/engine/models.py", "from phenoforge.engine import curated\n")
+    assert import_cycles(clean_package) == [["phenoforge.engine.curated", "phenoforge.engine.models"]]
+
+
+def test_a_longer_circle_inside_functions_is_caught(clean_package: Path) -> None:
+    _write(clean_package.parent, "phenoforge/eval/a.py", "def f():\n    from phenoforge.eval import b\n")
+    _write(clean_package.parent, "phenoforge/eval/b.py", "from phenoforge.eval.c import thing\n")
+    _write(clean_package.parent, "phenoforge/eval/c.py", "import phenoforge.eval.a\n")
+    assert import_cycles(clean_package) == [["phenoforge.eval.a", "phenoforge.eval.b", "phenoforge.eval.c"]]
+
+
+def test_an_import_from_a_higher_layer_is_caught(clean_package: Path) -> None:
+    _write(clean_package.parent, "phenoforge/setbuild/api.py", "from phenoforge.methods.base import Method\n")
+    _write(clean_package.parent, "phenoforge/methods/base.py", "")
+    problems = layer_violations(clean_package)
+    assert problems == ["phenoforge.setbuild.api:1: imports phenoforge.methods.base (methods, above set building)"]

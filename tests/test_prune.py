@@ -329,7 +329,7 @@ def test_the_fit_a_benchmark_of_an_import_copying_a_bundled_library_reads_is_cur
     """Such a benchmark fits without the copied library's group too: a fit ``build`` never makes, still current."""
     from phenoforge.engine.curated import load_library
     from phenoforge.eval.harness import run_benchmark
-    from tests.methods.test_transfer_leak_hostile import _mark_imported
+    from tests.methods.test_transfer_leakage import _mark_imported
 
     monkeypatch.setattr(learned_builder, "ensure_model", functools.partial(learned_builder.ensure_model, **SMALL))
     _install(TRAIN_COHORTS)

@@ -54,7 +54,7 @@ def _dense(con, wanted: bool):  # noqa: ANN001, ANN202
 
     retriever = load_dense_if_ready(con)
     if retriever is None:
-        from phenoforge.cli import dense_unavailable_message
+        from phenoforge.console import dense_unavailable_message
         from phenoforge.engine.dense import dense_index_status
 
         print(
@@ -66,7 +66,7 @@ def _dense(con, wanted: bool):  # noqa: ANN001, ANN202
 def _library_paths(names: list[str] | None) -> list[Path] | None:
     if not names:
         return None
-    from phenoforge.cli import resolve_library_dirs
+    from phenoforge.libraries.resolve import resolve_library_dirs
 
     return resolve_library_dirs(names)
 
@@ -394,7 +394,7 @@ def cmd_decompose_eval(args: argparse.Namespace) -> int:
     con = _connect()
     dense = _dense(con, not args.no_dense)
     decompose_fn = _decomposer(args, con, dense)
-    from phenoforge.cli import progress_bar
+    from phenoforge.console import progress_bar
 
     report: DecompositionReport | RepeatReport
     with progress_bar(not args.quiet) as progress:
@@ -445,7 +445,7 @@ def _print_repeat(report, out: TextIO) -> None:  # noqa: ANN001
 
 
 def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from phenoforge.cli import _positive_int  # the other commands' -k check (loaded: it calls this function)
+    from phenoforge.console import positive_int  # the other commands' -k check
 
     assemble = subparsers.add_parser(
         "assemble",
@@ -461,7 +461,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "--timeout", type=float, default=30.0, help="Claude: seconds to wait for one request (default 30)"
     )
     assemble.add_argument("--library", action="append", help="library id/folder to check (repeatable; default all)")
-    assemble.add_argument("--k", type=_positive_int("k"), default=10, help="hits per term (default 10)")
+    assemble.add_argument("--k", type=positive_int("k"), default=10, help="hits per term (default 10)")
     assemble.add_argument(
         "--generator",
         choices=["hybrid", *builder_names()],
@@ -523,7 +523,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         default=600.0,
         help="Claude: seconds for the whole run, retries included (default 600); cases after it is spent fail at once",
     )
-    evaluate.add_argument("--k", type=_positive_int("k"), default=10)
+    evaluate.add_argument("--k", type=positive_int("k"), default=10)
     evaluate.add_argument("--no-dense", action="store_true")
     evaluate.add_argument("--json", action="store_true")
     evaluate.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -50,6 +50,7 @@ from phenoforge.agent.state import (
     TermState,
     UnmappableTerm,
 )
+from phenoforge.caches import ProcessCache
 from phenoforge.engine.curated import Library, list_libraries, load_curated_concept_set, load_library
 from phenoforge.engine.db import build_id
 from phenoforge.engine.expansion import get_hierarchy
@@ -146,7 +147,7 @@ class IndexedCohort:
     words: frozenset[str]
 
 
-_INDEX: dict[tuple[str, str, str], tuple[list[IndexedCohort], list[str]]] = {}
+_INDEX: ProcessCache[tuple[str, str, str], tuple[list[IndexedCohort], list[str]]] = ProcessCache("cohort name index")
 _INDEX_LOCK = threading.Lock()
 
 

@@ -40,6 +40,7 @@ import duckdb
 
 from phenoforge.agent.lay_terms import LAY_TERMS, SPELLING
 from phenoforge.agent.nodes import WORD_SYNONYMS
+from phenoforge.caches import ProcessCache
 from phenoforge.engine.bm25 import BM25Index, get_bm25_index
 from phenoforge.engine.codes import code_key, codes_in_text
 from phenoforge.engine.db import build_id, connect
@@ -237,7 +238,7 @@ def _diagnosis_phrases(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [str(text) for code, text in rows if _is_diagnosis(str(code))]
 
 
-_GROUNDINGS: dict[str, VocabularyGrounding] = {}
+_GROUNDINGS: ProcessCache[str, VocabularyGrounding] = ProcessCache("vocabulary groundings")
 _LOCK = threading.Lock()
 
 

@@ -413,7 +413,7 @@ def _ids_argument(values: list[str] | None) -> list[str] | None:
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
-    from phenoforge.cli import progress_bar
+    from phenoforge.console import progress_bar
 
     with progress_bar(not args.quiet) as progress:
         manifest = fetch_ohdsi_library(

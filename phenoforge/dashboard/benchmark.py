@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from phenoforge import app_state
 from phenoforge.app_state import BenchmarkParameters
+from phenoforge.caches import ProcessCache
 from phenoforge.config import ProgressCallback
 from phenoforge.csv_safe import SafeWriter
 from phenoforge.engine.curated import Library
@@ -136,7 +137,9 @@ def method_summaries(
     return summaries
 
 
-_AGREEMENT: dict[tuple[object, ...], dict[str, LibraryAgreement]] = {}
+_AGREEMENT: ProcessCache[tuple[object, ...], dict[str, LibraryAgreement]] = ProcessCache(
+    "expert agreement", max_entries=1
+)
 _AGREEMENT_LOCK = threading.Lock()
 
 
@@ -152,8 +155,7 @@ def expert_agreement_lines(con: duckdb.DuckDBPyConnection, libraries: list[Libra
     if cached is None:
         cached = agreement_lines(con, libraries)
         with _AGREEMENT_LOCK:
-            _AGREEMENT.clear()  # one set of libraries at a time: the page shows the installed ones
-            _AGREEMENT[key] = cached
+            _AGREEMENT.remember(key, cached)  # one set of libraries at a time: the page shows the installed ones
     return cached
 
 

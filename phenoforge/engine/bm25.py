@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from phenoforge.caches import ProcessCache
 from phenoforge.config import data_dir
 from phenoforge.engine.db import build_id
 from phenoforge.engine.models import Hit, Provenance, SearchResult
@@ -139,7 +140,7 @@ class BM25Index:
         )
 
 
-_INDEXES: dict[str, BM25Index] = {}
+_INDEXES: ProcessCache[str, BM25Index] = ProcessCache("bm25 indexes")
 _LOCK = threading.Lock()
 CACHE_FORMAT = 1
 _MANIFEST = "manifest.json"

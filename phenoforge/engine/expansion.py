@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from phenoforge.caches import ProcessCache
 from phenoforge.engine.codes import code_key
 from phenoforge.engine.db import build_id
 from phenoforge.engine.models import Concept
@@ -132,7 +133,7 @@ class Hierarchy:
         )
 
 
-_CACHE: dict[str, Hierarchy] = {}
+_CACHE: ProcessCache[str, Hierarchy] = ProcessCache("hierarchies")
 _CACHE_LOCK = threading.Lock()
 _CONNECTION_BUILDS: dict[int, tuple[duckdb.DuckDBPyConnection, str]] = {}
 

@@ -16,9 +16,7 @@ that library), so near-duplicate cohorts inside one library are what make a term
 
 from __future__ import annotations
 
-import csv
 import difflib
-import io
 import statistics
 from collections import Counter
 from collections.abc import Callable
@@ -38,7 +36,9 @@ from phenoforge.eval.decomposition_cases import (  # noqa: F401  (re-exported: t
     DEFAULT_TEST_CASES,
     NEW_TEST_CASES,
     OHDSI_TEST_CASES,
+    CaseFileError,
     DecompositionTestCase,
+    case_rows,
     cases_for_split,
 )
 from phenoforge.eval.models import DecompositionCaseResult, DecompositionReport, TermResolution
@@ -406,25 +406,19 @@ def parse_cases_csv(
     text: str, name: str = "cases.csv", libraries_root: Path | None = None
 ) -> list[DecompositionTestCase]:
     """:func:`load_cases_csv` on text already read (the dashboard upload)."""
-    reader = csv.DictReader(io.StringIO(text))
-    header = [column.strip().lower() for column in reader.fieldnames or []]
-    missing = [column for column in CSV_COLUMNS[:2] if column not in header]
-    if missing:
-        raise ImportRowError(
-            f"{name} line 1: missing column(s) {', '.join(missing)}; the header must name "
-            "population_description, cohort_id and optionally library, source"
-        )
-    reader.fieldnames = header
+    try:
+        rows = list(case_rows(text, name))
+    except CaseFileError as error:
+        raise ImportRowError(str(error)) from None
     by_name, single = _libraries_for(Path(libraries_root) if libraries_root is not None else libraries_dir())
     problems: list[str] = []
     cases: list[DecompositionTestCase] = []
-    for row in reader:
-        line = reader.line_num
-        description = (row.get("population_description") or "").strip()
-        cohort_id = (row.get("cohort_id") or "").strip()
-        library_name = (row.get("library") or "").strip()
+    for line, row in rows:
+        description = row.get("population_description", "")
+        cohort_id = row.get("cohort_id", "")
+        library_name = row.get("library", "")
         if not description and not cohort_id:
-            continue  # a blank line
+            continue  # a row of other columns only
         if not description:
             problems.append(f"line {line}: population_description is empty")
             continue
@@ -434,7 +428,7 @@ def parse_cases_csv(
         case = DecompositionTestCase(
             population_description=description,
             cohort_id=cohort_id,
-            source=(row.get("source") or "").strip() or f"{name} line {line}",
+            source=row.get("source") or f"{name} line {line}",
             library_id=library_name,
             pattern="user",
             split="test",

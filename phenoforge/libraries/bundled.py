@@ -14,12 +14,14 @@ from pathlib import Path
 
 import duckdb
 
+import phenoforge.libraries.cms_hcc as cms_hcc
+import phenoforge.libraries.elixhauser as elixhauser
+import phenoforge.libraries.quan as quan
 from phenoforge.config import ProgressCallback, libraries_dir, no_progress
 from phenoforge.engine.circe import parse_cohort
 from phenoforge.engine.curated import MANIFEST, Library, LibraryManifest, load_library, write_library
 from phenoforge.engine.db import build_id
 from phenoforge.errors import LibraryError
-from phenoforge.libraries import cms_hcc, elixhauser, quan
 from phenoforge.libraries.common import (
     FORMAT_VERSION,
     SourceLibrary,

@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
+from phenoforge.caches import ProcessCache
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.codes import single_code_token
 from phenoforge.engine.curated import Library, list_libraries, load_library
@@ -69,7 +70,7 @@ LEARNED = "learned"
 FITTED_DENSE_WEIGHT = 0.5
 """The fusion weight the builders are fitted and run at (their features read the fused ranking)."""
 
-_FITTED: dict[tuple[object, ...], FittedBuilders] = {}
+_FITTED: ProcessCache[tuple[object, ...], FittedBuilders] = ProcessCache("fitted set builders")
 _LOCK = threading.Lock()
 
 

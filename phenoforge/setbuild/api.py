@@ -22,6 +22,7 @@ import duckdb
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
+from phenoforge.caches import ProcessCache
 from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
@@ -291,7 +292,7 @@ def is_user_import(library: Library) -> bool:
 
 # -- reuse: a fitted bundle on disk, keyed by what it was fitted on ------------------------------
 
-_EXAMPLES: dict[tuple[str, str, str, bool, str], list[Example]] = {}
+_EXAMPLES: ProcessCache[tuple[str, str, str, bool, str], list[Example]] = ProcessCache("training examples")
 _EXAMPLES_LOCK = threading.Lock()
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import duckdb
 
+from phenoforge.caches import ProcessCache
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.eval.scoring import score_cohort
 from phenoforge.setbuild.candidates import CandidateTable
@@ -92,7 +93,9 @@ def ranked_hits(table: CandidateTable, limit: int) -> list[int]:
     return sorted(table.hit_rank, key=table.hit_rank.__getitem__)[:limit]
 
 
-_SCORES: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[float, float]] = {}
+_SCORES: ProcessCache[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[float, float]] = ProcessCache(
+    "tuning scores", max_entries=200_000
+)
 
 
 def _cached_score(
@@ -101,10 +104,8 @@ def _cached_score(
     """Tuning scores the same (truth, prediction) pair many times across a grid: score it once."""
     key = (get_hierarchy(con).build_id, cohort_id, truth, predicted)
     if key not in _SCORES:
-        if len(_SCORES) > 200_000:
-            _SCORES.clear()
         result = score_cohort(con, cohort_id, name, list(truth), list(predicted), "tuning")
-        _SCORES[key] = (result.hierarchical_score, result.exact_f1)
+        _SCORES.remember(key, (result.hierarchical_score, result.exact_f1))
     return _SCORES[key]
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from phenoforge.caches import ProcessCache
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.hybrid import rrf_fuse
 from phenoforge.engine.query import tokenize
@@ -218,9 +219,12 @@ def dense_floor(dense: RankedIds) -> float:
     return _extreme(dense.scores, np.min)
 
 
-_ROW_IDS: dict[int, tuple[list[str], str, np.ndarray | None]] = {}
-_ROW_IDS_LOCK = threading.Lock()
 _ROW_ID_LISTS = 8
+
+_ROW_IDS: ProcessCache[int, tuple[list[str], str, np.ndarray | None]] = ProcessCache(
+    "ranking row ids", max_entries=_ROW_ID_LISTS
+)
+_ROW_IDS_LOCK = threading.Lock()
 
 
 def _row_ids(hierarchy: Hierarchy, source: list[str]) -> np.ndarray | None:
@@ -238,9 +242,7 @@ def _row_ids(hierarchy: Hierarchy, source: list[str]) -> np.ndarray | None:
     if None not in found and len(set(found)) == len(found):
         ids = np.asarray(found, dtype=np.int64)
     with _ROW_IDS_LOCK:
-        if len(_ROW_IDS) >= _ROW_ID_LISTS:
-            _ROW_IDS.clear()
-        _ROW_IDS[key] = (source, hierarchy.build_id, ids)
+        _ROW_IDS.remember(key, (source, hierarchy.build_id, ids))
     return ids
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
+from phenoforge.caches import ProcessCache
 from phenoforge.config import data_dir
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.errors import PhenoforgeError
@@ -571,9 +572,12 @@ def save_model(model: MembershipModel, directory: Path) -> Path:
     return directory
 
 
-_TREES: dict[tuple[str, int, int, str, int], TreeEnsemble] = {}
-_TREES_LOCK = threading.Lock()
 _KEPT_TREES = 8
+
+_TREES: ProcessCache[tuple[str, int, int, str, int], TreeEnsemble] = ProcessCache(
+    "model trees", max_entries=_KEPT_TREES
+)
+_TREES_LOCK = threading.Lock()
 
 
 def _read_trees(model_path: Path, sha256: str, width: int) -> TreeEnsemble:
@@ -605,9 +609,7 @@ def _read_trees(model_path: Path, sha256: str, width: int) -> TreeEnsemble:
     except TreeFileError as error:
         raise ModelError(f"{model_path}: {error}") from None
     with _TREES_LOCK:
-        if len(_TREES) >= _KEPT_TREES:
-            _TREES.clear()
-        _TREES[key] = trees
+        _TREES.remember(key, trees)
     return trees
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from phenoforge.caches import ProcessCache
 from phenoforge.config import data_dir
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.engine.query import tokenize
@@ -64,7 +65,7 @@ class _HierarchyStats:
         return words
 
 
-_STATS: dict[str, _HierarchyStats] = {}
+_STATS: ProcessCache[str, _HierarchyStats] = ProcessCache("node statistics")
 _LOCK = threading.Lock()
 
 

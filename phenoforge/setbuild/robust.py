@@ -21,6 +21,7 @@ from pathlib import Path
 
 import duckdb
 
+from phenoforge.caches import ProcessCache
 from phenoforge.config import data_dir
 from phenoforge.engine.bm25 import document_texts
 from phenoforge.engine.db import build_id
@@ -115,7 +116,7 @@ class TypoCorrector:
         return Correction(query=query, corrected=" ".join(words) if replaced else query, replaced=replaced)
 
 
-_CORRECTORS: dict[str, TypoCorrector] = {}
+_CORRECTORS: ProcessCache[str, TypoCorrector] = ProcessCache("typo correctors")
 _LOCK = threading.Lock()
 
 
@@ -212,7 +213,7 @@ class UmbrellaIndex:
         return found
 
 
-_UMBRELLAS: dict[str, UmbrellaIndex] = {}
+_UMBRELLAS: ProcessCache[str, UmbrellaIndex] = ProcessCache("umbrella indexes")
 
 
 def get_umbrella_index(con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy) -> UmbrellaIndex:

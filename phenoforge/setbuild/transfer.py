@@ -29,6 +29,7 @@ import duckdb
 import numpy as np
 from pydantic import BaseModel, Field
 
+from phenoforge.caches import ProcessCache
 from phenoforge.config import data_dir
 from phenoforge.engine.curated import Library, load_curated_concept_set
 from phenoforge.engine.expansion import Hierarchy
@@ -272,7 +273,7 @@ def top_match_note(table: CandidateTable, view: KnowledgeView | None) -> tuple[M
 
 # -- building the knowledge from installed libraries ------------------------------------------
 
-_KNOWLEDGE: dict[tuple[object, ...], CuratedKnowledge] = {}
+_KNOWLEDGE: ProcessCache[tuple[object, ...], CuratedKnowledge] = ProcessCache("curated knowledge")
 _KNOWLEDGE_LOCK = threading.Lock()
 
 

@@ -288,3 +288,29 @@ def test_new_cases_are_eligibility_criteria_with_sources() -> None:
     assert set(Counter(c.pattern for c in NEW_TEST_CASES)) >= {"medication", "setting", "lab", "staging", "time", "lay"}
     old = {c.population_description for c in DEFAULT_TEST_CASES}
     assert not old & {c.population_description for c in NEW_TEST_CASES}
+
+
+def test_the_bundled_case_sets_are_read_from_their_csv_files_with_their_declared_halves() -> None:
+    from phenoforge.eval.decomposition_cases import CASE_SETS, CASES_DIR
+
+    assert sorted(path.stem for path in CASES_DIR.glob("*.csv")) == sorted(CASE_SETS)
+    for name in ("default", "ohdsi"):  # every other case in file order is development, the rest test
+        assert [case.split for case in CASE_SETS[name]] == ["dev", "test"] * (len(CASE_SETS[name]) // 2) + (
+            ["dev"] if len(CASE_SETS[name]) % 2 else []
+        )
+    assert {case.split for case in CASE_SETS["new"]} == {"new"}
+    assert all(
+        case.population_description and case.cohort_id and case.source for cs in CASE_SETS.values() for case in cs
+    )
+
+
+def test_a_case_file_with_an_unknown_split_is_refused(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    from phenoforge.eval import decomposition_cases
+
+    (tmp_path / "broken.csv").write_text(
+        "population_description,cohort_id,library,source,pattern,split\nadults with gout,g,elixhauser,s,lay,later\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(decomposition_cases, "CASES_DIR", tmp_path)
+    with pytest.raises(decomposition_cases.CaseFileError, match="broken.csv line 2: split 'later'"):
+        decomposition_cases.load_case_set("broken")

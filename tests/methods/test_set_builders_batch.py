@@ -140,7 +140,7 @@ def test_the_batch_handles_typed_codes_unknown_codes_and_foreign_words_as_one_at
     """The batched pass skipped build_for's query handling: a typed code was searched by its digits,
     an ICD-9 code matched score codes, and words in another script were dropped without a note."""
     from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
-    from tests.methods.test_set_builders_hostile import _install_development_libraries
+    from tests.methods.test_set_builders_reuse_and_copies import _install_development_libraries
 
     _install_development_libraries()
     queries = ["I50", "428.0", "Heart failure сердечная", "heart failure", "", "сердечная недостаточность"]

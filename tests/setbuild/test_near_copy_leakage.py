@@ -12,8 +12,8 @@ from phenoforge.engine.curated import load_curated_concept_set
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.setbuild.transfer import COPY_JACCARD
 from tests.fixture_library import write_icd_library
-from tests.methods.test_set_builders_hostile import HCC_ID, _install_development_libraries
-from tests.methods.test_transfer_leak_hostile import (
+from tests.methods.test_set_builders_reuse_and_copies import HCC_ID, _install_development_libraries
+from tests.methods.test_transfer_leakage import (
     _fresh_process_cache,
     _mark_imported,
     _transferred_from,

@@ -22,6 +22,7 @@ import duckdb
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
+from phenoforge.caches import ProcessCache
 from phenoforge.config import dense_index_dir
 from phenoforge.engine.db import read_metadata
 from phenoforge.engine.dense.model import DEFAULT_MODEL_NAME
@@ -138,7 +139,7 @@ class DenseManifest(BaseModel):
 MANIFEST_NAME = "manifest.json"
 
 
-_SHA_CACHE: dict[tuple[str, int, int, int], str] = {}
+_SHA_CACHE: ProcessCache[tuple[str, int, int, int], str] = ProcessCache("file checksums")
 
 
 def _sha256(path: Path) -> str:

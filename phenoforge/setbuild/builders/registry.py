@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from phenoforge.errors import PhenoforgeError
@@ -56,10 +57,10 @@ def _discover() -> None:
         if _DISCOVERED:
             return
         _DISCOVERED = True
-        package = importlib.import_module("phenoforge.setbuild.builders")
-        for module in pkgutil.iter_modules(package.__path__):
+        package = __name__.rpartition(".")[0]  # the modules beside this one, without importing their package here
+        for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
             if module.name not in ("base", "registry"):
-                importlib.import_module(f"{package.__name__}.{module.name}")
+                importlib.import_module(f"{package}.{module.name}")
 
 
 def builder_classes() -> dict[str, type[SetBuilder]]:

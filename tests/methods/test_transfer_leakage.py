@@ -20,7 +20,7 @@ from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import api
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
 from tests.fixture_library import CohortSpec, write_icd_library
-from tests.methods.test_set_builders_hostile import (
+from tests.methods.test_set_builders_reuse_and_copies import (
     ELIX_COHORTS,
     ELIX_ID,
     HCC_ID,

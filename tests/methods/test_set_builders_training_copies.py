@@ -28,8 +28,14 @@ from phenoforge.setbuild import api
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
 from phenoforge.setbuild.learned import TrainingDataTooSmall
 from tests.fixture_library import write_icd_library
-from tests.methods.test_set_builders_hostile import BUILDERS, ELIX_ID, HCC_ID, SMALL, _install_development_libraries
-from tests.methods.test_transfer_leak_hostile import _mark_imported
+from tests.methods.test_set_builders_reuse_and_copies import (
+    BUILDERS,
+    ELIX_ID,
+    HCC_ID,
+    SMALL,
+    _install_development_libraries,
+)
+from tests.methods.test_transfer_leakage import _mark_imported
 from tests.setbuild.conftest import TRAIN_COHORTS
 
 
