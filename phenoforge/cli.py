@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 from pathlib import Path
 
-from phenoforge.config import ProgressCallback, vocab_db_path
+from phenoforge.config import DEFAULT_PLUGIN_TIMEOUT, ProgressCallback, vocab_db_path
 from phenoforge.console import dense_unavailable_message, positive_int, progress_bar
 from phenoforge.errors import PhenoforgeError
 from phenoforge.libraries.resolve import resolve_library_dirs
@@ -275,6 +276,8 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
     for name, record in report.methods.items():
         if record.degraded:
             lines.append(f"  ! {name} is degraded: {record.degraded}")
+        if record.status.startswith("failed"):
+            lines.append(f"  ! {name} {record.status}")
         if record.trained_on:
             lines.append(f"  {name} trained on: {', '.join(record.trained_on)}")
         empty = [r.cohort_id for r in report.results if r.method == name and not r.predicted_codes]
@@ -345,6 +348,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
                 progress=progress,
                 measures=args.measures,
                 dense_problem=dense_problem,
+                method_timeout=args.method_timeout or None,
             )
             if args.json:
                 # the text ``json.dumps({id: report, ...}, indent=1)`` gives for this entry, made now
@@ -550,7 +554,7 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     """A saved run's codes for one method, in the run import format."""
     from phenoforge import app_state
     from phenoforge.agent.cli import check_output_path
-    from phenoforge.eval.runs import Run, RunEntry, run_to_csv, run_to_json
+    from phenoforge.eval.runs import run_from_results, run_to_csv, run_to_json
 
     # a folder or a missing folder: one line before any work, not a traceback after it
     check_output_path("--output", args.output, f"{args.method or 'run'}.{args.format}")
@@ -559,17 +563,7 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     method = args.method or (methods[0] if len(methods) == 1 else None)
     if method not in methods:
         raise PhenoforgeError(f"run {args.run_id} has methods {', '.join(methods)}: choose one with --method")
-    run = Run(
-        name=method,
-        cohorts={
-            r.cohort_id: [
-                RunEntry(code=code, rank=rank, provenance=list((r.provenance or {}).get(code, [])))
-                for rank, code in enumerate(r.predicted_codes, start=1)
-            ]
-            for r in saved.report.results
-            if r.method == method
-        },
-    )
+    run = run_from_results(saved.report.results, method)
     text = run_to_json(run) if args.format == "json" else run_to_csv(run)
     if args.output:
         try:
@@ -601,6 +595,16 @@ def _unit_interval(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError("a number of seconds, 0 or more")
     return value
 
 
@@ -690,6 +694,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dense-weight", type=_unit_interval, default=0.5)
     bench.add_argument("--fanout-threshold", type=positive_int("fanout-threshold"), default=100)
     bench.add_argument("--no-dense", action="store_true", help="run without the dense index")
+    bench.add_argument(
+        "--method-timeout",
+        type=_seconds,
+        default=DEFAULT_PLUGIN_TIMEOUT,
+        metavar="SECONDS",
+        help=f"a plug-in method's time limit per cohort; past it that method fails there and the run goes on "
+        f"(default {DEFAULT_PLUGIN_TIMEOUT:g}; 0: no limit; built-ins have none)",
+    )
     bench.add_argument("--json", action="store_true", help="the full report as JSON")
     bench.add_argument("--quiet", action="store_true")
     bench.set_defaults(func=cmd_benchmark)

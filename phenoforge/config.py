@@ -14,6 +14,8 @@ from pathlib import Path
 from phenoforge.errors import DataDirError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PLUGIN_TIMEOUT = 60.0
+"""Seconds a plug-in method may take per cohort before the harness stops waiting for it (built-ins: no limit)."""
 
 ProgressCallback = Callable[[int, int, str], None]
 """``progress(done, total, message)``: a bar in the CLI, ``st.progress`` in the dashboard."""

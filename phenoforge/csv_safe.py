@@ -25,6 +25,13 @@ def safe_cell(value: Any) -> Any:
     return value
 
 
+def unescaped_cell(value: str) -> str:
+    """A cell read back: the quote :func:`safe_cell` put before a formula-like value taken off again."""
+    if value.startswith("'") and value[1:].startswith(FORMULA_STARTS) and not _PLAIN_NUMBER.match(value[1:]):
+        return value[1:]
+    return value
+
+
 class SafeWriter:
     """``csv.writer`` whose every cell passes through :func:`safe_cell`.
 

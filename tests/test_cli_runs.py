@@ -142,7 +142,7 @@ def test_exported_runs_neutralise_formula_cells() -> None:
     from phenoforge.eval.runs import Run, RunEntry, run_to_csv
 
     text = run_to_csv(Run(name="x", cohorts={"=HYPERLINK(1)": [RunEntry(code="E11.9")]}))
-    assert text.splitlines()[1] == "'=HYPERLINK(1),E11.9,1,,"
+    assert text.splitlines()[1] == "'=HYPERLINK(1),E11.9,,,[]"  # unranked stays unranked, no provenance is []
 
 
 def test_run_export_to_a_folder_or_a_missing_folder_says_so_in_one_line(

@@ -410,16 +410,17 @@ def resolve_curated_concepts(
 
 def load_curated_concept_set(
     con: duckdb.DuckDBPyConnection,
-    library_dir: Path | str,
+    library_dir: Path | str | Library,
     cohort_id: str,
     fanout_threshold: int = 100,
 ) -> CuratedConceptSet:
     """The curated ICD-10-CM code list of one cohort: its ground truth in the benchmark.
 
     Entry-event concept sets form the inclusion set; exclusion sets (zero-occurrence rules) are
-    subtracted; other sets are named in ``other_concept_sets`` and never merged in.
+    subtracted; other sets are named in ``other_concept_sets`` and never merged in. Pass an opened
+    :class:`Library` when loading many cohorts: a path re-reads the manifest each call.
     """
-    library = load_library(library_dir)
+    library = library_dir if isinstance(library_dir, Library) else load_library(library_dir)
     entry = library.cohort(cohort_id)
     definition = library.definition(cohort_id)
     try:

@@ -7,7 +7,7 @@ decomposition evaluation, imported runs and the drilldown (which renders the sam
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from phenoforge.eval.matching import CohortMatches, NearestIndex, match_cohort
 from phenoforge.eval.measures import Coverage, Hierarchical, Measure, OverInclusion, parse_measures
@@ -76,7 +76,9 @@ def score_matches(
             computed[measure] = measure.compute(matches)
         return computed[measure]
 
-    fields = {m.result_field: value(m) for m in _FIELD_MEASURES if m.result_field}
+    fields: dict[str, Any] = {
+        m.result_field: value(m) for m in _FIELD_MEASURES if m.result_field
+    }  # measure fields: floats
     scores = {m.key: value(m) for m in parse_measures(measures)}
     return CohortEvalResult(
         cohort_id=cohort_id,
@@ -109,11 +111,13 @@ def evaluate(
         entries = run.cohorts.get(cohort.cohort_id, [])
         matches = truth_indexes.matches(cohort, [e.code for e in entries])
         provenance = {e.code: e.provenance for e in entries if e.provenance}
-        results.append(
-            score_matches(
-                matches, cohort.cohort_id, cohort.cohort_name, run.name, chosen, cohort.unresolvable, provenance
-            )
+        result = score_matches(
+            matches, cohort.cohort_id, cohort.cohort_name, run.name, chosen, cohort.unresolvable, provenance
         )
+        # what a run export needs to give the run back (the result's own fields, set once here)
+        result.ranks = {e.code: e.rank for e in entries}
+        result.code_scores = {e.code: e.score for e in entries if e.score is not None}
+        results.append(result)
     return results
 
 

@@ -9,8 +9,11 @@ the one scoring path :func:`~phenoforge.eval.evaluate.evaluate`. ``run_benchmark
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +30,11 @@ from phenoforge.eval.measures import Measure
 from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult, MethodRecord
 from phenoforge.eval.qrels import CuratedSet, Qrels, load_qrels
-from phenoforge.eval.runs import Run, RunEntry
+from phenoforge.eval.runs import Run, RunEntry, mixed_script, name_key
 from phenoforge.eval.scoring import score_cohort as score_cohort  # the reference API names it here
 from phenoforge.memory import collections_paused
-from phenoforge.methods import CohortTask, Method, MethodContext, MethodSetup, SkipMethod, get_method
+from phenoforge.methods import CohortTask, Method, MethodContext, MethodError, MethodSetup, SkipMethod, get_method
+from phenoforge.methods.guard import DEFAULT_PLUGIN_TIMEOUT, MethodFailed, MethodTimedOut, checked_answer, guarded
 from phenoforge.methods.registry import builtin_methods
 from phenoforge.methods.retrieval import Retrieval
 
@@ -85,8 +89,12 @@ def _check_parameters(k: int, dense_weight: float) -> None:
 
 def resolve_methods(methods: Sequence[str | Method] | None) -> list[Method]:
     """Methods by name, ``module:function`` or object; the reference's default three when None."""
-    chosen = [get_method(spec) for spec in (methods if methods is not None else DEFAULT_METHODS)]
-    return list({m.name: m for m in chosen}.values())
+    chosen: dict[str, Method] = {}  # by name_key: one name asked twice runs once
+    for declared in (get_method(spec) for spec in (methods if methods is not None else DEFAULT_METHODS)):
+        same = chosen.setdefault(name_key(declared.name), declared)
+        if same is not declared and same.predict is not declared.predict:
+            raise MethodError(f"two different methods read as one name: {same.name!r} and {declared.name!r}")
+    return list(chosen.values())
 
 
 def build_run(
@@ -95,20 +103,36 @@ def build_run(
     qrels: Qrels,
     skipped: list[str],
     progress: ProgressCallback | None = None,
+    method_timeout: float | None = DEFAULT_PLUGIN_TIMEOUT,
 ) -> tuple[Run | None, MethodRecord]:
-    """One method over every cohort of ``qrels``: its run (None if skipped) and its record."""
+    """One method over every cohort of ``qrels``: its run (None if skipped or failed) and its record.
+
+    A built-in is called directly, without a time limit, and its errors propagate (they are bugs). A
+    plug-in is called through :func:`~phenoforge.methods.guard.guarded` with ``method_timeout`` seconds
+    per cohort (None: no limit): its exception, ``SystemExit``, wrong answer type or time-out costs
+    only that cohort's answer (a failing ``setup``: every cohort's), listed in ``skipped`` and in
+    ``record.status``; it is given its own copy of each task.
+    """
     record = MethodRecord(
         name=declared.name,
         label=declared.label or declared.name,
         source=declared.source,
         needs=sorted(declared.needs | declared.uses),
     )
+    plugin = declared.source != "built-in"
+    limit = method_timeout if plugin else None
     problem = declared.unmet(context)
     if problem is None and declared.setup is not None:
         try:
-            setup: MethodSetup = declared.setup(context)
+            setup = _setup(declared, context, plugin, limit)
         except SkipMethod as error:
             problem = str(error)
+        except MethodFailed as error:
+            skipped += [f"{cohort_id}/{declared.name}: {error}" for cohort_id in qrels.cohorts]
+            record.status = f"failed: {error}"
+            record.notes.append(record.status)
+            log.warning("method %s failed: %s", declared.name, error)
+            return None, record
         else:
             record.trained_on, record.notes = list(setup.trained_on), list(setup.notes)
             record.degraded = setup.degraded
@@ -116,6 +140,7 @@ def build_run(
     if problem is not None:
         skipped += [f"{cohort_id}/{declared.name}: {problem}" for cohort_id in qrels.cohorts]
         record.notes.append(f"skipped: {problem}")
+        record.status = f"skipped: {problem}"
         return None, record
     degradation = declared.degradation(context)
     if degradation:
@@ -127,24 +152,49 @@ def build_run(
         CohortTask(cohort_id=cohort.cohort_id, query=cohort.cohort_name, seed_code=expansion_seed(cohort.codes))
         for cohort in qrels.cohorts.values()
     ]
-    answers = _batch_answers(declared, context, tasks, record, progress)
+    failed: list[str] = []
+    try:
+        answers = _batch_answers(declared, context, tasks, record, progress, limit)
+    except MethodTimedOut as error:  # asking one cohort at a time would hang as long again, per cohort
+        answers, failed = None, [f"{task.cohort_id}: {error}" for task in tasks]
+        tasks = []
     for position, task in enumerate(tasks):
         if answers is not None:
             run.cohorts[task.cohort_id] = _run_entries(declared, answers[position])
             continue
         progress(position, total, f"{declared.name}: {task.cohort_id}")
-        try:
-            produced = declared.predict(context, task)
-        except Exception as error:
-            if declared.source == "built-in":
-                raise
-            skipped.append(f"{task.cohort_id}/{declared.name}: the method raised {type(error).__name__}: {error}")
-            record.notes.append(f"raised on cohort {task.cohort_id}: {type(error).__name__}: {error}")
-            log.warning("method %s raised on cohort %s", declared.name, task.cohort_id, exc_info=True)
+        if not plugin:
+            run.cohorts[task.cohort_id] = _run_entries(declared, declared.predict(context, task))
             continue
-        run.cohorts[task.cohort_id] = _run_entries(declared, produced)
+        try:
+            run.cohorts[task.cohort_id] = guarded(partial(_plugin_answer, declared, context, task), limit)
+        except MethodFailed as error:
+            failed.append(f"{task.cohort_id}: {error}")
+            log.warning("method %s failed on cohort %s: %s", declared.name, task.cohort_id, error)
+    if failed:
+        skipped += [f"{line.split(': ', 1)[0]}/{declared.name}: {line.split(': ', 1)[1]}" for line in failed]
+        record.notes += [f"failed on cohort {line}" for line in failed]
+        record.status = f"failed on {len(failed)} of {total} cohorts ({failed[0]})"
     record.notes += context.notes_of(declared.name)
     return run, record
+
+
+def _setup(declared: Method, context: MethodContext, plugin: bool, limit: float | None) -> MethodSetup:
+    """The method's setup; a plug-in's guarded, and checked to answer a MethodSetup."""
+    assert declared.setup is not None
+    if not plugin:
+        return declared.setup(context)
+    found = guarded(partial(declared.setup, copy.copy(context)), limit, what="setup", passes=(SkipMethod,))
+    if not isinstance(found, MethodSetup):
+        raise MethodFailed(f"setup answered {type(found).__name__}, not a MethodSetup")
+    return found
+
+
+def _plugin_answer(declared: Method, context: MethodContext, task: CohortTask) -> list[RunEntry]:
+    """A plug-in's checked answer, given its own copies of ``context`` and ``task``: setting ``context.k``
+    or ``task.cohort_id`` changes neither the methods after it nor where its answer is filed. (The objects
+    they hold, the connection, retrieval cache, setups and shared state, are shared.)"""
+    return checked_answer(declared.predict(copy.copy(context), task.model_copy()), declared.name)
 
 
 def _run_entries(declared: Method, produced: Sequence[RunEntry | str]) -> list[RunEntry]:
@@ -160,26 +210,38 @@ def _batch_answers(
     tasks: list[CohortTask],
     record: MethodRecord,
     progress: ProgressCallback,
+    limit: float | None = None,
 ) -> list[Sequence[RunEntry | str]] | None:
     """Every task's answer from the method's ``predict_batch``, or None to ask one task at a time.
 
     A built-in's error propagates (a bug); another method whose batch raises or answers the wrong
-    number of tasks is asked one task at a time instead, so one bad cohort costs only its own answer.
+    number of tasks, or a wrong type, is asked one task at a time instead, so one bad cohort costs only
+    its own answer. A plug-in's batch has ``limit`` seconds per task; past it, MethodTimedOut.
     """
     if declared.predict_batch is None or not tasks:
         return None
     progress(0, len(tasks), f"{declared.name}: {len(tasks)} cohorts")
-    try:
-        answers = list(declared.predict_batch(context, tasks))
+    batch = declared.predict_batch
+    if declared.source == "built-in":
+        answers = list(batch(context, tasks))
         if len(answers) != len(tasks):
             raise ValueError(f"predict_batch answered {len(answers)} of {len(tasks)} tasks")
-    except Exception as error:
-        if declared.source == "built-in":
-            raise
-        record.notes.append(f"predict_batch raised {type(error).__name__}: {error}; asked one cohort at a time")
-        log.warning("method %s: predict_batch raised; one cohort at a time", declared.name, exc_info=True)
+        return answers
+
+    def checked() -> list[Sequence[RunEntry | str]]:
+        produced = list(batch(copy.copy(context), [task.model_copy() for task in tasks]))
+        if len(produced) != len(tasks):
+            raise ValueError(f"predict_batch answered {len(produced)} of {len(tasks)} tasks")
+        return [checked_answer(answer, declared.name) for answer in produced]
+
+    try:
+        return guarded(checked, None if limit is None else limit * len(tasks), what="predict_batch")
+    except MethodTimedOut:
+        raise
+    except MethodFailed as error:
+        record.notes.append(f"{error}; asked one cohort at a time")
+        log.warning("method %s: %s; one cohort at a time", declared.name, error)
         return None
-    return answers
 
 
 def score_runs(
@@ -223,22 +285,33 @@ def run_methods(
     progress: ProgressCallback | None = None,
     dense_problem: str | None = None,
     extra_runs: Sequence[Run] = (),
+    method_timeout: float | None = DEFAULT_PLUGIN_TIMEOUT,
 ) -> BenchmarkReport:
     """Run ``methods`` over ``qrels`` and score them (plus any ``extra_runs``, e.g. imported).
 
     A run named like one of the methods would be scored as that method (their results merged):
-    refused before any work, as is a second run of one name.
+    refused before any work, as is a second run of one name. A plug-in may take ``method_timeout``
+    seconds per cohort (None: no limit; built-ins have none); see :func:`build_run`.
     """
     _check_parameters(k, dense_weight)
+    if method_timeout is not None and not (isinstance(method_timeout, int | float) and 0 < method_timeout < math.inf):
+        raise ValueError(f"method_timeout must be a positive number of seconds or None, got {method_timeout!r}")
     chosen = resolve_methods(methods)
-    names = [m.name for m in chosen]
+    names = {name_key(m.name): m.name for m in chosen}  # how each row's name reads: case, blanks, invisibles
     for extra in extra_runs:
-        if extra.name in names:
+        if mixed_script(extra.name):
             raise PhenoforgeError(
-                f"the run is named {extra.name!r}, like a method it is compared with; give it another name "
+                f"the run is named {extra.name!r}, mixing Latin, Cyrillic or Greek letters: a look-alike"
+            )
+        same = names.get(name_key(extra.name))
+        if same is not None:
+            kind = "a method it is compared with" if same in (m.name for m in chosen) else "a second run"
+            kind += f" ({same!r})" if same != extra.name else ""
+            raise PhenoforgeError(
+                f"the run is named {extra.name!r}, like {kind}; give it another name "
                 "(run import --name, or the Benchmark page's run name)"
             )
-        names.append(extra.name)
+        names[name_key(extra.name)] = extra.name
     hierarchy = get_hierarchy(con)
     retrieval = Retrieval(con, dense, fusion_depth(k))
     context = MethodContext(
@@ -264,7 +337,7 @@ def run_methods(
     runs: list[Run] = []
     records: dict[str, MethodRecord] = {}
     for declared in chosen:
-        run, record = build_run(declared, context, qrels, skipped, progress)
+        run, record = build_run(declared, context, qrels, skipped, progress, method_timeout)
         records[declared.name] = record
         if run is not None:
             runs.append(run)
@@ -288,6 +361,7 @@ def run_benchmark(
     progress: ProgressCallback | None = None,
     measures: Sequence[Measure | str] | None = None,
     dense_problem: str | None = None,
+    method_timeout: float | None = DEFAULT_PLUGIN_TIMEOUT,
 ) -> BenchmarkReport:
     """Run every requested method against every cohort and aggregate the results.
 
@@ -295,11 +369,15 @@ def run_benchmark(
     ``expand_descendants`` seeds from the shortest curated code, a deliberately weak baseline.
     A method whose needs are missing (``dense`` without a dense retriever) is skipped and listed
     in ``skipped``; ``hybrid`` without one runs on BM25 alone and the report marks it degraded
-    (``methods["hybrid"].degraded``, with ``dense_problem`` when the caller knows why).
+    (``methods["hybrid"].degraded``, with ``dense_problem`` when the caller knows why). A plug-in
+    that fails or runs past ``method_timeout`` seconds on a cohort costs only its own answers
+    (``methods[name].status``); built-ins have no time limit.
     """
     _check_parameters(k, dense_weight)
     qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold, progress)
-    return run_methods(con, qrels, methods, dense, k, dense_weight, measures, progress, dense_problem)
+    return run_methods(
+        con, qrels, methods, dense, k, dense_weight, measures, progress, dense_problem, method_timeout=method_timeout
+    )
 
 
 class CohortRankings(BaseModel):

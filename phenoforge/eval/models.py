@@ -36,6 +36,13 @@ class CohortEvalResult(BaseModel):
     provenance: dict[str, list[str]] = Field(
         default_factory=dict, description="predicted code -> why the method put it in the list"
     )
+    ranks: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="predicted code -> its rank in the run (None: unranked); empty in reports saved before",
+    )
+    code_scores: dict[str, float] = Field(
+        default_factory=dict, description="predicted code -> the method's own score for it, when it gave one"
+    )
 
 
 class MeasureRecord(BaseModel):
@@ -60,6 +67,12 @@ class MethodRecord(BaseModel):
     degraded: str | None = Field(default=None, description="why the results are not what the method would give")
     trained_on: list[str] = Field(default_factory=list, description="libraries a fitted model or parameter came from")
     notes: list[str] = Field(default_factory=list)
+    status: str = Field(
+        default="ok",
+        description="'ok', 'skipped: why', 'failed: why' (no cohort answered: a plug-in's setup or import "
+        "failed) or 'failed on N of M cohorts (first cohort: why)' (a plug-in raised, answered the wrong "
+        "type or ran past its time limit there)",
+    )
 
 
 class BenchmarkReport(BaseModel):

@@ -139,7 +139,9 @@ class Method:
     """Without these the method is skipped, with the reason."""
     uses: frozenset[str] = frozenset()
     """Without these the method still runs, and the report marks it degraded."""
-    source: str = "built-in"
+    source: str = ""
+    """'built-in' only for phenoforge's own registered methods (the registry sets it); a plug-in's loader
+    sets its origin ('module:function', 'entry point: X'); a plug-in cannot claim 'built-in'."""
     setup: Setup | None = None
     retrieves: bool = True
     """Whether the method reads the shared rankings (the harness then ranks every query in one batch)."""

@@ -56,6 +56,7 @@ from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.learned import LeakageError, MembershipModel, learned_features, predict_many
 from phenoforge.setbuild.models import BuiltCode, BuiltSet, CodeProvenance
 from phenoforge.setbuild.transfer import (
+    COPY_JACCARD,
     KnowledgeFileError,
     KnowledgeLeakError,
     copied_groups,
@@ -127,7 +128,8 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
                 fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
                 fitted.notes.append(
                     f"fitted and curated knowledge without group(s) {', '.join(copied)}: "
-                    f"{context.library_id or 'the scored library'} lists cohorts with exactly their codes"
+                    f"{context.library_id or 'the scored library'} lists cohorts with exactly their codes, "
+                    f"or nearly (Jaccard >= {COPY_JACCARD})"
                 )
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
             fitted = without_copied_lists(context, fitted)
@@ -146,7 +148,7 @@ def _scored_stamp(context: MethodContext) -> tuple[str, str]:
 
 
 def _copied_groups(context: MethodContext, fitted: FittedBuilders) -> set[str]:
-    """Groups listing a cohort with exactly the codes of one of the scored library's, not yet hidden.
+    """Groups listing a cohort with exactly (or nearly) the codes of one of the scored library's, not yet hidden.
 
     Only for a scored library outside the knowledge (a user's import, a directory not installed): it
     declares its own group, so a copy of a bundled library under another id would be scored with the
@@ -166,7 +168,8 @@ def _copied_groups(context: MethodContext, fitted: FittedBuilders) -> set[str]:
 
 
 def without_copied_lists(context: MethodContext, fitted: FittedBuilders) -> FittedBuilders:
-    """``fitted`` whose curated knowledge also hides every group listing a cohort the scored library copies."""
+    """``fitted`` whose curated knowledge also hides every group listing a cohort the scored library copies
+    (exactly or nearly: :data:`~phenoforge.setbuild.transfer.COPY_JACCARD`)."""
     copied = _copied_groups(context, fitted)
     if not copied or fitted.knowledge is None:
         return fitted
@@ -174,7 +177,7 @@ def without_copied_lists(context: MethodContext, fitted: FittedBuilders) -> Fitt
     library_id = context.library_id or "the scored library"
     note = (
         f"curated knowledge without group(s) {', '.join(sorted(copied))}: "
-        f"{library_id} lists cohorts with exactly their codes"
+        f"{library_id} lists cohorts with exactly their codes, or nearly (Jaccard >= {COPY_JACCARD})"
     )
     return replace(fitted, knowledge=view.knowledge.view(view.excluded | copied), notes=[*fitted.notes, note])
 

@@ -331,9 +331,9 @@ def test_progress_is_reported(fixture_con: duckdb.DuckDBPyConnection, tmp_path: 
         dense=FakeDense(),
         progress=lambda d, t, m: seen.append((d, t, m)),
     )
-    # the curated sets of the whole library are resolved (and cached) first: silent before
-    assert seen[0] == (0, len(COHORTS), "curated sets: dm2")
-    assert (len(COHORTS), len(COHORTS), "curated sets loaded") in seen
+    # the curated sets of the scored cohorts (not the whole library) are resolved (and cached) first
+    assert seen[0] == (0, len(SCORED), f"curated sets: {SCORED[0]}")
+    assert (len(SCORED), len(SCORED), "curated sets loaded") in seen
     # then each retriever ranks every query once: silent before
     bm25 = [(d, t) for d, t, m in seen if m.startswith("BM25 rankings")]
     dense = [(d, t) for d, t, m in seen if m.startswith("dense rankings")]

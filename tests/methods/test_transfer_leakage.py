@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 
 import duckdb
@@ -18,7 +19,7 @@ from phenoforge.methods.base import MethodContext
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import api
 from phenoforge.setbuild.candidates import RETRIEVAL_DEPTH
-from tests.fixture_library import write_icd_library
+from tests.fixture_library import CohortSpec, write_icd_library
 from tests.methods.test_set_builders_reuse_and_copies import (
     ELIX_COHORTS,
     ELIX_ID,
@@ -39,6 +40,17 @@ def _mark_imported(path: Path) -> None:
     library = load_library(path)
     library.manifest.report = {"build": {"imported_from": f"/home/me/{library.library_id}.csv"}}
     (path / "manifest.json").write_text(library.manifest.model_dump_json(indent=1), encoding="utf-8")
+
+
+def fitted_for_import(
+    con: duckdb.DuckDBPyConnection, cohorts: Mapping[str, CohortSpec]
+) -> tuple[Path, api.FittedBuilders]:
+    """``cohorts`` installed as the user's import 'my-conditions', and the builders that would score it."""
+    library = write_icd_library(libraries_dir() / "mine", cohorts, library_id="my-conditions")
+    _mark_imported(library)
+    fitted = set_building.fitted_for(_context(con, library))
+    assert fitted.knowledge is not None
+    return library, fitted
 
 
 def _context(con: duckdb.DuckDBPyConnection, library: Path) -> MethodContext:
@@ -69,10 +81,7 @@ def test_a_user_import_copying_a_bundled_library_under_another_id_never_sees_its
 ) -> None:
     """Scored as 'my-conditions' (its own group), the copy must not be answered with CMS-HCC's identical lists."""
     _install_development_libraries()
-    copy = write_icd_library(libraries_dir() / "mine", TRAIN_COHORTS, library_id="my-conditions")
-    _mark_imported(copy)
-    fitted = set_building.fitted_for(_context(fixture_con, copy))
-    assert fitted.knowledge is not None
+    copy, fitted = fitted_for_import(fixture_con, TRAIN_COHORTS)
     assert HCC_ID not in {c.library_id for c in fitted.knowledge.cohorts}
     assert any("my-conditions lists cohorts with exactly their codes" in n for n in fitted.notes)
     assert HCC_ID not in _transferred_from(fixture_con, copy, "Heart failure")
