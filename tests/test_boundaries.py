@@ -232,7 +232,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("agent", ("phenoforge.agent",)),
     ("decomposition", ("phenoforge.eval.decomposition", "phenoforge.eval.decomposition_cases")),
     ("athena", ("phenoforge.athena",)),
-    ("cli", ("phenoforge.cli", "phenoforge.__main__", "phenoforge.agent.cli", "phenoforge.libraries.cli")),
+    ("cli", ("phenoforge.cli", "phenoforge.__main__")),
     ("dashboard", ("phenoforge.dashboard",)),
 )
 """From the bottom: a module imports only its own layer and the layers below. A module belongs to the layer

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from phenoforge import cli
+from phenoforge.cli import sweep as cli_sweep
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.db import connect
@@ -30,7 +31,7 @@ WEIGHTS = "0,0.5,1"
 @pytest.fixture(autouse=True)
 def fake_dense(monkeypatch: pytest.MonkeyPatch) -> FakeDense:
     dense = FakeDense()
-    monkeypatch.setattr(cli, "_dense_or_none", lambda con, wanted, build=False, progress=None: dense)
+    monkeypatch.setattr(cli_sweep, "_dense_or_none", lambda con, wanted, build=False, progress=None: dense)
     write_icd_library(libraries_dir() / "sweep-lib", COHORTS, "sweep-lib")
     return dense
 

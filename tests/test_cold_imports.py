@@ -26,7 +26,7 @@ def test_the_parser_and_the_benchmark_path_import_no_heavy_library() -> None:
         "cli.build_parser()\n"
         "from phenoforge.eval.harness import registered_methods, resolve_methods, run_benchmark\n"
         "resolve_methods(registered_methods())\n"
-        "import phenoforge.setbuild.learned, phenoforge.athena.ohdsi, phenoforge.agent.cli, phenoforge.engine.bm25"
+        "import phenoforge.setbuild.learned, phenoforge.athena.ohdsi, phenoforge.cli.agent, phenoforge.engine.bm25"
     )
     assert loaded == set()
 

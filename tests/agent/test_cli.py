@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from phenoforge.agent import audit
-from phenoforge.agent import cli as agent_cli
+from phenoforge.cli import agent as agent_cli
 from phenoforge.cli import main
 from phenoforge.eval import decomposition
 from phenoforge.eval.decomposition import DecompositionTestCase

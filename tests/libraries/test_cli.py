@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from phenoforge.libraries.cli import register_cli
+from phenoforge.cli.library import register_cli
 
 
 @pytest.fixture()
