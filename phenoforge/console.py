@@ -1,6 +1,6 @@
 """What every command-line group shares: a progress bar, argument types, messages (a leaf: no command here).
 
-Kept apart from :mod:`phenoforge.cli` so the groups that live in lower packages (the agent's, Athena's)
+Kept apart from :mod:`phenoforge.cli` so the groups that live in lower packages (Athena's, the scale library's)
 reach these helpers without importing the command-line package that wires them in.
 """
 
