@@ -29,7 +29,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -38,21 +37,9 @@ from pathlib import Path
 
 import duckdb
 
+from phenoforge.artifacts import MODELS, ONNX_TEMPORARY, Artifact, find_artifact
 from phenoforge.config import data_dir
 from phenoforge.storage import process_alive, temporary_owner
-
-_NODE_TABLE = re.compile(r"^node-table-(?P<build>.+)-v(?P<format>\d+)\.npz$")
-_WORD_COUNTS = re.compile(r"^word-counts-(?P<build>.+)-v(?P<format>\d+)\.json$")
-_KNOWLEDGE = re.compile(r"^curated-knowledge-(?P<build>.+)-(?P<key>[0-9a-f]{16})-v(?P<format>\d+)\.npz$")
-_FITTED = re.compile(r"^fitted-[0-9a-f]{16}\.json$")
-_PARAMS = re.compile(r"^builder-params-[0-9a-f]{12}\.json$")
-_MEMBERSHIP = re.compile(r"^membership-[0-9a-f]{12}(?:-[0-9a-f]{12})?(?:-k[0-9a-f]{10})?$")
-_MEMBERSHIP_LOCK = re.compile(r"^\.(?P<model>membership-.+)\.lock$")
-_ONNX_MODEL = "all-MiniLM-L6-v2"
-_ONNX = re.compile(rf"^(?P<stem>{re.escape(_ONNX_MODEL)}-.+?)(?P<int8>-int8)?\.onnx$")
-_ONNX_LOCK = re.compile(rf"^(?P<stem>{re.escape(_ONNX_MODEL)}-.+)\.lock$")
-_ONNX_TEMPORARY = re.compile(rf"^\.{re.escape(_ONNX_MODEL)}-.+\.onnx\.(?P<pid>\d+)\.tmp$")
-"""``export_onnx`` and ``quantized_onnx_file`` write ``.<name>.<pid>.tmp`` (no random part)."""
 
 
 class PruneError(Exception):
@@ -259,97 +246,95 @@ def _classify(path: Path, state: CurrentState, names: set[str]) -> tuple[Entry, 
     def kept(kind: str, reason: str = "read by the current state", lock: str | None = None) -> tuple[Entry, str]:
         return Entry(name, kind, 0, reason, lock), "current"
 
-    onnx_temporary = _ONNX_TEMPORARY.match(name)
+    onnx_temporary = ONNX_TEMPORARY.match(name)
     pid = int(onnx_temporary["pid"]) if onnx_temporary else temporary_owner(name)
     if pid is not None:
         if process_alive(pid):
             return Entry(name, "temporary", 0, f"being written by process {pid}"), "in_use"
         return stale("temporary", f"left by process {pid}, which no longer runs")
-    is_file, is_dir = path.is_file(), path.is_dir()
-    for pattern, kind, module_format in (
-        (_NODE_TABLE, "node table", _node_table_format()),
-        (_WORD_COUNTS, "word counts", _word_counts_format()),
-    ):
-        match = pattern.match(name)
-        if match and is_file:
-            if current:
-                return kept(kind)
-            return stale(kind, _generation(match["build"], int(match["format"]), build, module_format))
-    match = _KNOWLEDGE.match(name)
-    if match and is_file:
+    found = find_artifact(MODELS, name, path.is_dir())
+    if found is None:  # only what a description names is ever removed
+        return Entry(name, "not recognised", _size(path), "not a file phenoforge makes"), "unknown"
+    artifact, match = found
+    kind = artifact.kind
+    if kind in ("node table", "word counts"):
         if current:
-            return kept("curated knowledge")
-        if match["build"] != build or int(match["format"]) != _knowledge_format():
-            return stale("curated knowledge", _generation(match["build"], int(match["format"]), build, None))
+            return kept(kind)
+        return stale(kind, _generation(match["build"], int(match["format"]), build, _format_of(artifact)))
+    if kind == "curated knowledge":
+        if current:
+            return kept(kind)
+        if match["build"] != build or int(match["format"]) != _format_of(artifact):
+            return stale(kind, _generation(match["build"], int(match["format"]), build, None))
         if state.knowledge_known:
-            return stale("curated knowledge", "made for other library contents or another embedding")
-        return kept("curated knowledge", "of this vocabulary build (which one is current is not known)")
-    if _FITTED.match(name) and is_file:
+            return stale(kind, "made for other library contents or another embedding")
+        return kept(kind, "of this vocabulary build (which one is current is not known)")
+    if kind == "fitted builders":
         if current:
             states = _json_field(path, "states")
             held = ", ".join(states) if isinstance(states, dict) else "no readable builder states"
-            return kept("fitted builders", f"read by the current state; the fitted {held}")
+            return kept(kind, f"read by the current state; the fitted {held}")
         if state.fits_known:
-            return stale("fitted builders", "no current fit has this signature (other libraries, index or build)")
+            return stale(kind, "no current fit has this signature (other libraries, index or build)")
         made_for = _json_field(path, "vocabulary_build_id")
         if made_for and made_for != build:
-            return stale("fitted builders", f"fitted on vocabulary build {made_for}")
-        return kept("fitted builders", "of this vocabulary build, kept while a fit is missing")
-    if _PARAMS.match(name) and is_file:
+            return stale(kind, f"fitted on vocabulary build {made_for}")
+        return kept(kind, "of this vocabulary build, kept while a fit is missing")
+    if kind == "tuned parameters":
         if current or _params_current(path, state):
-            return kept("tuned parameters")
+            return kept(kind)
         made_for = _json_field(path, "vocabulary_build_id")
         if made_for and made_for != build:
-            return stale("tuned parameters", f"tuned on vocabulary build {made_for}")
+            return stale(kind, f"tuned on vocabulary build {made_for}")
         if state.fits_known and state.params_known:
-            return stale("tuned parameters", "no current fit was tuned with it")
-        return kept("tuned parameters", "of this vocabulary build, kept while a fit is missing or names no model")
-    if _MEMBERSHIP.match(name) and is_dir:
+            return stale(kind, "no current fit was tuned with it")
+        return kept(kind, "of this vocabulary build, kept while a fit is missing or names no model")
+    if kind == "membership model":
         lock = f".{name}.lock"
         if current:
-            return kept("membership model", lock=lock)
+            return kept(kind, lock=lock)
         contents = _folder_names(path)
         if contents is None or not contents <= {"model.onnx", "model.pkl", "manifest.json"}:  # pkl: format 1
-            return Entry(name, "membership model", 0, "holds files phenoforge does not write there: left alone"), (
-                "unknown"
-            )
+            return Entry(name, kind, 0, "holds files phenoforge does not write there: left alone"), "unknown"
         made_for = _json_field(path / "manifest.json", "vocabulary_build_id")
         format_version = _json_field(path / "manifest.json", "format_version")
         if made_for and made_for != build:
-            return stale("membership model", f"trained on vocabulary build {made_for}", lock)
-        if format_version is not None and format_version != _model_format():
-            return stale("membership model", f"model format {format_version}, this version reads another", lock)
+            return stale(kind, f"trained on vocabulary build {made_for}", lock)
+        if format_version is not None and format_version != _format_of(artifact):
+            return stale(kind, f"model format {format_version}, this version reads another", lock)
         from phenoforge.setbuild.api import is_fit_model_directory
 
         if not is_fit_model_directory(name):  # bench scripts' models: only another build's are known stale
-            return kept("membership model", "not a fit's model (a benchmark script's), of this vocabulary build", lock)
+            return kept(kind, "not a fit's model (a benchmark script's), of this vocabulary build", lock)
         if state.fits_known:
-            return stale("membership model", "no current fitted bundle uses it", lock)
-        return kept("membership model", "of this vocabulary build, kept while a fit is missing", lock)
-    match = _MEMBERSHIP_LOCK.match(name)
-    if match and is_file:
+            return stale(kind, "no current fitted bundle uses it", lock)
+        return kept(kind, "of this vocabulary build, kept while a fit is missing", lock)
+    if kind == "membership model lock":
         if current:
             return kept("lock")
         if match["model"] in names:  # sorted with its folder (a folder left alone keeps its lock)
             return Entry(name, "lock", 0, f"the lock of {match['model']}"), "current"
         return stale("lock", "the lock of a membership model that is gone", name)
-    match = _ONNX.match(name)
-    if match and is_file:
+    if kind == "ONNX export":
         lock = f"{match['stem']}.lock"
         if current:
-            return kept("ONNX export", lock=lock)
-        return stale("ONNX export", "made for another model package or torch version", lock)
-    match = _ONNX_LOCK.match(name)
-    if match and is_file:
+            return kept(kind, lock=lock)
+        return stale(kind, "made for another model package or torch version", lock)
+    if kind == "ONNX export lock":
         if current:
             return kept("lock")
         if f"{match['stem']}.onnx" in names:
             return Entry(name, "lock", 0, f"the lock of {match['stem']}.onnx"), "current"
         return stale("lock", "the lock of an ONNX export that is gone", name)
-    return Entry(name, "not recognised", _size(path), "not a file phenoforge makes"), "unknown"
+    # a kind described but not decided here: kept, and said
+    return Entry(name, kind, _size(path), f"{kind}: clean does not decide this kind; left alone"), "unknown"
 
 
-def _generation(found_build: str, found_format: int, build: str, module_format: int | None) -> str:
+def _format_of(artifact: Artifact) -> int | str | None:
+    return artifact.format() if artifact.format is not None else None
+
+
+def _generation(found_build: str, found_format: int, build: str, module_format: int | str | None) -> str:
     if found_build != build:
         return f"made for vocabulary build {found_build} (current: {build})"
     return f"format {found_format}, this version reads format {module_format}"
@@ -403,30 +388,6 @@ def _size(path: Path) -> int:
             with suppress(OSError):
                 total += (Path(root) / file).lstat().st_size
     return total
-
-
-def _node_table_format() -> int:
-    from phenoforge.setbuild.nodes import NODE_TABLE_FORMAT
-
-    return NODE_TABLE_FORMAT
-
-
-def _word_counts_format() -> int:
-    from phenoforge.setbuild.robust import WORD_COUNTS_FORMAT
-
-    return WORD_COUNTS_FORMAT
-
-
-def _knowledge_format() -> int:
-    from phenoforge.setbuild.transfer import KNOWLEDGE_FORMAT
-
-    return KNOWLEDGE_FORMAT
-
-
-def _model_format() -> int:
-    from phenoforge.setbuild.learned import FORMAT_VERSION
-
-    return FORMAT_VERSION
 
 
 # -- locks and removal -------------------------------------------------------------------------------------

@@ -228,7 +228,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scoring", ("phenoforge.eval",)),
     ("set building", ("phenoforge.setbuild",)),
     ("methods", ("phenoforge.methods",)),
-    ("runs", ("phenoforge.eval.harness", "phenoforge.eval.sweep", "phenoforge.app_state", "phenoforge.prune")),
+    (
+        "runs",
+        (
+            "phenoforge.eval.harness",
+            "phenoforge.eval.sweep",
+            "phenoforge.app_state",
+            "phenoforge.prune",
+            "phenoforge.artifacts",
+        ),
+    ),
     ("agent", ("phenoforge.agent",)),
     ("decomposition", ("phenoforge.eval.decomposition", "phenoforge.eval.decomposition_cases")),
     ("athena", ("phenoforge.athena",)),

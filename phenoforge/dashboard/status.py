@@ -66,3 +66,24 @@ def bundled_libraries_current(root: Path | None = None) -> bool:
         if not isinstance(build, dict) or build.get("format_version") != FORMAT_VERSION:
             return False
     return True
+
+
+def stored_files() -> tuple[list[dict[str, object]], list[str]]:
+    """What the data directory holds, one row per described kind (``phenoforge.artifacts``), and the names no
+    description matches: Home's table of stored files reads the same table ``clean`` does."""
+    from phenoforge.artifacts import inventory
+    from phenoforge.config import data_dir
+
+    held, unknown = inventory(data_dir())
+    rows = [
+        {
+            "kind": entry.artifact.kind,
+            "where": f"data/{entry.artifact.folder}" if entry.artifact.folder else "data",
+            "count": entry.count,
+            "megabytes": round(entry.size / 1e6, 1),
+            "format": str(entry.artifact.format()) if entry.artifact.format is not None else "",
+            "what": entry.artifact.what,
+        }
+        for entry in held
+    ]
+    return rows, unknown
