@@ -40,15 +40,10 @@ from phenoforge.setbuild.builders.learned import Learned
 from phenoforge.setbuild.candidates import CandidateTable, RankedIds, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example, library_examples
 from phenoforge.setbuild.groups import is_training_library, library_group
-from phenoforge.setbuild.learned import (
-    ALL_FEATURE_NAMES,
-    LeakageError,
-    MembershipModel,
-    models_dir,
-    not_stored,
-)
+from phenoforge.setbuild.learned import ALL_FEATURE_NAMES, LeakageError, MembershipModel
 from phenoforge.setbuild.learned import FORMAT_VERSION as LEARNED_FORMAT_VERSION
 from phenoforge.setbuild.learned import RECIPE as LEARNED_RECIPE
+from phenoforge.setbuild.model_store import models_dir, not_stored
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.robust import get_typo_corrector, umbrella_nodes
 from phenoforge.setbuild.transfer import (

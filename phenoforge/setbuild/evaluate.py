@@ -20,15 +20,8 @@ from phenoforge.setbuild.context import CONTEXT_FEATURES, with_context_features
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.cutoff import build_cutoff, tune_cutoff
 from phenoforge.setbuild.features import FEATURE_NAMES
-from phenoforge.setbuild.learned import (
-    LeakageError,
-    MembershipModel,
-    TrainingDataTooSmall,
-    build_learned,
-    ensure_model,
-    model_name,
-    models_dir,
-)
+from phenoforge.setbuild.learned import LeakageError, MembershipModel, TrainingDataTooSmall, build_learned
+from phenoforge.setbuild.model_store import ensure_model, model_name, models_dir
 from phenoforge.setbuild.subtree import build_subtree, tune_subtree
 from phenoforge.setbuild.transfer import (
     TRANSFER_METHOD,

@@ -15,7 +15,7 @@ import pytest
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
-from phenoforge.setbuild import learned
+from phenoforge.setbuild import learned, model_store
 from phenoforge.setbuild.learned import MATRIX_COLUMNS, MembershipModel, ModelError, ModelManifest
 from phenoforge.setbuild.trees import TreeEnsemble, TreeFileError, ensemble_bytes
 from tests.setbuild.conftest import resign_model
@@ -362,8 +362,8 @@ def _with_other_leaves(data: bytes) -> bytes:
 
 def test_a_stored_model_predicts_the_estimators_bits_after_a_round_trip(tmp_path: Path) -> None:
     model, estimator = _model()
-    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
-    loaded = learned.load_model(directory, BUILD)
+    directory = model_store.save_model(model, tmp_path / "models" / "membership-x")
+    loaded = model_store.load_model(directory, BUILD)
     rows = np.random.default_rng(20).normal(size=(500, 4))
     rows[::7, 1] = np.nan
     assert np.array_equal(loaded.probabilities(_matrix(rows)), estimator.predict_proba(rows)[:, 1])
@@ -374,36 +374,36 @@ def test_a_model_rewritten_with_the_same_size_and_mtime_is_not_served_from_the_c
     """Coarse file clocks give two writes within a few milliseconds one mtime: the cache must still see
     that the manifest now vouches for other bytes."""
     model, estimator = _model()
-    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
+    directory = model_store.save_model(model, tmp_path / "models" / "membership-x")
     rows = np.random.default_rng(21).normal(size=(200, 4))
-    first = learned.load_model(directory, BUILD).probabilities(_matrix(rows))
+    first = model_store.load_model(directory, BUILD).probabilities(_matrix(rows))
     path = directory / learned.MODEL_FILE
     stat = path.stat()
     other = _with_other_leaves(model.trees.data)
     resign_model(directory, other)
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
-    second = learned.load_model(directory, BUILD)
+    second = model_store.load_model(directory, BUILD)
     assert second.trees.data == other
     assert not np.array_equal(second.probabilities(_matrix(rows)), first)
     # the same bytes edited in place without re-signing: refused once the file visibly changed
     path.write_bytes(model.trees.data)
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     with pytest.raises(ModelError, match="checksum does not match"):
-        learned.load_model(directory, BUILD)
+        model_store.load_model(directory, BUILD)
 
 
 def test_the_cache_never_serves_trees_the_manifest_does_not_vouch_for(tmp_path: Path) -> None:
     """A file corrupted in place with its size and mtime kept: the cached trees are the ones whose
     checksum the manifest holds (the answer is the stored model's, never the corrupt bytes')."""
     model, _estimator = _model()
-    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
-    learned.load_model(directory, BUILD)
+    directory = model_store.save_model(model, tmp_path / "models" / "membership-x")
+    model_store.load_model(directory, BUILD)
     path = directory / learned.MODEL_FILE
     stat = path.stat()
     path.write_bytes(_with_other_leaves(model.trees.data))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    again = learned.load_model(directory, BUILD)
+    again = model_store.load_model(directory, BUILD)
     assert hashlib.sha256(again.trees.data).hexdigest() == again.manifest.sha256
 
 
@@ -425,11 +425,11 @@ def test_a_stored_file_that_is_not_one_probability_per_row_is_refused_on_load(tm
     """A re-signed graph reading float64 rows of the right width passed every check, and answered
     four numbers per row: predict_many then handed each query the numbers of other rows."""
     model, _estimator = _model()
-    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
+    directory = model_store.save_model(model, tmp_path / "models" / "membership-x")
     resign_model(directory, _onnx("Identity", [None, 4], [None, 4]))
     rows = _matrix(np.random.default_rng(22).normal(size=(10, 4)))
     try:
-        loaded = learned.load_model(directory, BUILD)
+        loaded = model_store.load_model(directory, BUILD)
     except ModelError:
         return
     answer = loaded.probabilities(rows)
@@ -439,10 +439,10 @@ def test_a_stored_file_that_is_not_one_probability_per_row_is_refused_on_load(tm
 def test_a_stored_file_with_a_scalar_input_is_refused_as_a_model_error(tmp_path: Path) -> None:
     """ensure_model retrains on ModelError; an IndexError from the shape check ends the whole run instead."""
     model, _estimator = _model()
-    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
+    directory = model_store.save_model(model, tmp_path / "models" / "membership-x")
     resign_model(directory, _onnx("Identity", [], []))
     with pytest.raises(ModelError):
-        learned.load_model(directory, BUILD)
+        model_store.load_model(directory, BUILD)
 
 
 def test_stored_trees_that_read_beyond_the_declared_width_are_refused_on_load(tmp_path: Path) -> None:
@@ -456,11 +456,11 @@ def test_stored_trees_that_read_beyond_the_declared_width_are_refused_on_load(tm
     relabelled = onnx.load_from_string(ensemble_bytes(wide))
     relabelled.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 4
     model, _estimator = _model(width=4)
-    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
+    directory = model_store.save_model(model, tmp_path / "models" / "membership-x")
     resign_model(directory, relabelled.SerializeToString())
     rows = _matrix(np.random.default_rng(24).normal(size=(10, 4)))
     try:
-        loaded = learned.load_model(directory, BUILD)
+        loaded = model_store.load_model(directory, BUILD)
     except ModelError:
         return
     loaded.probabilities(rows)  # must not raise: a loaded model predicts

@@ -22,11 +22,8 @@ from phenoforge.setbuild.learned import (
     ModelError,
     TrainingDataTooSmall,
     build_learned,
-    ensure_model,
-    load_model,
-    model_name,
-    models_dir,
 )
+from phenoforge.setbuild.model_store import ensure_model, load_model, model_name, models_dir
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.transfer import with_transfer_features
 

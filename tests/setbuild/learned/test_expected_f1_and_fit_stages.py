@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import phenoforge.setbuild.builders.learned as learned_builder
 from phenoforge.engine.curated import Library, load_library
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.setbuild import learned
+from phenoforge.setbuild import learned, model_store
 from phenoforge.setbuild.api import fit_builders, fit_stages
 from phenoforge.setbuild.candidates import CandidateTable, Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example
@@ -33,14 +33,11 @@ from phenoforge.setbuild.learned import (
     MembershipModel,
     TrainingDataTooSmall,
     build_learned,
-    ensure_model,
     learned_features,
-    load_model,
-    models_dir,
-    save_model,
     select,
     train_membership_model,
 )
+from phenoforge.setbuild.model_store import ensure_model, load_model, models_dir, save_model
 from tests.setbuild.conftest import SMALL, all_curated, edit_manifest
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -378,7 +375,7 @@ def test_a_manifest_with_a_misspelt_rule_is_unusable_and_retrained(
         learned.ModelError, match="corrupt model manifest \\(rule: .*unknown selection rule 'expected-f1'"
     ):
         _with_rule(model, directory, "expected-f1", 2.0, hierarchy)
-    _model, notes = learned.ensure_model(
+    _model, notes = model_store.ensure_model(
         fixture_con, hierarchy, train_examples, with_dense=False, directory=directory, **SMALL
     )
     assert any("unusable, retrained" in note for note in notes)

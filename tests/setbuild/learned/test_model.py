@@ -23,12 +23,10 @@ from phenoforge.setbuild.learned import (
     ModelError,
     TrainingDataTooSmall,
     build_learned,
-    ensure_model,
-    load_model,
-    save_model,
     select,
     train_membership_model,
 )
+from phenoforge.setbuild.model_store import ensure_model, load_model, save_model
 from tests.setbuild.conftest import SMALL, all_curated, edit_manifest, score_fixture_library
 
 

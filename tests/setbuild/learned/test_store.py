@@ -16,15 +16,11 @@ import duckdb
 import pytest
 
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.setbuild import learned
+from phenoforge.setbuild import learned, model_store
 from phenoforge.setbuild.candidates import Retrieval, build_candidates
 from phenoforge.setbuild.corpus import Example
-from phenoforge.setbuild.learned import (
-    MembershipModel,
-    ModelError,
-    build_learned,
-    ensure_model,
-)
+from phenoforge.setbuild.learned import MembershipModel, ModelError, build_learned
+from phenoforge.setbuild.model_store import ensure_model
 from tests.setbuild.conftest import SMALL, edit_manifest, resign_model
 
 
@@ -91,7 +87,7 @@ def test_two_writers_of_one_model_both_succeed_and_the_second_reuses_it(
                 barrier.wait()
         replace(src, dst)
 
-    monkeypatch.setattr(learned.os, "replace", replace_together)
+    monkeypatch.setattr(model_store.os, "replace", replace_together)
     errors: list[BaseException] = []
     notes: list[list[str]] = []
 
@@ -122,7 +118,7 @@ def test_a_manifest_whose_features_do_not_fit_the_stored_estimator_is_refused(
     manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
     edit_manifest(directory, features=manifest["features"][:-1])
     with pytest.raises(ModelError, match="features"):
-        learned.load_model(directory, hierarchy.build_id)
+        model_store.load_model(directory, hierarchy.build_id)
     model, notes = ensure_model(
         fixture_con,
         hierarchy,
@@ -151,13 +147,13 @@ def test_a_model_file_replaced_with_a_pickle_that_runs_code_is_refused_before_it
 ) -> None:
     """The checksum only says the manifest and the file agree: whoever can write data/models (a shared
     or copied data folder) can re-sign any file, and loading a pickled model ran their code."""
-    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
+    directory = model_store.save_model(model, tmp_path / "models" / "membership-x")
     marker = tmp_path / "ran"
     resign_model(directory, pickle.dumps(_RunsACommand(marker)))
     with pytest.raises(ModelError, match="not a readable tree ensemble"):
-        learned.load_model(directory, hierarchy.build_id)
+        model_store.load_model(directory, hierarchy.build_id)
     assert not marker.exists()
-    assert learned.load_model(learned.save_model(model, tmp_path / "models" / "again"), hierarchy.build_id)
+    assert model_store.load_model(model_store.save_model(model, tmp_path / "models" / "again"), hierarchy.build_id)
 
 
 def test_a_model_file_replaced_with_trees_of_another_width_is_refused(
@@ -173,10 +169,10 @@ def test_a_model_file_replaced_with_trees_of_another_width_is_refused(
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(60, width))
     narrow = HistGradientBoostingClassifier(max_iter=3).fit(rows, rows[:, 0] > 0)
-    directory = learned.save_model(model, tmp_path / "models" / "membership-x")
+    directory = model_store.save_model(model, tmp_path / "models" / "membership-x")
     resign_model(directory, ensemble_bytes(narrow))
     with pytest.raises(ModelError, match=f"read {width} features"):
-        learned.load_model(directory, hierarchy.build_id)
+        model_store.load_model(directory, hierarchy.build_id)
 
 
 def test_a_model_trained_on_the_same_cohorts_but_other_candidate_rows_is_retrained(

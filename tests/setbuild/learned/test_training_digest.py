@@ -13,17 +13,12 @@ import numpy as np
 import pytest
 
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.setbuild import learned
+from phenoforge.setbuild import learned, model_store
 from phenoforge.setbuild.candidates import Retrieval
 from phenoforge.setbuild.corpus import Example, make_example
 from phenoforge.setbuild.features import FEATURE_NAMES
-from phenoforge.setbuild.learned import (
-    LeakageError,
-    ensure_model,
-    load_model,
-    train_membership_model,
-    training_digest,
-)
+from phenoforge.setbuild.learned import LeakageError, train_membership_model, training_digest
+from phenoforge.setbuild.model_store import ensure_model, load_model
 from tests.setbuild.conftest import DROP, SMALL, edit_manifest
 
 SAME_COHORTS_NOTE = "same cohorts but other rows"
@@ -238,7 +233,7 @@ def test_a_given_rule_is_reused_on_the_same_rows_and_retrained_on_other_ones(
     assert (model.manifest.rule, model.manifest.threshold) == rule
     assert model.manifest.training_digest == training_digest(changed, model.manifest.features)
     # the default directory name includes the rule: a rule-less call does not pick the ruled model
-    assert learned.model_name(["fixture-train"], FEATURE_NAMES, False, rule) != learned.model_name(
+    assert model_store.model_name(["fixture-train"], FEATURE_NAMES, False, rule) != model_store.model_name(
         ["fixture-train"], FEATURE_NAMES, False
     )
 

@@ -15,19 +15,17 @@ from hypothesis import strategies as st
 
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.setbuild import evaluate as evaluate_module
-from phenoforge.setbuild import learned
+from phenoforge.setbuild import learned, model_store
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES
 from phenoforge.setbuild.learned import (
     MONOTONE_EVIDENCE,
     VARIANTS,
     MembershipModel,
-    ensure_model,
-    load_model,
     monotone_constraints,
-    save_model,
     train_membership_model,
 )
+from phenoforge.setbuild.model_store import ensure_model, load_model, save_model
 from tests.setbuild.conftest import SMALL, score_fixture_library
 
 
@@ -228,7 +226,7 @@ def test_the_benchmark_reports_the_variant_and_an_ablation_can_fix_it(
     reported: str,
 ) -> None:
     # a given rule without a variant asks for free trees
-    monkeypatch.setattr(learned, "models_dir", lambda: tmp_path / "models")
+    monkeypatch.setattr(model_store, "models_dir", lambda: tmp_path / "models")
     monkeypatch.setattr(evaluate_module, "ensure_model", functools.partial(ensure_model, **SMALL))
     report = score_fixture_library(
         fixture_con, hierarchy, train_examples, other_examples, rule=("threshold", 0.3), variant=given

@@ -15,7 +15,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.setbuild import learned
+from phenoforge.setbuild import learned, model_store
 from phenoforge.setbuild.context import CONTEXT_FEATURES
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES
@@ -28,14 +28,11 @@ from phenoforge.setbuild.learned import (
     ModelError,
     ModelManifest,
     build_learned,
-    ensure_model,
-    load_model,
-    model_name,
     monotone_constraints,
-    save_model,
     select,
     train_membership_model,
 )
+from phenoforge.setbuild.model_store import ensure_model, load_model, model_name, save_model
 from phenoforge.setbuild.nodes import billable_below
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES
 from tests.setbuild.conftest import DROP, SMALL, edit_manifest
@@ -456,7 +453,7 @@ def test_model_names_keep_variants_apart_and_default_directories_reuse_per_varia
     names = {v: model_name(["a"], FEATURE_NAMES, False, None, v) for v in (None, *VARIANTS)}
     assert len(set(names.values())) == 3
     assert model_name(["a"], FEATURE_NAMES, False) == names[None]  # an older caller's name is unchanged
-    monkeypatch.setattr(learned, "models_dir", lambda: tmp_path / "models")
+    monkeypatch.setattr(model_store, "models_dir", lambda: tmp_path / "models")
     kwargs = {"with_dense": False, **SMALL}
     mono, _ = ensure_model(fixture_con, hierarchy, train_examples, variant="monotone", **kwargs)  # type: ignore[arg-type]
     assert mono.manifest.variant == "monotone"
