@@ -7,6 +7,7 @@ import streamlit as st
 import dashboard_ui as ui
 from phenoforge import app_state
 from phenoforge.dashboard.benchmark import leaderboard, saved_run
+from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.resources import (
     build_vocabulary,
     claude_key_set,
@@ -157,7 +158,7 @@ def leaderboard_section() -> None:
         return
     run = saved_run(latest.run_id)
     st.caption(
-        f"Run {run.run_id} · {run.library_id} · {len(run.parameters.cohort_ids)} cohorts · "
+        f"Run {run.run_id} · {plain(run.library_id)} · {len(run.parameters.cohort_ids)} cohorts · "
         f"k={run.parameters.k} · dense weight {run.parameters.dense_weight} · "
         f"finished {run.finished_at} · vocabulary {run.vocabulary_release}"
     )

@@ -15,6 +15,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from phenoforge.dashboard.explore import CohortMembership
+from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.resources import CursorPool, DenseManager, open_vocabulary, vocabulary_present
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.errors import PhenoforgeError
@@ -81,7 +82,7 @@ def libraries() -> list[Library]:
     broken: list[str] = []
     found = list_libraries(errors=broken)
     for problem in broken:
-        st.warning(f"A cohort library is skipped: {problem}")
+        st.warning(f"A cohort library is skipped: {plain(problem)}")
     return found
 
 
@@ -152,7 +153,7 @@ def run_page(main: Callable[[], None]) -> None:
     try:
         main()
     except PhenoforgeError as error:
-        st.error(str(error))
+        st.error(plain(error))  # messages quote what was supplied (a file's names, a URL's ids)
 
 
 def progress_callback(bar: Any, prefix: str = "") -> Callable[[int, int, str], None]:

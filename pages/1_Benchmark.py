@@ -27,7 +27,9 @@ from phenoforge.dashboard.benchmark import (
     run_and_save,
     saved_run,
     significance,
+    user_methods_enabled,
 )
+from phenoforge.dashboard.markdown import chart_text, plain
 from phenoforge.errors import PhenoforgeError
 
 
@@ -53,11 +55,13 @@ def controls(libraries: list) -> tuple[object, BenchmarkParameters, str, bool]:
             key="bench_methods",
             help="; ".join(f"{m}: {h}" for m, h in method_help().items()),
         )
-        custom = st.text_input(
-            "Your own methods (module:function, comma-separated)",
-            key="bench_custom",
-            help="a function (context, task) -> codes, importable from where the dashboard runs",
-        )
+        custom = ""
+        if user_methods_enabled():  # a server setting: off, the page runs registered methods only
+            custom = st.text_input(
+                "Your own methods (module:function, comma-separated)",
+                key="bench_custom",
+                help="a function (context, task) -> codes, importable from where the dashboard runs",
+            )
         cols = st.columns(3)
         k = int(cols[0].number_input("k (codes per method)", 1, 200, 25, key="bench_k"))
         weight = float(cols[1].slider("dense_weight", 0.0, 1.0, 0.5, 0.05, key="bench_weight"))
@@ -92,7 +96,7 @@ def run_now(library: object, parameters: BenchmarkParameters, label: str) -> Non
             )
     except PhenoforgeError as error:
         bar.empty()
-        st.error(str(error))
+        st.error(plain(error))
         return
     bar.empty()
     st.session_state["bench_run_id"] = run.run_id
@@ -136,7 +140,7 @@ def upload_section(library: object) -> None:
                         name=name,
                     )
             except PhenoforgeError as error:
-                st.error(str(error))
+                st.error(plain(error))
                 return
             st.session_state["bench_run_id"] = run.run_id
             st.success(
@@ -156,9 +160,9 @@ def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
         )
     for method, flag in method_flags(run.report).items():
         if flag.startswith("degraded"):
-            st.warning(f"`{method}`: {flag}")
+            st.warning(f"{plain(method)}: {plain(flag)}")
         else:
-            st.caption(f"`{method}`: {flag}")
+            st.caption(f"{plain(method)}: {plain(flag)}")
     st.dataframe(
         pd.DataFrame(
             [
@@ -204,7 +208,7 @@ def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
         means = [mean_of(s) for s in summaries]
         bars.add_bar(
             name=label,
-            x=[s.method for s in summaries],
+            x=[chart_text(s.method) for s in summaries],
             y=means,
             error_y={
                 "type": "data",
@@ -305,7 +309,7 @@ def cohort_section(run: BenchmarkRun, baseline: str) -> None:
             st.markdown(f"[Open in the drilldown]({drilldown_link(run.library_id, cohort, method, run.run_id)})")
     if run.report.skipped:
         with st.expander(f"{len(run.report.skipped)} skipped cohort/method pairs"):
-            st.write("\n".join(f"- {s}" for s in run.report.skipped))
+            st.markdown("\n".join(f"- {plain(s)}" for s in run.report.skipped))
 
 
 def export_section(run: BenchmarkRun) -> None:
@@ -366,7 +370,11 @@ def saved_runs_section() -> None:
         figure = go.Figure()
         for run_id in compare:
             part = frame[frame["run_id"] == run_id]
-            figure.add_bar(name=labels[run_id][:60], x=part["method"], y=part["mean_hierarchical"])
+            figure.add_bar(
+                name=chart_text(labels[run_id][:60]),
+                x=[chart_text(m) for m in part["method"]],
+                y=part["mean_hierarchical"],
+            )
         figure.update_layout(
             barmode="group",
             title="Mean hierarchical score per run",
@@ -395,14 +403,14 @@ def main() -> None:
         run = saved_run(run_id)
         st.subheader(f"Run {run.run_id}")
         st.caption(
-            f"{run.library_id} · {len(run.parameters.cohort_ids)} cohorts · methods "
-            f"{', '.join(run.parameters.methods)} · k={run.parameters.k} · dense weight "
+            f"{plain(run.library_id)} · {len(run.parameters.cohort_ids)} cohorts · methods "
+            f"{plain(', '.join(run.parameters.methods))} · k={run.parameters.k} · dense weight "
             f"{run.parameters.dense_weight} · {run.started_at} → {run.finished_at} · "
             f"vocabulary {run.vocabulary_release}"
         )
         methods = list(dict.fromkeys(r.method for r in run.report.results))
         if not methods:
-            st.warning("This run scored nothing: " + "; ".join(run.report.skipped[:5]))
+            st.warning("This run scored nothing: " + plain("; ".join(run.report.skipped[:5])))
         else:
             baseline = st.selectbox("Baseline method", methods, key="bench_baseline")
             summary_section(run, baseline, libraries)

@@ -15,6 +15,7 @@ from phenoforge.dashboard.drilldown import (
     outcome_counts,
 )
 from phenoforge.dashboard.drilldown_source import deep_link_notices, method_means, results_for
+from phenoforge.dashboard.markdown import plain
 from phenoforge.errors import PhenoforgeError
 
 
@@ -37,7 +38,7 @@ def main() -> None:
         try:
             run = saved_run(run_id)
         except PhenoforgeError as error:
-            st.warning(f"{error}; showing a live run instead.")
+            st.warning(f"{plain(error)}; showing a live run instead.")
     library = ui.library_picker(
         libraries, key="dd_library", default_id=run.library_id if run else params.get("library")
     )
@@ -59,7 +60,7 @@ def main() -> None:
         cohort_id,
         ids,
     ):
-        st.warning(notice)
+        st.warning(notice)  # deep_link_notices escapes what the link supplied
     dense = ui.dense_retriever()
     options = (
         list(run.parameters.methods)
@@ -90,7 +91,7 @@ def main() -> None:
             con, library, cohort_id, methods, run if use_run else None, dense=dense, k=k, dense_weight=weight
         )
         for message in skipped:
-            st.warning(message)
+            st.warning(plain(message))
         means = method_means(library.library_id, run if use_run else None)
         for result in results:
             view = cohort_drilldown(con, result)
@@ -99,7 +100,7 @@ def main() -> None:
 
 
 def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
-    st.subheader(f"{view.cohort_name} · {view.method}")
+    st.subheader(f"{plain(view.cohort_name)} · {plain(view.method)}")
     cols = st.columns(4)
 
     def delta(value: float, key: str) -> str | None:

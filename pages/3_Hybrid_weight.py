@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import dashboard_ui as ui
+from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.weights import (
     CURVE_WEIGHTS,
     SWEEP_WEIGHTS,
@@ -31,13 +32,13 @@ def not_scored(skipped: list[str], scored: int) -> bool:
     """Name the cohorts that cannot be scored; True when none of the chosen ones can (nothing to show)."""
     if not scored:
         st.warning(
-            "None of the chosen cohorts can be scored" + "".join(f"\n- {line}" for line in skipped),
+            "None of the chosen cohorts can be scored" + "".join(f"\n- {plain(line)}" for line in skipped),
             icon=":material/block:",
         )
         return True
     if skipped:
         with st.expander(f"{len(skipped)} cohort(s) not scored (the means leave them out)"):
-            st.write("\n".join(f"- {line}" for line in skipped))
+            st.markdown("\n".join(f"- {plain(line)}" for line in skipped))
     return False
 
 
@@ -160,7 +161,7 @@ def sweep_view(swept: LibrarySweep) -> None:
             f"{', '.join(swept.trained_on) or 'nothing (untuned defaults)'}."
         )
     for note in swept.notes:
-        st.caption(note)
+        st.caption(plain(note))
     if not_scored(swept.skipped, len(swept.rows)):
         return
     choice = swept.choice

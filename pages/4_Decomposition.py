@@ -20,6 +20,7 @@ from phenoforge.dashboard.decomposition import (
     spread_rows,
     uploaded_cases,
 )
+from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.resources import claude_key_set
 from phenoforge.errors import PhenoforgeError
 
@@ -51,7 +52,7 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
         + (", ".join(f"{k} {v}" for k, v in sorted(report.landed_counts.items())) or "—")
     )
     for message in report.skipped:
-        st.caption(f"skipped {message}")
+        st.caption(f"skipped {plain(message)}")
     st.dataframe(
         pd.DataFrame(case_rows(report)),
         hide_index=True,
@@ -63,12 +64,12 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
     for r in report.results:
         if r.error:
             continue
-        with st.expander(f"{r.cohort_id} · {r.population_description} · gap {r.gap:+.3f}"):
+        with st.expander(f"{plain(r.cohort_id)} · {plain(r.population_description)} · gap {r.gap:+.3f}"):
             cols = st.columns(3)
             cols[0].metric("Baseline (cohort name searched)", f"{r.baseline_hierarchical_score:.3f}")
             cols[1].metric("Decomposed", f"{r.decomposed_hierarchical_score:.3f}")
             cols[2].metric("Curated codes", r.n_ground_truth)
-            st.write(f"Seed terms: {', '.join(r.seed_terms) or '—'}")
+            st.markdown(f"Seed terms: {plain(', '.join(r.seed_terms)) or '—'}")
             if r.term_resolutions:
                 st.dataframe(
                     pd.DataFrame(
@@ -96,12 +97,12 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
 def repeat_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
     st.subheader(label)
     if report.n_runs_scored == 0:
-        st.error(f"no run scored a case: {run_status(report.runs[0]).message}")
+        st.error(f"no run scored a case: {plain(run_status(report.runs[0]).message)}")
         return
     for number, run in enumerate(report.runs, start=1):
         status = run_status(run)
         if status.level != "ok":
-            st.warning(f"run {number}: {status.message}")
+            st.warning(f"run {number}: {plain(status.message)}")
     cols = st.columns(3)
     cols[0].metric("Mean gap over cases", f"{report.mean_gap:+.4f}")
     cols[1].metric("95% CI of the mean", f"[{report.mean_gap_ci_low:+.4f}, {report.mean_gap_ci_high:+.4f}]")
@@ -182,7 +183,7 @@ def main() -> None:
         try:
             cases = uploaded_cases(upload.getvalue(), upload.name)
         except PhenoforgeError as error:
-            st.error(str(error))
+            st.error(plain(error))
             return
     else:
         cases = cases_of(runnable[chosen], split)

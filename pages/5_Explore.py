@@ -8,6 +8,7 @@ import streamlit as st
 import dashboard_ui as ui
 from phenoforge.agent.lay_terms import spell_out_for_search
 from phenoforge.dashboard.explore import code_details, search_side_by_side
+from phenoforge.dashboard.markdown import plain
 
 
 def search_section() -> None:
@@ -29,7 +30,7 @@ def search_section() -> None:
         query, notes = spell_out_for_search(con, query)
         results = search_side_by_side(con, query, ["bm25", "dense", "hybrid"], k=k, dense=dense, dense_weight=weight)
     for note in notes:
-        st.caption(note)
+        st.caption(plain(note))
     columns = st.columns(len(results))
     for column, (method, result) in zip(columns, results.items(), strict=True):
         column.markdown(f"**{method}**" + (" (degraded)" if result.degraded else ""))
@@ -58,12 +59,12 @@ def lookup_section() -> None:
         details = code_details(con, code, ui.libraries(), ui.cohort_membership())
     if details is None:
         st.warning(
-            f"{code!r} is not a code in the loaded vocabulary. Check the spelling (dots "
+            f"'{plain(code)}' is not a code in the loaded vocabulary. Check the spelling (dots "
             "are optional), or search for it by name above."
         )
         return
     concept = details.concept
-    st.markdown(f"### {concept.code} · {concept.name}")
+    st.markdown(f"### {plain(concept.code)} · {plain(concept.name)}")
     st.caption(
         f"{concept.kind} · {'billable' if concept.billable else 'not billable'} · concept id {concept.concept_id}"
     )

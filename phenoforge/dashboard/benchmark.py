@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import threading
 from pathlib import Path
 from urllib.parse import urlencode
@@ -31,6 +32,11 @@ from phenoforge.eval.qrels import load_qrels
 from phenoforge.eval.runs import Run, parse_run_csv, parse_run_json
 from phenoforge.eval.stats import MethodComparison, bootstrap_ci, compare_methods
 from phenoforge.methods import available_methods as registered_methods
+from phenoforge.methods.registry import MethodError
+
+USER_METHODS_ENV = "PHENOFORGE_DASHBOARD_USER_METHODS"
+"""Set to 1 on the server to let the Benchmark page run ``module:function`` methods (off by default:
+anyone who can open the page could otherwise import any module and call any callable on the server)."""
 
 METRIC_LABELS: dict[str, str] = {m.key: m.label for m in DEFAULT_MEASURES}
 """Labels come from the measures themselves (phenoforge.eval.measures), nowhere else."""
@@ -46,6 +52,26 @@ def metric_value(result: CohortEvalResult, metric: str) -> float:
 def available_methods(dense_ready: bool) -> list[str]:
     """Every registered method; those that need the dense index only once it is ready."""
     return [name for name, m in registered_methods().items() if dense_ready or "dense" not in m.needs]
+
+
+def user_methods_enabled() -> bool:
+    """Whether this server lets the dashboard run ``module:function`` methods (see USER_METHODS_ENV)."""
+    return os.environ.get(USER_METHODS_ENV, "").strip() == "1"
+
+
+def checked_methods(methods: list[str], allow_user_methods: bool | None = None) -> list[str]:
+    """``methods`` when each is registered (a built-in or an installed entry point); a
+    ``module:function`` only when the server allows it. Checked before anything is imported."""
+    allowed = user_methods_enabled() if allow_user_methods is None else allow_user_methods
+    registered = registered_methods()
+    refused = [m for m in methods if m not in registered and not (allowed and ":" in m)]
+    if refused:
+        raise MethodError(
+            f"{', '.join(repr(m) for m in refused)}: not a registered method. The dashboard runs the built-in "
+            f"and installed methods ({', '.join(registered)}); run your own module:function with the CLI, or "
+            f"start the dashboard with {USER_METHODS_ENV}=1."
+        )
+    return methods
 
 
 def method_help() -> dict[str, str]:
@@ -339,6 +365,7 @@ def import_run_and_save(
     Nothing is saved when the file has problems: :class:`~phenoforge.eval.runs.RunImportError`
     lists them with their line numbers.
     """
+    checked_methods(compare_with)
     started = app_state.now_iso()
     run = parse_uploaded_run(con, library, data, filename, name)
     qrels = load_qrels(con, Path(library.path)).subset(list(run.cohorts))
@@ -408,7 +435,9 @@ def run_and_save(
     label: str = "",
     dense_problem: str | None = None,
 ) -> BenchmarkRun:
-    """Run the benchmark as asked and store it in the app-state database before returning."""
+    """Run the benchmark as asked (registered methods only, see :func:`checked_methods`) and store it
+    in the app-state database before returning."""
+    checked_methods(parameters.methods)
     started = app_state.now_iso()
     report = run_benchmark(
         con,

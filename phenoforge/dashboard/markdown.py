@@ -8,6 +8,7 @@ all leaves nothing for the renderer to act on (links, images, emphasis, headings
 
 from __future__ import annotations
 
+import html
 import re
 
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
@@ -16,3 +17,9 @@ _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 def plain(text: object) -> str:
     """``text`` escaped so Streamlit's Markdown shows it literally, on one line."""
     return _PUNCTUATION.sub(r"\\\1", " ".join(str(text).split()))
+
+
+def chart_text(text: object) -> str:
+    """``text`` for a Plotly label or title: Plotly renders a subset of HTML there (``<a href>``, ``<b>``,
+    ``<span style>``), so ``<``, ``>`` and ``&`` become entities and the text shows as typed."""
+    return html.escape(str(text), quote=False)

@@ -138,7 +138,8 @@ def test_no_method_chosen_says_so(app: Callable[[str], AppTest]) -> None:
     assert app_state.list_benchmark_runs() == []
 
 
-def test_a_module_function_method_runs_from_the_page(app) -> None:  # type: ignore[no-untyped-def]
+def test_a_module_function_method_runs_from_the_page_when_the_server_allows_it(app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PHENOFORGE_DASHBOARD_USER_METHODS", "1")
     at = app("pages/1_Benchmark.py")
     at.run()
     at.multiselect(key="bench_methods").set_value(["bm25"])
@@ -155,7 +156,8 @@ def test_a_module_function_method_runs_from_the_page(app) -> None:  # type: igno
     assert report.methods[spec].source == spec
 
 
-def test_a_bad_module_function_says_so_on_the_page(app) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_module_function_says_so_on_the_page(app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PHENOFORGE_DASHBOARD_USER_METHODS", "1")
     at = app("pages/1_Benchmark.py")
     at.run()
     at.text_input(key="bench_custom").set_value("no_such_module_xyz:f")

@@ -15,7 +15,7 @@ from phenoforge.engine.dense import load_dense_if_ready
 from phenoforge.errors import PhenoforgeError
 from phenoforge.eval.decomposition import OHDSI_TEST_CASES, DecompositionTestCase, score_decomposition
 from phenoforge.eval.models import DecompositionCaseResult, DecompositionReport
-from tests.dashboard.conftest import frame_with
+from tests.dashboard.conftest import frame_with, shown
 from tests.dashboard.fixture_data import FIXTURE_COHORTS
 from tests.engine.fake_embedder import FakeEmbedder
 
@@ -60,7 +60,7 @@ def test_uploaded_case_file_runs_and_bad_lines_are_named(app: Callable[[str], Ap
     at.file_uploader(key="dec_upload").set_value(
         ("mine.csv", b"population_description,cohort_id\nadults with gout,999\nkids with asthma,\n", "text/csv")
     ).run()
-    errors = " ".join(e.value for e in at.error)
+    errors = shown(" ".join(e.value for e in at.error))
     assert "mine.csv: 2 bad line(s)" in errors and "line 2:" in errors and "line 3: cohort_id is empty" in errors
     at.file_uploader(key="dec_upload").set_value(
         (

@@ -16,7 +16,7 @@ from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import ancestor_chain_ids
 from phenoforge.eval.harness import match_scores, run_benchmark
 from phenoforge.eval.metrics import distance_weighted_score, tree_distance
-from tests.dashboard.conftest import frame_with
+from tests.dashboard.conftest import frame_with, shown
 from tests.dashboard.fixture_data import LIBRARY_DIR
 
 
@@ -65,7 +65,7 @@ def test_changing_method_updates_the_url(app: Callable[[str], AppTest]) -> None:
     assert not at.exception
     assert at.query_params["method"] == "bm25,expand_descendants"
     assert at.query_params["cohort"] == "519"
-    assert [h.value for h in at.subheader] == ["Heart failure · bm25", "Heart failure · expand_descendants"]
+    assert [shown(h.value) for h in at.subheader] == ["Heart failure · bm25", "Heart failure · expand_descendants"]
 
 
 def test_saved_run_link_uses_the_run_and_its_means(
@@ -87,7 +87,7 @@ def test_saved_run_link_uses_the_run_and_its_means(
 def test_unknown_run_id_falls_back_with_a_message(app: Callable[[str], AppTest]) -> None:
     at = _page(app, library="ohdsi-fixture", cohort="521", method="bm25", run="nope")
     assert any("no saved benchmark run" in w.value for w in at.warning)
-    assert [h.value for h in at.subheader] == ["Asthma · bm25"]
+    assert [shown(h.value) for h in at.subheader] == ["Asthma · bm25"]
     assert "run" not in at.query_params
 
 

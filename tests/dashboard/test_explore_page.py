@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from phenoforge.engine.bm25 import bm25_search
 from phenoforge.engine.expansion import expand_ancestors
+from tests.dashboard.conftest import shown
 
 
 def test_search_side_by_side(app: Callable[[str], AppTest], dash_con: duckdb.DuckDBPyConnection) -> None:
@@ -30,7 +31,7 @@ def test_lookup_shows_ancestors_children_notes_and_cohorts(
     at.query_params["code"] = "i50.21"
     at.run()
     assert not at.exception
-    assert any(m.value.startswith("### I50.21 · Acute systolic") for m in at.markdown)
+    assert any(shown(m.value).startswith("### I50.21 · Acute systolic") for m in at.markdown)
     frames = {tuple(d.value.columns): d.value for d in at.dataframe}
     ancestors = frames[("code", "name", "kind")]
     assert list(ancestors["code"]) == expand_ancestors(dash_con, "I50.21")
@@ -57,6 +58,6 @@ def test_search_spells_out_an_abbreviation_and_says_so(
     at = app("pages/5_Explore.py").run()
     at.text_input(key="ex_query").input("CHF").run()
     assert not at.exception
-    assert any("searched as 'congestive heart failure'" in caption.value for caption in at.caption)
+    assert any("searched as 'congestive heart failure'" in shown(caption.value) for caption in at.caption)
     frames = [d.value for d in at.dataframe if "rank" in d.value.columns]
     assert list(frames[0]["code"]) == bm25_search(dash_con, "congestive heart failure", k=10).codes

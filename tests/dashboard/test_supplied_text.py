@@ -12,10 +12,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from phenoforge import app_state
+from phenoforge.app_state import BenchmarkParameters
 from phenoforge.dashboard.benchmark import import_run_and_save, run_and_save, saved_run
 from phenoforge.engine.curated import load_library
 from phenoforge.errors import PhenoforgeError
-from phenoforge.app_state import BenchmarkParameters
 from tests.dashboard.fixture_data import FIXTURE_COHORTS, LIBRARY_DIR
 from tests.fixture_library import write_icd_library
 
@@ -66,7 +66,9 @@ def hostile(dash: Path, dash_con: duckdb.DuckDBPyConnection) -> str:
     """A hostile library installed, with a benchmark run and an uploaded run named with markup; returns
     the uploaded run's id."""
     library = load_library(hostile_library(dash / "libraries"))
-    run_and_save(dash_con, library, BenchmarkParameters(methods=["bm25"], k=10, dense_weight=0.5, cohort_ids=library.cohort_ids))
+    run_and_save(
+        dash_con, library, BenchmarkParameters(methods=["bm25"], k=10, dense_weight=0.5, cohort_ids=library.cohort_ids)
+    )
     upload = b"cohort_id,code\nh503,E11.9\nh519,I50.9\n"
     return import_run_and_save(dash_con, library, upload, "mine.csv", ["bm25"], name=HOSTILE).run_id
 
