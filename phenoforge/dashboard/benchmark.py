@@ -184,8 +184,8 @@ def expert_agreement_lines(con: duckdb.DuckDBPyConnection, libraries: list[Libra
 
 
 def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:
-    """Per cohort and method, coverage against precision; clicking a method in the legend (or a point)
-    highlights that method's cohorts, and a brushed region filters the cohort list beside it."""
+    """Per cohort and method, coverage against precision (colour and shape per method); clicking a
+    method in the legend (or a point) highlights its cohorts, and a brushed region filters the list below."""
     rows = [
         {
             "method": r.method,
@@ -205,12 +205,17 @@ def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:
         .encode(
             x=alt.X("coverage:Q", scale=alt.Scale(domain=[0, 1]), title="coverage"),
             y=alt.Y("precision:Q", scale=alt.Scale(domain=[0, 1]), title="precision = 1 − over-inclusion"),
-            color=alt.Color("method:N"),
+            color=alt.Color("method:N", scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(orient="right")),
+            shape=alt.Shape("method:N"),
             opacity=alt.condition(pick, alt.value(0.9), alt.value(0.08)),
             tooltip=["cohort:N", "method:N", alt.Tooltip("hierarchical:Q", format=".3f")],
         )
         .add_params(pick, brush)
-        .properties(title="Coverage vs precision (click a method in the legend; drag to select cohorts)", height=340)
+        .properties(
+            title="Coverage vs precision per cohort (click a method in the legend; drag to select cohorts)",
+            width=560,
+            height=340,
+        )
     )
     listing = (
         alt.Chart(data)
@@ -221,9 +226,10 @@ def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:
         .transform_calculate(label="datum.cohort + ' (' + datum.method + ')'")
         .transform_window(row_number="row_number()")
         .transform_filter("datum.row_number <= 20")
-        .properties(title="Selected cohorts (first 20)", width=260, height=340)
+        .properties(title="Selected cohorts (first 20)", width=560, height=300)
     )
-    return alt.hconcat(points, listing)  # type: ignore[return-value]  # an HConcatChart renders like a Chart
+    # Stacked, not side by side: side by side the legend and the list fell off a 1,280 px window.
+    return alt.vconcat(points, listing)  # type: ignore[return-value]  # a VConcatChart renders like a Chart
 
 
 def scores_by_method(report: BenchmarkReport, metric: str = "hierarchical") -> dict[str, dict[str, float]]:
@@ -481,4 +487,165 @@ def leaderboard(report: BenchmarkReport) -> list[dict[str, object]]:
             "n_cohorts": sum(1 for r in report.results if r.method == method),
         }
         for method, score in ranked
+    ]
+
+
+TABLE_MEASURES: tuple[str, ...] = ("hierarchical", "coverage", "precision", "exact_f1")
+"""The summary's measures, each one where higher is better (precision rather than over-inclusion)."""
+SHORT_LABELS: dict[str, str] = {
+    "hierarchical": "Hierarchical",
+    "coverage": "Coverage",
+    "precision": "Precision",
+    "exact_f1": "Exact F1",
+}
+METHOD_CAVEATS: dict[str, str] = {
+    "expand_descendants": "starts from a curated code, so its precision is near perfect by construction",
+}
+"""What a reader must know to read a method's numbers, shown on the summary table itself."""
+
+
+def p_text(p: float) -> str:
+    """A p-value as a reader takes it: never 0.0000."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def difference_text(diff: float, low: float, high: float, comparison: MethodComparison | None) -> str:
+    """The difference to the baseline with its interval and verdict, in words, in one cell."""
+    verdict = ""
+    if comparison is not None:
+        if comparison.note:
+            verdict = f"; {comparison.note}"
+        else:
+            verdict = f"; {'significant' if comparison.significant else 'not significant'}, {p_text(comparison.p_holm)}"
+    return f"{direction_text(diff)} (95% CI {low:+.3f} to {high:+.3f}){verdict}"
+
+
+def direction_text(diff: float, higher: str = "higher", lower: str = "lower") -> str:
+    """A signed difference in words ("0.315 higher"), so no reader has to decode a minus sign."""
+    if round(diff, 3) == 0:
+        return "the same (to 3 decimals)"
+    return f"{abs(diff):.3f} {higher if diff > 0 else lower}"
+
+
+class SummaryRow(BaseModel):
+    """One method's line of the summary table: means per measure, intervals, and the baseline difference."""
+
+    method: str
+    n_cohorts: int
+    means: dict[str, float]
+    cis: dict[str, tuple[float, float]]
+    best_at: list[str]
+    vs_baseline: str
+    note: str
+
+
+def _means(results: list[CohortEvalResult], metric: str) -> list[float]:
+    return [metric_value(r, metric) for r in results]
+
+
+def summary_rows(
+    report: BenchmarkReport, baseline: str, sort_by: str = "hierarchical", n_resamples: int = 2000
+) -> list[SummaryRow]:
+    """Methods best first on ``sort_by``, each measure's best marked, the paired difference to
+    ``baseline`` on ``sort_by`` with its bootstrap interval and Holm-corrected permutation test."""
+    grouped = _by_method(report)
+    tests = {c.method_b: c for c in significance(report, baseline, sort_by)} if baseline in grouped else {}
+    base_scores = {r.cohort_id: metric_value(r, sort_by) for r in grouped.get(baseline, [])}
+    rows: list[SummaryRow] = []
+    for method, results in grouped.items():
+        means = {m: sum(_means(results, m)) / len(results) for m in TABLE_MEASURES}
+        cis = {
+            m: (ci.low, ci.high)
+            for m in TABLE_MEASURES
+            for ci in [bootstrap_ci(_means(results, m), n_resamples=n_resamples)]
+        }
+        if method == baseline or not base_scores:
+            versus = "the baseline" if method == baseline else "no baseline"
+        else:
+            diffs = [metric_value(r, sort_by) - base_scores[r.cohort_id] for r in results if r.cohort_id in base_scores]
+            ci = bootstrap_ci(diffs, n_resamples=n_resamples)
+            versus = (
+                difference_text(sum(diffs) / len(diffs), ci.low, ci.high, tests.get(method))
+                if diffs
+                else "no shared cohorts"
+            )
+        rows.append(
+            SummaryRow(
+                method=method,
+                n_cohorts=len(results),
+                means=means,
+                cis=cis,
+                best_at=[],
+                vs_baseline=versus,
+                note=METHOD_CAVEATS.get(method, ""),
+            )
+        )
+    for m in TABLE_MEASURES:
+        best = max(row.means[m] for row in rows) if rows else 0.0
+        for row in rows:
+            if row.means[m] >= best - 1e-12:
+                row.best_at.append(SHORT_LABELS[m])
+    return sorted(rows, key=lambda row: -row.means[sort_by])
+
+
+def summary_table(rows: list[SummaryRow], baseline: str, sort_by: str) -> list[dict[str, object]]:
+    """The summary as the page shows it: few columns, so it fits a 1,280 px window."""
+    return [
+        {
+            "method": ("★ " if SHORT_LABELS[sort_by] in row.best_at else "") + row.method,
+            "cohorts": row.n_cohorts,
+            **{SHORT_LABELS[m]: row.means[m] for m in TABLE_MEASURES},
+            f"vs {baseline} ({SHORT_LABELS[sort_by]})": row.vs_baseline,
+            "best at": ", ".join(row.best_at),
+            "note": row.note,
+        }
+        for row in rows
+    ]
+
+
+def interval_table(rows: list[SummaryRow]) -> list[dict[str, object]]:
+    """Each measure's 95 % bootstrap interval per method: the detail behind the summary."""
+    return [
+        {"method": row.method, **{SHORT_LABELS[m]: f"{lo:.3f} – {hi:.3f}" for m, (lo, hi) in row.cis.items()}}
+        for row in rows
+    ]
+
+
+def expert_agreement_text(line: LibraryAgreement, rows: list[SummaryRow]) -> str:
+    """The expert line, counted as what it counts (pairs), and what a method above it means."""
+    text = (
+        f"Expert agreement: {line.mean_hierarchical_score:.3f} hierarchical, {line.mean_exact_f1:.3f} exact F1, "
+        f"the mean over {line.n_pairs} pairs of cohorts in which this library's experts and another library's "
+        "experts defined the same condition: how far two expert lists agree."
+    )
+    above = [row for row in rows if row.means["hierarchical"] > line.mean_hierarchical_score]
+    if above:
+        names = ", ".join(f"{row.method} ({row.means['hierarchical']:.3f})" for row in above)
+        text += (
+            f" Above it: {names}. Such a method agrees with these experts more than other experts do, which is "
+            "possible (for example by reusing another library's curated lists), so the line is a reference, "
+            "not a ceiling."
+        )
+    return text
+
+
+def default_methods(options: list[str]) -> list[str]:
+    """Every built-in method the server can run now: the best set builders and the reference methods."""
+    from phenoforge.methods.registry import builtin_methods
+
+    return [m for m in builtin_methods() if m in options]
+
+
+def significance_rows(comparisons: list[MethodComparison]) -> list[dict[str, object]]:
+    """The permutation tests in words: 'significant' or 'not significant', p never printed as 0.0000."""
+    return [
+        {
+            "method": c.method_b,
+            "cohorts": c.n_cohorts,
+            "difference": direction_text(c.mean_diff),
+            "p (Holm)": p_text(c.p_holm),
+            "p (raw)": p_text(c.p_value),
+            "verdict": c.note or ("significant" if c.significant else "not significant"),
+        }
+        for c in comparisons
     ]
