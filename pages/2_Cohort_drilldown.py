@@ -10,9 +10,12 @@ import dashboard_ui as ui
 from phenoforge.dashboard.benchmark import available_methods, saved_run
 from phenoforge.dashboard.drilldown import (
     OUTCOME_COLOURS,
+    code_table,
     cohort_drilldown,
+    distance_bins,
     hierarchy_nodes,
     outcome_counts,
+    provenance_table,
 )
 from phenoforge.dashboard.drilldown_source import deep_link_notices, method_means, results_for
 from phenoforge.dashboard.markdown import plain
@@ -124,49 +127,36 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
             f"{mean['coverage']:.3f}, over-inclusion {mean['over_inclusion']:.3f}, "
             f"hierarchical {mean['hierarchical']:.3f}."
         )
-    frame = pd.DataFrame([row.model_dump() for row in view.rows])
-    left, right = st.columns(2)
-    for column, side, title in (
-        (left, ("in both", "predicted only"), "Predicted"),
-        (right, ("in both", "curated only"), "Curated"),
-    ):
-        part = frame[frame["status"].isin(side)] if not frame.empty else frame
-        column.markdown(f"**{title}** ({len(part)})")
-        column.dataframe(
-            part,
-            hide_index=True,
-            width="stretch",
-            key=f"dd_{title}_{view.method}",
-            column_order=[
-                "code",
-                "name",
-                "status",
-                "best_match",
-                "best_match_name",
-                "tree_distance",
-                "partial_credit",
-                "outcome",
-                "why",
-            ],
-            column_config={
-                "partial_credit": st.column_config.NumberColumn(format="%.3f"),
-                "why": st.column_config.ListColumn("why in the list"),
-            },
+    st.dataframe(
+        pd.DataFrame(code_table(view)),
+        hide_index=True,
+        width="stretch",
+        key=f"dd_codes_{view.method}",
+        column_config={
+            "credit": st.column_config.NumberColumn("credit", format="%.3f", width="small"),
+            "code": st.column_config.TextColumn("code", width="small"),
+            "in": st.column_config.TextColumn("in", width="small"),
+        },
+    )
+    with st.expander("Best matches, tree distances and full provenance"):
+        st.dataframe(
+            pd.DataFrame(provenance_table(view)), hide_index=True, width="stretch", key=f"dd_detail_{view.method}"
         )
     left, right = st.columns(2)
+    bins = distance_bins(view)
     hist = go.Figure()
-    for direction, counter in view.distance_counts.items():
-        labels = sorted(counter, key=lambda d: (d == "no common ancestor", int(d) if d.isdigit() else 0))
-        hist.add_bar(name=direction, x=labels, y=[counter[d] for d in labels])
+    for direction, counts in bins.counts.items():
+        hist.add_bar(name=direction, x=bins.x, y=counts)
     hist.update_layout(
         title="Tree distance to the nearest match",
         barmode="group",
-        xaxis={"title": "edges (0 = exact)", "type": "category"},
+        xaxis={"title": "edges (0 = exact)", "tickmode": "array", "tickvals": bins.x, "ticktext": bins.ticktext},
         yaxis={"title": "codes"},
         height=360,
         margin={"t": 50, "b": 30},
+        legend={"orientation": "h", "y": -0.25},
     )
-    left.plotly_chart(hist, width="stretch", key=f"dd_hist_{view.method}")
+    left.plotly_chart(hist, width="stretch", key=f"dd_hist_{view.method}", config={"displayModeBar": False})
     sunburst = go.Figure(
         go.Sunburst(
             ids=nodes.ids,
@@ -184,7 +174,7 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
         height=420,
         margin={"t": 50, "b": 10, "l": 10, "r": 10},
     )
-    right.plotly_chart(sunburst, width="stretch", key=f"dd_sunburst_{view.method}")
+    right.plotly_chart(sunburst, width="stretch", key=f"dd_sunburst_{view.method}", config={"displayModeBar": False})
 
 
 ui.run_page(main)
