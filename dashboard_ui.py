@@ -64,11 +64,16 @@ def require_vocabulary() -> None:
 
 
 def home_link() -> None:
-    """A link to Home; a plain one where the page runs as its own app (no page registry)."""
+    page_link("home.py", "Go to Home", ":material/home:", "/")
+
+
+def page_link(page: str, label: str, icon: str, url: str | None = None) -> None:
+    """A link to another page; where the page runs as its own app (AppTest: no page registry), a plain
+    link to ``url``, or the label in bold when there is none."""
     try:
-        st.page_link("app.py", label="Go to Home", icon=":material/home:")
+        st.page_link(page, label=label, icon=icon)
     except StreamlitAPIException:
-        st.markdown("[🏠 Go to Home](/)")
+        st.markdown(f"[{label}]({url})" if url else f"**{label}**")
 
 
 @contextmanager

@@ -649,3 +649,67 @@ def significance_rows(comparisons: list[MethodComparison]) -> list[dict[str, obj
         }
         for c in comparisons
     ]
+
+
+class Headline(BaseModel):
+    """A library's latest full benchmark in one line: its best method and that method's score."""
+
+    library_id: str
+    run_id: str
+    finished_at: str
+    n_cohorts: int
+    n_methods: int
+    best_method: str
+    best_hierarchical: float
+    runner_up: str
+    runner_up_hierarchical: float | None
+
+
+def headlines(runs: list[app_state.BenchmarkRunSummary], cohort_counts: dict[str, int]) -> list[Headline]:
+    """Per installed library, its newest run over every cohort (an upload or a subset is not a headline).
+
+    ``runs`` come newest first, as :func:`phenoforge.app_state.list_benchmark_runs` returns them.
+    """
+    found: dict[str, Headline] = {}
+    for run in runs:
+        total = cohort_counts.get(run.library_id)
+        if run.library_id in found or total is None or len(run.parameters.cohort_ids) < total:
+            continue
+        if run.label.startswith("imported run"):
+            continue
+        ranked = sorted(run.means.get("hierarchical", {}).items(), key=lambda item: -item[1])
+        if not ranked:
+            continue
+        second = ranked[1] if len(ranked) > 1 else ("", None)
+        found[run.library_id] = Headline(
+            library_id=run.library_id,
+            run_id=run.run_id,
+            finished_at=run.finished_at,
+            n_cohorts=len(run.parameters.cohort_ids),
+            n_methods=len(ranked),
+            best_method=ranked[0][0],
+            best_hierarchical=ranked[0][1],
+            runner_up=second[0],
+            runner_up_hierarchical=second[1],
+        )
+    return [found[library_id] for library_id in cohort_counts if library_id in found]
+
+
+def headline_rows(found: list[Headline]) -> list[dict[str, object]]:
+    """The Home page's table: one line per library, the best method and by how much it leads."""
+    return [
+        {
+            "library": h.library_id,
+            "best method": h.best_method,
+            "hierarchical": h.best_hierarchical,
+            "next best": h.runner_up,
+            "lead": direction_text(h.best_hierarchical - h.runner_up_hierarchical)
+            if h.runner_up_hierarchical is not None
+            else "",
+            "cohorts": h.n_cohorts,
+            "methods": h.n_methods,
+            "run": h.run_id,
+            "finished": h.finished_at[:16].replace("T", " "),
+        }
+        for h in found
+    ]
