@@ -7,7 +7,13 @@ import streamlit as st
 
 import dashboard_ui as ui
 from phenoforge.agent.lay_terms import spell_out_for_search
-from phenoforge.dashboard.explore import code_details, search_side_by_side
+from phenoforge.dashboard.explore import (
+    EMPTY_QUERY_HINT,
+    code_details,
+    search_side_by_side,
+    support_threshold,
+    support_warning,
+)
 from phenoforge.dashboard.markdown import plain
 
 
@@ -24,6 +30,7 @@ def search_section() -> None:
     k = int(cols[1].number_input("k", 1, 50, 10, key="ex_k"))
     weight = float(cols[2].slider("dense_weight", 0.0, 1.0, 0.5, 0.05, key="ex_weight"))
     if not query.strip():
+        st.info(EMPTY_QUERY_HINT)
         return
     results = None
     with ui.cursor() as con:
@@ -31,6 +38,9 @@ def search_section() -> None:
         results = search_side_by_side(con, query, ["bm25", "dense", "hybrid"], k=k, dense=dense, dense_weight=weight)
     for note in notes:
         st.caption(plain(note))
+    warning = support_warning(results, support_threshold())
+    if warning:
+        st.warning(warning, icon=":material/help:")
     columns = st.columns(len(results))
     for column, (method, result) in zip(columns, results.items(), strict=True):
         column.markdown(f"**{method}**" + (" (degraded)" if result.degraded else ""))
@@ -42,7 +52,11 @@ def search_section() -> None:
             hide_index=True,
             width="stretch",
             key=f"ex_{method}",
-            column_config={"score": st.column_config.NumberColumn(format="%.4f")},
+            column_config={
+                "score": st.column_config.NumberColumn(format="%.3f", width="small"),
+                "rank": st.column_config.NumberColumn(width="small"),
+                "code": st.column_config.TextColumn(width="small"),
+            },
         )
         for note in result.notes:
             column.caption(note)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -121,3 +122,54 @@ def code_details(
     ]
     cohorts = membership.cohorts_with(con, libraries, concept.code)
     return CodeDetails(concept=concept, ancestors=ancestors, children=children, notes=notes, cohorts=cohorts)
+
+
+DENSE_SUPPORT_THRESHOLD = 0.0
+"""Top dense score below which no code in the vocabulary supports a query (see QUERY_SUPPORT_NOTE)."""
+QUERY_SUPPORT_NOTE = ""
+"""How DENSE_SUPPORT_THRESHOLD was calibrated and its error rates on held-out queries."""
+EMPTY_QUERY_HINT = (
+    "Type a condition, a symptom or a procedure as a clinician would write it, e.g. "
+    "'type 2 diabetes with kidney disease', 'heart failure', 'hip fracture after a fall'; or a code such as "
+    "E11.22 in 'Look a code up' below."
+)
+
+
+def top_score(result: SearchResult | None) -> float | None:
+    return max((hit.score for hit in result.hits), default=None) if result is not None else None
+
+
+def unsupported(bm25_empty: bool, dense_top: float | None, threshold: float | None) -> bool:
+    """Nothing in the vocabulary supports the query: BM25 matches no description and the best dense
+    score is under the calibrated threshold (or there is no calibrated dense model to ask)."""
+    if not bm25_empty:
+        return False
+    return threshold is None or dense_top is None or dense_top < threshold
+
+
+def support_warning(results: dict[str, SearchResult], threshold: float | None) -> str | None:
+    """The warning every method's results sit under when the query is unsupported, else None.
+
+    Dense and hybrid always return their k nearest codes, however far; this says so instead of
+    letting them look confident. ``threshold`` is None where the embedder is not the calibrated one.
+    """
+    bm25 = results.get("bm25")
+    bm25_empty = bm25 is None or not bm25.hits
+    dense_top = top_score(results.get("dense"))
+    if not unsupported(bm25_empty, dense_top, threshold):
+        return None
+    detail = (
+        "" if dense_top is None or threshold is None else f" (best dense score {dense_top:.3f}, under {threshold:.3f})"
+    )
+    return (
+        "Nothing in the vocabulary supports this query: no code description contains its words, and the "
+        f"nearest codes by meaning are far from it{detail}. The codes below are the nearest anyway, not matches."
+    )
+
+
+def support_threshold() -> float | None:
+    """The calibrated threshold where the dense model is the calibrated one (the real model); None
+    under a stand-in embedder (tests), whose scores mean something else."""
+    from phenoforge.dashboard.resources import EMBEDDER_ENV
+
+    return None if os.environ.get(EMBEDDER_ENV) else DENSE_SUPPORT_THRESHOLD

@@ -61,3 +61,30 @@ def test_search_spells_out_an_abbreviation_and_says_so(
     assert any("searched as 'congestive heart failure'" in shown(caption.value) for caption in at.caption)
     frames = [d.value for d in at.dataframe if "rank" in d.value.columns]
     assert list(frames[0]["code"]) == bm25_search(dash_con, "congestive heart failure", k=10).codes
+
+
+def test_an_empty_query_says_what_to_type(app: Callable[[str], AppTest]) -> None:
+    at = app("pages/5_Explore.py").run()
+    assert not at.exception
+    assert any("Type a condition" in i.value for i in at.info)
+
+
+def test_a_query_nothing_supports_is_flagged_for_every_method_with_results_kept(
+    app: Callable[[str], AppTest],
+) -> None:
+    at = app("pages/5_Explore.py").run()
+    at.text_input(key="ex_query").set_value("glorp snarfle wibble").run()
+    assert not at.exception
+    assert any("Nothing in the vocabulary supports this query" in w.value for w in at.warning)
+    assert len(at.dataframe) >= 2  # dense and hybrid still show their nearest codes, under the warning
+    at.text_input(key="ex_query").set_value("heart failure").run()
+    assert not any("Nothing in the vocabulary supports" in w.value for w in at.warning)
+
+
+def test_support_rule_uses_bm25_and_the_calibrated_dense_threshold() -> None:
+    from phenoforge.dashboard.explore import unsupported
+
+    assert unsupported(bm25_empty=True, dense_top=0.2, threshold=0.4)
+    assert not unsupported(bm25_empty=True, dense_top=0.6, threshold=0.4)  # a typo the dense model still reads
+    assert not unsupported(bm25_empty=False, dense_top=0.1, threshold=0.4)  # words of a code description
+    assert unsupported(bm25_empty=True, dense_top=0.9, threshold=None)  # an uncalibrated embedder: BM25 decides
