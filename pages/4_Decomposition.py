@@ -12,7 +12,9 @@ from phenoforge.dashboard.decomposition import (
     case_rows,
     case_sets,
     cases_of,
+    gap_sentence,
     landing_share,
+    missing_cases_hint,
     run_decomposition,
     run_status,
     runnable_cases,
@@ -41,12 +43,12 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
     st.subheader(label)
     if not status_banner(report):
         return
-    cols = st.columns(5)
-    cols[0].metric("Mean gap (baseline − decomposed)", f"{report.mean_gap:+.4f}")
-    cols[1].metric("Mean baseline", f"{report.mean_baseline_hierarchical_score:.4f}")
-    cols[2].metric("Mean decomposed", f"{report.mean_decomposed_hierarchical_score:.4f}")
-    cols[3].metric("Cases scored", report.n_scored)
-    cols[4].metric("Cases with a term on the target", f"{landing_share(report):.0%}")
+    st.markdown(f"**{gap_sentence(report.mean_gap)}** (mean hierarchical score over the cases scored).")
+    cols = st.columns(4)
+    cols[0].metric("Baseline (name searched)", f"{report.mean_baseline_hierarchical_score:.3f}")
+    cols[1].metric("Decomposed", f"{report.mean_decomposed_hierarchical_score:.3f}")
+    cols[2].metric("Cases scored", report.n_scored)
+    cols[3].metric("Term on target", f"{landing_share(report):.0%}", help="cases with a seed term on the target")
     st.caption(
         f"Retrieval: {report.retrieval} · k={report.k} · where terms landed: "
         + (", ".join(f"{k} {v}" for k, v in sorted(report.landed_counts.items())) or "—")
@@ -103,13 +105,16 @@ def repeat_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
         status = run_status(run)
         if status.level != "ok":
             st.warning(f"run {number}: {plain(status.message)}")
-    cols = st.columns(3)
-    cols[0].metric("Mean gap over cases", f"{report.mean_gap:+.4f}")
-    cols[1].metric("95% CI of the mean", f"[{report.mean_gap_ci_low:+.4f}, {report.mean_gap_ci_high:+.4f}]")
-    cols[2].metric("SD of the per-run means", f"{report.stdev_mean_gap:.4f}")
+    st.markdown(f"**{gap_sentence(report.mean_gap)}** (mean over cases and runs).")
+    cols = st.columns(2)
+    cols[0].metric(
+        "95% CI, decomposed − baseline", f"{-report.mean_gap_ci_high:+.3f} to {-report.mean_gap_ci_low:+.3f}"
+    )
+    cols[1].metric("SD of the per-run means", f"{report.stdev_mean_gap:.3f}")
     st.caption(
-        f"{report.n} runs; the interval is a bootstrap over cases of each case's mean gap across runs. "
-        "Per-run means: " + ", ".join(f"{gap:+.4f}" for gap in report.mean_gap_per_run)
+        f"{report.n} runs; the interval is a bootstrap over cases of each case's mean across runs; above zero, "
+        "decomposition scores higher. Per run, decomposed − baseline: "
+        + ", ".join(f"{-gap:+.3f}" for gap in report.mean_gap_per_run)
     )
     st.dataframe(
         pd.DataFrame(spread_rows(report)),
@@ -143,7 +148,13 @@ def main() -> None:
         names,
         index=default,
         key="dec_set",
-        format_func=lambda n: n if n == UPLOADED else f"{n} ({len(runnable[n])} of {len(sets[n])} runnable here)",
+        format_func=lambda n: (
+            n
+            if n == UPLOADED
+            else f"{n} ({len(runnable[n])} of {len(sets[n])} cases runnable here"
+            + ("; its library is not installed" if not runnable[n] else "")
+            + ")"
+        ),
     )
     split = cols[1].radio(
         "Split",
@@ -188,11 +199,7 @@ def main() -> None:
     else:
         cases = cases_of(runnable[chosen], split)
     if not cases:
-        st.warning(
-            "None of these cases' libraries and cohorts is installed here: build the "
-            "bundled libraries on the Home page, or fetch the OHDSI library for the "
-            "'ohdsi' set."
-        )
+        st.warning(missing_cases_hint(chosen, sets.get(chosen, [])))
         return
     if st.button(
         f"Run {len(cases)} test cases" + (f" × {repeat}" if repeat > 1 else ""), type="primary", key="dec_run"

@@ -166,3 +166,22 @@ def spread_rows(report: RepeatReport) -> list[dict[str, Any]]:
         }
         for case in report.cases
     ]
+
+
+def gap_sentence(gap: float) -> str:
+    """A gap (baseline − decomposed, so negative is good) in words with its direction spelled out."""
+    if round(gap, 3) == 0:
+        return "Decomposition scores the same as searching the cohort name (to 3 decimals)"
+    return f"Decomposition scores {abs(gap):.3f} {'higher' if gap < 0 else 'lower'} than searching the cohort name"
+
+
+def missing_cases_hint(set_name: str, cases: list[DecompositionTestCase]) -> str:
+    """What to load so a case set runs here: the libraries its cases name, and how to get them."""
+    needed = sorted({case.library_id for case in cases if case.library_id})
+    how = (
+        "fetch it with `python -m phenoforge library fetch-ohdsi`"
+        if any(name.startswith("ohdsi") for name in needed) or set_name == "ohdsi"
+        else "build the bundled libraries on the Home page"
+    )
+    names = ", ".join(needed) or "the libraries holding their cohorts"
+    return f"The '{set_name}' cases need {names}, which is not installed here: {how}, then reload this page."
