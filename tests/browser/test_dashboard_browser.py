@@ -63,7 +63,7 @@ def _expected_weight(data_dir: Path, weight: float, k: int = 25) -> str:
         report = rescore_hybrid(con, cache, weight, k=k)
     finally:
         con.close()
-    return f"{report.mean_hierarchical_score_by_method['hybrid']:.4f}"
+    return f"{report.mean_hierarchical_score_by_method['hybrid']:.3f}"
 
 
 def test_every_page_in_a_real_browser(server: str, data_dir: Path, browser) -> None:  # type: ignore[no-untyped-def]
