@@ -22,4 +22,5 @@ PAGES = [
     st.Page("pages/6_Assemble.py", title="Assemble", icon=":material/checklist:", url_path="Assemble"),
 ]
 
+st.set_page_config(page_title="phenoforge", page_icon="🧬", layout="wide")  # every page: wide, 1,280 px fits
 st.navigation(PAGES).run()

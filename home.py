@@ -129,7 +129,13 @@ def loaded_section() -> None:
             ],
             hide_index=True,
             width="stretch",
-            column_config={"url": st.column_config.LinkColumn("url")},
+            column_config={
+                "library": st.column_config.TextColumn("library", width="small"),
+                "cohorts": st.column_config.NumberColumn("cohorts", width="small"),
+                "listed codes": st.column_config.NumberColumn("listed codes", width="small"),
+                "citation": st.column_config.TextColumn("citation", width="large"),
+                "url": st.column_config.LinkColumn("url", display_text="source", width="small"),
+            },
         )
     else:
         st.info(

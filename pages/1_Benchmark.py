@@ -16,6 +16,7 @@ from phenoforge.dashboard.benchmark import (
     TABLE_MEASURES,
     BenchmarkRun,
     available_methods,
+    best_cells,
     cohort_rows,
     coverage_precision_chart,
     default_methods,
@@ -33,6 +34,7 @@ from phenoforge.dashboard.benchmark import (
     saved_run,
     significance,
     significance_rows,
+    summary_notes,
     summary_rows,
     summary_table,
     user_methods_enabled,
@@ -156,6 +158,14 @@ def upload_section(library: object) -> None:
             )
 
 
+def highlight(table: pd.DataFrame, cells: list[tuple[int, str]]) -> pd.DataFrame:
+    """Styler CSS for the best cells: shading, so the best of each measure shows at a glance."""
+    css = pd.DataFrame("", index=table.index, columns=table.columns)
+    for row, column in cells:
+        css.loc[row, column] = "background-color: #d7f0dd; font-weight: 600"
+    return css
+
+
 def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
     cols = st.columns([1, 1, 2])
     sort_by = cols[0].selectbox("Sort by", list(TABLE_MEASURES), format_func=SHORT_LABELS.get, key="bench_sort_by")
@@ -171,18 +181,22 @@ def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
         f"**Methods, best first by {SHORT_LABELS[sort_by].lower()}** (★ best on it; every measure: higher is "
         f"better; the difference to {plain(baseline)} is paired over cohorts, Holm-corrected permutation test)"
     )
+    table = pd.DataFrame(summary_table(rows, baseline, sort_by))
+    styled = table.style.format({SHORT_LABELS[m]: "{:.3f}" for m in TABLE_MEASURES}).apply(
+        lambda _frame: highlight(table, best_cells(rows)), axis=None
+    )
     st.dataframe(
-        pd.DataFrame(summary_table(rows, baseline, sort_by)),
+        styled,
         hide_index=True,
         width="stretch",
         key="bench_summary",
         column_config={
-            **{SHORT_LABELS[m]: st.column_config.NumberColumn(SHORT_LABELS[m], format="%.3f") for m in TABLE_MEASURES},
-            "method": st.column_config.TextColumn("method", width="small"),
+            "method": st.column_config.TextColumn("method", width="medium"),
             "cohorts": st.column_config.NumberColumn("cohorts", width="small"),
-            "note": st.column_config.TextColumn("note", width="medium"),
+            **{SHORT_LABELS[m]: st.column_config.NumberColumn(SHORT_LABELS[m], width="small") for m in TABLE_MEASURES},
         },
     )
+    st.caption("Shaded: the best value of each measure. " + " ".join(plain(note) for note in summary_notes(rows)))
     with st.expander("95% bootstrap intervals of each mean"):
         st.dataframe(pd.DataFrame(interval_table(rows)), hide_index=True, width="stretch", key="bench_intervals")
     if line is not None:

@@ -514,7 +514,7 @@ def difference_text(diff: float, low: float, high: float, comparison: MethodComp
     verdict = ""
     if comparison is not None:
         if comparison.note:
-            verdict = f"; {comparison.note}"
+            verdict = f"; {comparison.note.split(':')[0]}"  # the whole note is in the tests' detail table
         else:
             verdict = f"; {'significant' if comparison.significant else 'not significant'}, {p_text(comparison.p_holm)}"
     return f"{direction_text(diff)} (95% CI {low:+.3f} to {high:+.3f}){verdict}"
@@ -589,18 +589,27 @@ def summary_rows(
 
 
 def summary_table(rows: list[SummaryRow], baseline: str, sort_by: str) -> list[dict[str, object]]:
-    """The summary as the page shows it: few columns, so it fits a 1,280 px window."""
+    """The summary as the page shows it: few columns, so it fits a 1,280 px window. ★ marks the best
+    on the sorting measure, † a method with a caveat (see :func:`summary_notes`)."""
     return [
         {
-            "method": ("★ " if SHORT_LABELS[sort_by] in row.best_at else "") + row.method,
+            "method": ("★ " if SHORT_LABELS[sort_by] in row.best_at else "") + row.method + (" †" if row.note else ""),
             "cohorts": row.n_cohorts,
             **{SHORT_LABELS[m]: row.means[m] for m in TABLE_MEASURES},
             f"vs {baseline} ({SHORT_LABELS[sort_by]})": row.vs_baseline,
-            "best at": ", ".join(row.best_at),
-            "note": row.note,
         }
         for row in rows
     ]
+
+
+def summary_notes(rows: list[SummaryRow]) -> list[str]:
+    """The caveats the † on the summary table refers to, one line per method."""
+    return [f"† {row.method}: {row.note}" for row in rows if row.note]
+
+
+def best_cells(rows: list[SummaryRow]) -> list[tuple[int, str]]:
+    """(row index, column label) of each measure's best value, for the page to highlight."""
+    return [(i, label) for i, row in enumerate(rows) for label in row.best_at]
 
 
 def interval_table(rows: list[SummaryRow]) -> list[dict[str, object]]:

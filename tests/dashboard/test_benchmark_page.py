@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from phenoforge import app_state
 from phenoforge.dashboard.benchmark import (
     SummaryRow,
+    best_cells,
     default_methods,
     direction_text,
     expert_agreement_text,
@@ -19,6 +20,7 @@ from phenoforge.dashboard.benchmark import (
     p_text,
     report_csv,
     significance,
+    summary_notes,
     summary_rows,
     summary_table,
 )
@@ -217,7 +219,8 @@ def test_sorting_by_another_measure_reorders_the_summary_and_marks_its_best(app:
     assert list(frame["Coverage"]) == sorted(frame["Coverage"], reverse=True)
     assert frame["method"].iloc[0].startswith("★ ")
     assert "vs bm25 (Coverage)" in frame.columns
-    assert all("Coverage" in best for best in frame["best at"][frame["method"].str.startswith("★ ")])
+    starred = frame[frame["method"].str.startswith("★ ")]
+    assert set(starred["Coverage"]) == {frame["Coverage"].max()}
 
 
 def _row(method: str, hierarchical: float, coverage: float) -> SummaryRow:
@@ -233,8 +236,11 @@ def test_the_summary_marks_the_best_method_of_each_measure(dash: Path, dash_con:
         best = max(r.means[measure] for r in rows)
         assert {r.method for r in rows if label in r.best_at} == {r.method for r in rows if r.means[measure] == best}
     table = summary_table(rows, "bm25", "precision")
-    by_method = {str(t["method"]).removeprefix("★ "): t for t in table}
-    assert "curated code" in str(by_method["expand_descendants"]["note"])  # its perfect precision explained
+    assert any(str(t["method"]).endswith("expand_descendants †") for t in table)  # marked on the table itself
+    assert any(n.startswith("† expand_descendants: starts from a curated code") for n in summary_notes(rows))
+    cells = best_cells(rows)
+    for index, row in enumerate(rows):
+        assert {label for i, label in cells if i == index} == set(row.best_at)
 
 
 def test_differences_and_p_values_are_in_words() -> None:
