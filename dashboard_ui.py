@@ -45,7 +45,22 @@ def shared_registry() -> dict[Any, Any]:
     return {}
 
 
+def leave_pages_folder_mode() -> None:
+    """Run under app.py's navigation, so the sidebar names the start page Home.
+
+    With a ``pages/`` folder beside app.py, Streamlit starts in its folder mode and, until some session
+    has run app.py's ``st.navigation``, a direct link runs its page alone under a sidebar whose first
+    entry reads "app". Switching the mode off and rerunning hands the same URL to app.py's navigation.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def page_header(title: str, caption: str | None = None) -> None:
+    leave_pages_folder_mode()
     st.set_page_config(page_title=f"phenoforge · {title}", page_icon="🧬", layout="wide")
     st.title(title)
     if caption:

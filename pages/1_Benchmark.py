@@ -172,14 +172,18 @@ def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
     rows = summary_rows(run.report, baseline, sort_by)
     with ui.cursor() as con:
         line = expert_agreement_lines(con, libraries).get(run.library_id)
-    for method, flag in method_flags(run.report).items():
-        if flag.startswith("degraded"):
-            st.warning(f"{plain(method)}: {plain(flag)}")
-        else:
+    flags = method_flags(run.report)
+    degraded = [f"- {plain(method)}: {plain(flag)}" for method, flag in flags.items() if flag.startswith("degraded")]
+    if degraded:
+        st.warning("\n".join(degraded))
+    for method, flag in flags.items():
+        if not flag.startswith("degraded"):
             st.caption(f"{plain(method)}: {plain(flag)}")
     st.markdown(
-        f"**Methods, best first by {SHORT_LABELS[sort_by].lower()}** (★ best on it; every measure: higher is "
-        f"better; the difference to {plain(baseline)} is paired over cohorts, Holm-corrected permutation test)"
+        f"**Methods, best first by {SHORT_LABELS[sort_by].lower()}**, means over "
+        f"{max(row.n_cohorts for row in rows)} cohorts (★ best on it; every measure: higher is better; "
+        f"the difference to {plain(baseline)} is paired over cohorts with a 95% CI and a Holm-corrected "
+        "permutation test)"
     )
     table = pd.DataFrame(summary_table(rows, baseline, sort_by))
     styled = table.style.format({SHORT_LABELS[m]: "{:.3f}" for m in TABLE_MEASURES}).apply(
@@ -192,7 +196,6 @@ def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
         key="bench_summary",
         column_config={
             "method": st.column_config.TextColumn("method", width="medium"),
-            "cohorts": st.column_config.NumberColumn("cohorts", width="small"),
             **{SHORT_LABELS[m]: st.column_config.NumberColumn(SHORT_LABELS[m], width="small") for m in TABLE_MEASURES},
         },
     )

@@ -514,10 +514,12 @@ def difference_text(diff: float, low: float, high: float, comparison: MethodComp
     verdict = ""
     if comparison is not None:
         if comparison.note:
-            verdict = f"; {comparison.note.split(':')[0]}"  # the whole note is in the tests' detail table
+            verdict = f", {comparison.note.split(':')[0]}"  # the whole note is in the tests' detail table
         else:
-            verdict = f"; {'significant' if comparison.significant else 'not significant'}, {p_text(comparison.p_holm)}"
-    return f"{direction_text(diff)} (95% CI {low:+.3f} to {high:+.3f}){verdict}"
+            verdict = (
+                f", {'significant' if comparison.significant else 'not significant'} ({p_text(comparison.p_holm)})"
+            )
+    return f"{direction_text(diff)}, CI {low:+.3f} to {high:+.3f}{verdict}"
 
 
 def direction_text(diff: float, higher: str = "higher", lower: str = "lower") -> str:
@@ -590,11 +592,15 @@ def summary_rows(
 
 def summary_table(rows: list[SummaryRow], baseline: str, sort_by: str) -> list[dict[str, object]]:
     """The summary as the page shows it: few columns, so it fits a 1,280 px window. ★ marks the best
-    on the sorting measure, † a method with a caveat (see :func:`summary_notes`)."""
+    on the sorting measure, † a method with a caveat (see :func:`summary_notes`); a method scored on
+    fewer cohorts than the most says how many."""
+    n_cohorts = max((row.n_cohorts for row in rows), default=0)
     return [
         {
-            "method": ("★ " if SHORT_LABELS[sort_by] in row.best_at else "") + row.method + (" †" if row.note else ""),
-            "cohorts": row.n_cohorts,
+            "method": ("★ " if SHORT_LABELS[sort_by] in row.best_at else "")
+            + row.method
+            + (" †" if row.note else "")
+            + ("" if row.n_cohorts == n_cohorts else f" ({row.n_cohorts} cohorts)"),
             **{SHORT_LABELS[m]: row.means[m] for m in TABLE_MEASURES},
             f"vs {baseline} ({SHORT_LABELS[sort_by]})": row.vs_baseline,
         }
