@@ -130,9 +130,8 @@ def loaded_section() -> None:
             hide_index=True,
             width="stretch",
             column_config={
-                "library": st.column_config.TextColumn("library", width="small"),
+                "library": st.column_config.TextColumn("library", width="medium"),
                 "cohorts": st.column_config.NumberColumn("cohorts", width="small"),
-                "listed codes": st.column_config.NumberColumn("listed codes", width="small"),
                 "citation": st.column_config.TextColumn("citation", width="large"),
                 "url": st.column_config.LinkColumn("url", display_text="source", width="small"),
             },

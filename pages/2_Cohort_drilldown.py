@@ -19,6 +19,7 @@ from phenoforge.dashboard.drilldown import (
 )
 from phenoforge.dashboard.drilldown_source import deep_link_notices, method_means, results_for
 from phenoforge.dashboard.markdown import plain
+from phenoforge.dashboard.wording import delta_text
 from phenoforge.errors import PhenoforgeError
 
 
@@ -107,7 +108,7 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
     cols = st.columns(4)
 
     def delta(value: float, key: str) -> str | None:
-        return None if mean is None else f"{value - float(mean[key]):+.3f} vs mean"
+        return None if mean is None else delta_text(value - float(mean[key]), "vs mean")
 
     cols[0].metric("Coverage", f"{view.coverage:.3f}", delta(view.coverage, "coverage"))
     cols[1].metric(
@@ -170,10 +171,11 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
         )
     )
     sunburst.update_layout(
-        title="Chapter › block › category › code (green hit, amber near miss, red miss, purple over-inclusion)",
+        title="Where the codes sit: chapter › block › category › code",
         height=420,
         margin={"t": 50, "b": 10, "l": 10, "r": 10},
     )
+    right.caption("Green: hit; amber: near miss; red: miss; purple: over-inclusion.")
     right.plotly_chart(sunburst, width="stretch", key=f"dd_sunburst_{view.method}", config={"displayModeBar": False})
 
 

@@ -16,7 +16,6 @@ from phenoforge.dashboard.weights import (
     WeightScorer,
     cohort_shifts,
     collect,
-    delta_text,
     gaining_and_losing,
     means,
     readable_note,
@@ -25,6 +24,7 @@ from phenoforge.dashboard.weights import (
     sweep_key,
     sweep_rows,
 )
+from phenoforge.dashboard.wording import delta_text
 from phenoforge.eval.sweep import SWEEPABLE, LibrarySweep
 
 REFERENCE_WEIGHT = 0.0

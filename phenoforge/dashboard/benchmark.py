@@ -22,6 +22,7 @@ from phenoforge import app_state
 from phenoforge.app_state import BenchmarkParameters
 from phenoforge.config import ProgressCallback
 from phenoforge.csv_safe import SafeWriter
+from phenoforge.dashboard.wording import direction_text, p_text
 from phenoforge.engine.curated import Library
 from phenoforge.engine.db import vocabulary_info
 from phenoforge.eval.agreement import LibraryAgreement, agreement_lines
@@ -504,11 +505,6 @@ METHOD_CAVEATS: dict[str, str] = {
 """What a reader must know to read a method's numbers, shown on the summary table itself."""
 
 
-def p_text(p: float) -> str:
-    """A p-value as a reader takes it: never 0.0000."""
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
-
-
 def difference_text(diff: float, low: float, high: float, comparison: MethodComparison | None) -> str:
     """The difference to the baseline with its interval and verdict, in words, in one cell."""
     verdict = ""
@@ -520,13 +516,6 @@ def difference_text(diff: float, low: float, high: float, comparison: MethodComp
                 f", {'significant' if comparison.significant else 'not significant'} ({p_text(comparison.p_holm)})"
             )
     return f"{direction_text(diff)}, CI {low:+.3f} to {high:+.3f}{verdict}"
-
-
-def direction_text(diff: float, higher: str = "higher", lower: str = "lower") -> str:
-    """A signed difference in words ("0.315 higher"), so no reader has to decode a minus sign."""
-    if round(diff, 3) == 0:
-        return "the same (to 3 decimals)"
-    return f"{abs(diff):.3f} {higher if diff > 0 else lower}"
 
 
 class SummaryRow(BaseModel):
@@ -718,13 +707,11 @@ def headline_rows(found: list[Headline]) -> list[dict[str, object]]:
             "best method": h.best_method,
             "hierarchical": h.best_hierarchical,
             "next best": h.runner_up,
-            "lead": direction_text(h.best_hierarchical - h.runner_up_hierarchical)
+            "lead": direction_text(h.best_hierarchical - h.runner_up_hierarchical, "ahead", "behind")
             if h.runner_up_hierarchical is not None
             else "",
             "cohorts": h.n_cohorts,
-            "methods": h.n_methods,
-            "run": h.run_id,
-            "finished": h.finished_at[:16].replace("T", " "),
+            "finished": h.finished_at[:10],
         }
         for h in found
     ]

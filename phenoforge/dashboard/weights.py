@@ -176,13 +176,6 @@ _HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{12,}\b")
 _LONG_NUMBER = re.compile(r"\d+\.\d{4,}")
 
 
-def delta_text(diff: float, versus: str = "") -> str | None:
-    """A metric's delta to 3 decimals, or None when it rounds to zero: no red 'up +0.0000'."""
-    if round(diff, 3) == 0:
-        return None
-    return f"{diff:+.3f}" + (f" {versus}" if versus else "")
-
-
 def readable_note(note: str) -> str:
     """A builder's note for a caption: internal hashes dropped, long numbers cut to 3 decimals."""
     text = _HASH.sub("…", note)

@@ -148,7 +148,8 @@ def test_a_sweep_of_only_unscorable_cohorts_says_so(mixed_library_app: AppTest) 
 
 
 def test_deltas_and_notes_read_plainly() -> None:
-    from phenoforge.dashboard.weights import delta_text, readable_note
+    from phenoforge.dashboard.weights import readable_note
+    from phenoforge.dashboard.wording import delta_text
 
     assert delta_text(0.00001, "vs BM25 only") is None  # no red "up +0.0000" at weight 0
     assert delta_text(-0.0123, "vs BM25 only") == "-0.012 vs BM25 only"
