@@ -142,7 +142,7 @@ def main() -> None:
     runnable = {name: runnable_cases(cases) for name, cases in sets.items()}
     default = next((i for i, n in enumerate(names) if runnable.get(n)), 0)
     key_set = claude_key_set()
-    cols = st.columns([2, 2, 2, 1, 1])
+    cols = st.columns([4, 2, 2, 1, 1])
     chosen = cols[0].selectbox(
         "Test cases",
         names,

@@ -48,13 +48,12 @@ def search_section() -> None:
             column.info(result.reason or "no results")
             continue
         column.dataframe(
-            pd.DataFrame([{"rank": h.rank, "code": h.code, "name": h.name, "score": h.score} for h in result.hits]),
+            pd.DataFrame([{"code": h.code, "score": h.score, "name": h.name} for h in result.hits]),  # rank: row order
             hide_index=True,
             width="stretch",
             key=f"ex_{method}",
             column_config={
                 "score": st.column_config.NumberColumn(format="%.3f", width="small"),
-                "rank": st.column_config.NumberColumn(width="small"),
                 "code": st.column_config.TextColumn(width="small"),
             },
         )

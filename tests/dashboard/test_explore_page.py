@@ -18,7 +18,7 @@ def test_search_side_by_side(app: Callable[[str], AppTest], dash_con: duckdb.Duc
     assert not at.exception
     at.text_input(key="ex_query").input("heart failure").run()
     assert not at.exception
-    frames = [d.value for d in at.dataframe if "rank" in d.value.columns]
+    frames = [d.value for d in at.dataframe if "score" in d.value.columns]
     assert len(frames) == 3  # bm25, dense, hybrid
     assert list(frames[0]["code"]) == bm25_search(dash_con, "heart failure", k=10).codes
     assert all(len(frame) > 0 for frame in frames)
@@ -59,7 +59,7 @@ def test_search_spells_out_an_abbreviation_and_says_so(
     at.text_input(key="ex_query").input("CHF").run()
     assert not at.exception
     assert any("searched as 'congestive heart failure'" in shown(caption.value) for caption in at.caption)
-    frames = [d.value for d in at.dataframe if "rank" in d.value.columns]
+    frames = [d.value for d in at.dataframe if "score" in d.value.columns]
     assert list(frames[0]["code"]) == bm25_search(dash_con, "congestive heart failure", k=10).codes
 
 
