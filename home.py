@@ -7,6 +7,7 @@ import streamlit as st
 import dashboard_ui as ui
 from phenoforge import app_state
 from phenoforge.dashboard.benchmark import headline_rows, headlines
+from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.resources import (
     build_vocabulary,
     claude_key_set,
@@ -122,20 +123,20 @@ def loaded_section() -> None:
                     "name": s.name,
                     "cohorts": s.n_cohorts,
                     "listed codes": s.n_listed_codes,
-                    "citation": s.citation,
-                    "url": s.url,
+                    "source": s.url,
                 }
                 for s in summaries
             ],
             hide_index=True,
             width="stretch",
+            key="home_libraries",
             column_config={
                 "library": st.column_config.TextColumn("library", width="medium"),
-                "cohorts": st.column_config.NumberColumn("cohorts", width="small"),
-                "citation": st.column_config.TextColumn("citation", width="large"),
-                "url": st.column_config.LinkColumn("url", display_text="source", width="small"),
+                "source": st.column_config.LinkColumn("source", display_text="link", width="small"),
             },
         )
+        # Citations are long: in full below the table rather than cut in a column.
+        st.caption("  \n".join(f"{plain(s.library_id)}: {plain(s.citation)}" for s in summaries))
     else:
         st.info(
             "No cohort library yet: import one with `python -m phenoforge library import "

@@ -16,6 +16,7 @@ from phenoforge.dashboard.benchmark import import_run_and_save, leaderboard, run
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.db import vocabulary_info
 from phenoforge.engine.dense.store import DenseIndexStatus
+from tests.dashboard.conftest import shown
 from tests.dashboard.fixture_data import LIBRARY_DIR, LIBRARY_ID
 from tests.fixture_vocab import build_fixture_vocab
 
@@ -40,7 +41,7 @@ def test_home_shows_what_is_loaded(app: Callable[[str], AppTest], dash_con: duck
     libraries = at.dataframe[0].value
     assert list(libraries["library"]) == [LIBRARY_ID]
     assert int(libraries["cohorts"].iloc[0]) == 6
-    assert "phenoforge tests, version 1 (CC0)" in libraries["citation"].iloc[0]
+    assert any("phenoforge tests, version 1 (CC0)" in shown(c.value) for c in at.caption)  # in full, not cut
     text = _texts(at)
     assert "Dense index: ready" in text
     assert "Claude API key: not set" in text
