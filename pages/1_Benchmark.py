@@ -195,8 +195,8 @@ def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
         width="stretch",
         key="bench_summary",
         column_config={
-            "method": st.column_config.TextColumn("method", width="medium"),
-            **{SHORT_LABELS[m]: st.column_config.NumberColumn(SHORT_LABELS[m], width="small") for m in TABLE_MEASURES},
+            "method": st.column_config.TextColumn("method", width=170),
+            **{SHORT_LABELS[m]: st.column_config.NumberColumn(SHORT_LABELS[m], width=80) for m in TABLE_MEASURES},
         },
     )
     st.caption("Shaded: the best value of each measure. " + " ".join(plain(note) for note in summary_notes(rows)))
@@ -265,12 +265,15 @@ def cohort_section(run: BenchmarkRun, baseline: str) -> None:
         width="stretch",
         key="bench_cohorts_table",
         column_config={
-            "drilldown": st.column_config.LinkColumn("drilldown", display_text="open"),
+            "drilldown": st.column_config.LinkColumn("drilldown", display_text="open", width=60),
+            "cohort": st.column_config.TextColumn("cohort", width=170),
+            "method": st.column_config.TextColumn("method", width=130),
+            "codes": st.column_config.TextColumn("codes", width=70, help="listed by the method / curated"),
             **{
-                c: st.column_config.NumberColumn(c, format="%.3f")
-                for c in ("hierarchical", "coverage", "over_inclusion", "precision", "exact_f1")
+                c: st.column_config.NumberColumn(c, format="%.3f", width=70)
+                for c in ("hierarchical", "coverage", "precision", "exact F1")
             },
-            "delta_vs_baseline": st.column_config.NumberColumn("Δ vs baseline", format="%+.3f"),
+            "vs baseline": st.column_config.NumberColumn(f"vs {baseline}", format="%+.3f", width=70),
         },
     )
     pairs = [(r.cohort_id, r.method) for r in run.report.results]

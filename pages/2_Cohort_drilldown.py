@@ -133,10 +133,13 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
         hide_index=True,
         width="stretch",
         key=f"dd_codes_{view.method}",
-        column_config={
-            "credit": st.column_config.NumberColumn("credit", format="%.3f", width="small"),
-            "code": st.column_config.TextColumn("code", width="small"),
-            "in": st.column_config.TextColumn("in", width="small"),
+        column_config={  # fixed widths that add up to a 1,280 px window's main column
+            "code": st.column_config.TextColumn("code", width=80),
+            "name": st.column_config.TextColumn("name", width=250),
+            "in": st.column_config.TextColumn("in", width=80, help="both lists, or only the predicted or curated one"),
+            "outcome": st.column_config.TextColumn("outcome", width=170),
+            "credit": st.column_config.NumberColumn("credit", format="%.3f", width=60),
+            "why in the list": st.column_config.TextColumn("why in the list", width=140),
         },
     )
     with st.expander("Best matches, tree distances and full provenance"):

@@ -26,7 +26,7 @@ from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.resources import claude_key_set
 from phenoforge.errors import PhenoforgeError
 
-SCORES = ("baseline", "decomposed", "gap")
+SCORES = ("baseline", "decomposed")
 
 
 def status_banner(report) -> bool:  # type: ignore[no-untyped-def]
@@ -60,7 +60,14 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
         hide_index=True,
         width="stretch",
         key="dec_table",
-        column_config={c: st.column_config.NumberColumn(format="%.3f") for c in SCORES},
+        column_config={
+            **{c: st.column_config.NumberColumn(c, format="%.3f", width=80) for c in SCORES},
+            "decomposed − baseline": st.column_config.NumberColumn("decomposed − baseline", format="%+.3f", width=90),
+            "cohort": st.column_config.TextColumn("cohort", width=60),
+            "description": st.column_config.TextColumn("description", width=230),
+            "seed terms": st.column_config.TextColumn("seed terms", width=180),
+            "error": st.column_config.TextColumn("error", width=60),
+        },
     )
     st.markdown("**Per case**")
     for r in report.results:

@@ -52,9 +52,10 @@ def search_section() -> None:
             hide_index=True,
             width="stretch",
             key=f"ex_{method}",
-            column_config={
-                "score": st.column_config.NumberColumn(format="%.3f", width="small"),
-                "code": st.column_config.TextColumn(width="small"),
+            column_config={  # three tables side by side in a 1,280 px window; a name's full text shows on hover
+                "code": st.column_config.TextColumn(width=70),
+                "score": st.column_config.NumberColumn(format="%.3f", width=55),
+                "name": st.column_config.TextColumn(width=130),
             },
         )
         for note in result.notes:

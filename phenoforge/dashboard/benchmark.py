@@ -261,24 +261,22 @@ def cohort_rows(
     run_id: str | None = None,
     baseline: str | None = None,
 ) -> list[dict[str, object]]:
-    """The per-cohort table: one row per cohort and method, with its drilldown link."""
+    """The per-cohort table: one row per cohort and method, with its drilldown link; measures where
+    higher is better only, so it fits a 1,280 px window."""
     base = {r.cohort_id: r.hierarchical_score for r in report.results if r.method == baseline} if baseline else {}
     rows: list[dict[str, object]] = []
     for r in report.results:
         delta = (r.hierarchical_score - base[r.cohort_id]) if r.cohort_id in base else None
         rows.append(
             {
-                "cohort_id": r.cohort_id,
-                "cohort_name": r.cohort_name,
+                "cohort": f"{r.cohort_id} · {r.cohort_name}",
                 "method": r.method,
                 "hierarchical": r.hierarchical_score,
-                "delta_vs_baseline": delta,
+                "vs baseline": delta,
                 "coverage": r.coverage,
-                "over_inclusion": r.over_inclusion_penalty,
                 "precision": 1.0 - r.over_inclusion_penalty,
-                "exact_f1": r.exact_f1,
-                "n_predicted": len(r.predicted_codes),
-                "n_curated": len(r.ground_truth_codes),
+                "exact F1": r.exact_f1,
+                "codes": f"{len(r.predicted_codes)} / {len(r.ground_truth_codes)}",
                 "drilldown": drilldown_link(library_id, r.cohort_id, r.method, run_id),
             }
         )
@@ -515,7 +513,7 @@ def difference_text(diff: float, low: float, high: float, comparison: MethodComp
             verdict = (
                 f", {'significant' if comparison.significant else 'not significant'} ({p_text(comparison.p_holm)})"
             )
-    return f"{direction_text(diff)}, CI {low:+.3f} to {high:+.3f}{verdict}"
+    return f"{direction_text(diff)} [{low:+.3f}, {high:+.3f}]{verdict}"
 
 
 class SummaryRow(BaseModel):
@@ -591,7 +589,7 @@ def summary_table(rows: list[SummaryRow], baseline: str, sort_by: str) -> list[d
             + (" †" if row.note else "")
             + ("" if row.n_cohorts == n_cohorts else f" ({row.n_cohorts} cohorts)"),
             **{SHORT_LABELS[m]: row.means[m] for m in TABLE_MEASURES},
-            f"vs {baseline} ({SHORT_LABELS[sort_by]})": row.vs_baseline,
+            f"vs {baseline} ({SHORT_LABELS[sort_by]}), 95% CI": row.vs_baseline,
         }
         for row in rows
     ]

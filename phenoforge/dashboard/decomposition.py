@@ -134,16 +134,15 @@ def landing_share(report: DecompositionReport) -> float:
 
 
 def case_rows(report: DecompositionReport) -> list[dict[str, Any]]:
+    """One row per case; the difference signed so that above zero means decomposition scored higher."""
     return [
         {
             "cohort": r.cohort_id,
-            "library": r.library_id,
-            "name": r.cohort_name,
             "description": r.population_description,
             "seed terms": "; ".join(r.seed_terms),
             "baseline": r.baseline_hierarchical_score,
             "decomposed": None if r.error else r.decomposed_hierarchical_score,
-            "gap": None if r.error else r.gap,
+            "decomposed − baseline": None if r.error else -r.gap,  # above zero: decomposition helped
             "error": f"{r.error_type}: {r.error}" if r.error else "",
         }
         for r in report.results

@@ -313,13 +313,20 @@ def grid_rows(driver: Any, index: int = 0) -> list[list[str]]:
 
 
 def grid_header(driver: Any, index: int = 0) -> list[str]:
-    return list(
-        driver.execute_script(
-            """const f = document.querySelectorAll('[data-testid="stDataFrame"]')[arguments[0]];
-            return Array.from(f.querySelectorAll('thead th')).map(c => c.textContent);""",
-            index,
+    """A data grid's column names, once the grid has drawn them (it renders after the script run)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def read(d: Any) -> list[str]:
+        return list(
+            d.execute_script(
+                """const f = document.querySelectorAll('[data-testid="stDataFrame"]')[arguments[0]];
+                return f ? Array.from(f.querySelectorAll('thead th')).map(c => c.textContent) : [];""",
+                index,
+            )
         )
-    )
+
+    WebDriverWait(driver, WAIT, poll_frequency=0.2).until(read)
+    return read(driver)
 
 
 def sidebar_entries(driver: Any) -> list[str]:

@@ -70,19 +70,20 @@ def test_run_shows_the_package_numbers(
         assert summary.loc[s.method, "Coverage"] == pytest.approx(s.mean_coverage)
         assert summary.loc[s.method, "Precision"] == pytest.approx(s.mean_precision)
         assert summary.loc[s.method, "Exact F1"] == pytest.approx(s.mean_exact_f1)
-    assert summary.loc["bm25", "vs bm25 (Hierarchical)"] == "the baseline"
+    assert summary.loc["bm25", "vs bm25 (Hierarchical), 95% CI"] == "the baseline"
     assert "over-inclusion" not in [c.lower() for c in frame.columns]
     tests = frame_with(at, "p (Holm)").set_index("method")
     for c in significance(expected, "bm25"):
         assert tests.loc[c.method_b, "p (Holm)"] == p_text(c.p_holm)
         assert "too few cohorts" in tests.loc[c.method_b, "verdict"]  # 4 cohorts cannot tell
-        assert "too few cohorts" in summary.loc[c.method_b, "vs bm25 (Hierarchical)"]
+        assert "too few cohorts" in summary.loc[c.method_b, "vs bm25 (Hierarchical), 95% CI"]
     table = frame_with(at, "drilldown")
     assert len(table) == len(expected.results) == 12
     by_key = {(r.cohort_id, r.method): r for r in expected.results}
     for row in table.itertuples():
-        result = by_key[(row.cohort_id, row.method)]
+        result = by_key[(row.cohort.split(" · ")[0], row.method)]
         assert row.hierarchical == pytest.approx(result.hierarchical_score)
+        assert row.precision == pytest.approx(1.0 - result.over_inclusion_penalty)
         assert row.drilldown.startswith("/Cohort_drilldown?library=ohdsi-fixture&cohort=")
     runs = app_state.list_benchmark_runs()
     assert len(runs) == 1
@@ -119,9 +120,9 @@ def test_baseline_switch_changes_deltas(app: Callable[[str], AppTest]) -> None:
     at.selectbox(key="bench_baseline").set_value("hybrid").run()
     frame = frame_with(at, "Exact F1")
     summary = frame.assign(method=[m.removeprefix("★ ") for m in frame["method"]]).set_index("method")
-    assert summary.loc["hybrid", "vs hybrid (Hierarchical)"] == "the baseline"
+    assert summary.loc["hybrid", "vs hybrid (Hierarchical), 95% CI"] == "the baseline"
     gap = summary.loc["bm25", "Hierarchical"] - summary.loc["hybrid", "Hierarchical"]
-    assert summary.loc["bm25", "vs hybrid (Hierarchical)"].startswith(direction_text(gap))
+    assert summary.loc["bm25", "vs hybrid (Hierarchical), 95% CI"].startswith(direction_text(gap))
     tests = frame_with(at, "p (Holm)")
     assert set(tests["method"]) == {"bm25", "dense"}
 
@@ -218,7 +219,7 @@ def test_sorting_by_another_measure_reorders_the_summary_and_marks_its_best(app:
     frame = frame_with(at, "Exact F1")
     assert list(frame["Coverage"]) == sorted(frame["Coverage"], reverse=True)
     assert frame["method"].iloc[0].startswith("★ ")
-    assert "vs bm25 (Coverage)" in frame.columns
+    assert "vs bm25 (Coverage), 95% CI" in frame.columns
     starred = frame[frame["method"].str.startswith("★ ")]
     assert set(starred["Coverage"]) == {frame["Coverage"].max()}
 

@@ -43,7 +43,7 @@ def test_offline_run_matches_score_decomposition(
     assert metrics["Cases scored"] == str(expected.n_scored) == str(len(cases))
     table = frame_with(at, "seed terms")
     assert list(table["cohort"]) == [r.cohort_id for r in expected.results]
-    assert list(table["gap"]) == pytest.approx([r.gap for r in expected.results])
+    assert list(table["decomposed − baseline"]) == pytest.approx([-r.gap for r in expected.results])
     assert list(table["seed terms"]) == ["; ".join(r.seed_terms) for r in expected.results]
     assert len(at.expander) == len(cases)
 
