@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from phenoforge.engine.bm25 import bm25_search
@@ -85,6 +86,23 @@ def test_support_rule_uses_bm25_and_the_calibrated_dense_threshold() -> None:
     from phenoforge.dashboard.explore import unsupported
 
     assert unsupported(bm25_empty=True, dense_top=0.2, threshold=0.4)
+    assert unsupported(bm25_empty=False, dense_top=0.2, threshold=0.4)  # a shared word is no support
     assert not unsupported(bm25_empty=True, dense_top=0.6, threshold=0.4)  # a typo the dense model still reads
-    assert not unsupported(bm25_empty=False, dense_top=0.1, threshold=0.4)  # words of a code description
     assert unsupported(bm25_empty=True, dense_top=0.9, threshold=None)  # an uncalibrated embedder: BM25 decides
+    assert not unsupported(bm25_empty=False, dense_top=None, threshold=0.4)
+
+
+def test_the_calibrated_threshold_separates_the_held_out_queries() -> None:
+    """The shipped threshold against the recorded real-model scores of the held-out halves."""
+    import json
+
+    from phenoforge.config import REPO_ROOT
+    from phenoforge.dashboard.explore import DENSE_SUPPORT_THRESHOLD, unsupported
+
+    recorded = json.loads((REPO_ROOT / "bench" / "query_support" / "calibration.json").read_text())
+    assert recorded["threshold"] == pytest.approx(DENSE_SUPPORT_THRESHOLD, abs=1e-3)
+    for name, should_flag in (("clinical", False), ("nonsense", True)):
+        held_out = [q for q in recorded["per_query"][name] if q["held_out"]]
+        assert len(held_out) == 20
+        flagged = [unsupported(q["bm25_empty"], q["dense_top"], DENSE_SUPPORT_THRESHOLD) for q in held_out]
+        assert flagged == [should_flag] * 20
