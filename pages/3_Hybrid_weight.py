@@ -117,7 +117,10 @@ def slider_view(scorer: WeightScorer) -> None:
     number = [c for c in columns.values() if c not in ("cohort", "name")]
     gaining, losing = gaining_and_losing(cohort_shifts(reference, report))
     for column, title, shifts in ((left, "Cohorts gaining most", gaining), (right, "Cohorts losing most", losing)):
-        part = pd.DataFrame([s.model_dump() for s in shifts], columns=list(columns)).rename(columns=columns)
+        part = pd.DataFrame(
+            [{**s.model_dump(), "cohort_name": plain(s.cohort_name)} for s in shifts],  # st.table renders Markdown
+            columns=list(columns),
+        ).rename(columns=columns)
         column.markdown(f"**{title}** (vs BM25 only)")
         if part.empty:
             column.caption("none at this weight")

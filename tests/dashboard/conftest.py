@@ -58,5 +58,6 @@ def frame_with(at: AppTest, column: str):  # type: ignore[no-untyped-def]
 
 
 def shown(text: object) -> str:
-    """What a reader sees of a Markdown string the page escaped with ``plain``: the backslashes gone."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", str(text))
+    """What a reader sees of a Markdown string the page escaped with ``plain``: no backslashes, no
+    zero-width spaces."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", str(text)).replace("\u200b", "")

@@ -51,6 +51,7 @@ def rendered_texts(at: AppTest) -> list[str]:
         texts += [str(element.value) for element in getattr(at, kind)]
     texts += [str(e.label) for e in at.expander]
     texts += [f"{m.label} {m.value} {m.delta}" for m in at.metric]
+    texts += [str(cell) for table in at.table for cell in table.value.to_numpy().ravel()]  # st.table: Markdown cells
     return texts
 
 
@@ -144,3 +145,13 @@ def test_the_zen_of_python_is_never_imported(dash: Path, dash_con: duckdb.DuckDB
     with pytest.raises(PhenoforgeError):
         run_and_save(dash_con, library, parameters)
     assert "this" not in sys.modules
+
+
+def test_bare_urls_and_addresses_are_not_autolinked() -> None:
+    """GitHub-flavoured Markdown links http://…, www.… and a@b.c even with every character escaped."""
+    from phenoforge.dashboard.markdown import plain
+    from tests.dashboard.conftest import shown
+
+    escaped = plain("see http://e.x, www.e.x or a@e.x")
+    assert "http:" not in escaped and "www." not in escaped and "a@" not in escaped
+    assert shown(escaped) == "see http://e.x, www.e.x or a@e.x"
