@@ -195,7 +195,7 @@ def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
         width="stretch",
         key="bench_summary",
         column_config={
-            "method": st.column_config.TextColumn("method", width=170),
+            "method": st.column_config.TextColumn("method", width=150),
             **{SHORT_LABELS[m]: st.column_config.NumberColumn(SHORT_LABELS[m], width=80) for m in TABLE_MEASURES},
         },
     )

@@ -9,12 +9,12 @@ import streamlit as st
 import dashboard_ui as ui
 from phenoforge.dashboard.benchmark import available_methods, saved_run
 from phenoforge.dashboard.drilldown import (
-    OUTCOME_COLOURS,
     code_table,
     cohort_drilldown,
     distance_bins,
     hierarchy_nodes,
     outcome_counts,
+    outcome_sentence,
     provenance_table,
 )
 from phenoforge.dashboard.drilldown_source import deep_link_notices, method_means, results_for
@@ -118,8 +118,8 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
         delta_color="inverse",
     )
     cols[2].metric("Hierarchical", f"{view.hierarchical:.3f}", delta(view.hierarchical, "hierarchical"))
-    counts = outcome_counts(view)
-    cols[3].metric("Hit / near / miss / over", " / ".join(str(counts[o]) for o in OUTCOME_COLOURS))
+    cols[3].metric("Codes listed", sum(1 for row in view.rows if row.status != "curated only"))
+    st.caption(outcome_sentence(outcome_counts(view)))
     if mean is None:
         st.caption("Run a benchmark over this whole library to compare with the method's mean.")
     else:
@@ -154,11 +154,16 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
     hist.update_layout(
         title="Tree distance to the nearest match",
         barmode="group",
-        xaxis={"title": "edges (0 = exact)", "tickmode": "array", "tickvals": bins.x, "ticktext": bins.ticktext},
+        xaxis={
+            "title": "edges (0 = exact)",
+            "tickmode": "array",
+            "tickvals": bins.x,
+            "ticktext": [t.replace("no common ancestor", "no common<br>ancestor") for t in bins.ticktext],
+        },
         yaxis={"title": "codes"},
         height=360,
-        margin={"t": 50, "b": 30},
-        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 50, "b": 60},
+        legend={"orientation": "h", "y": -0.35},
     )
     left.plotly_chart(hist, width="stretch", key=f"dd_hist_{view.method}", config={"displayModeBar": False})
     sunburst = go.Figure(

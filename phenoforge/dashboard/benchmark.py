@@ -206,7 +206,9 @@ def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:
         .encode(
             x=alt.X("coverage:Q", scale=alt.Scale(domain=[0, 1]), title="coverage"),
             y=alt.Y("precision:Q", scale=alt.Scale(domain=[0, 1]), title="precision = 1 − over-inclusion"),
-            color=alt.Color("method:N", scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(orient="right")),
+            color=alt.Color(
+                "method:N", scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(orient="right", labelLimit=220)
+            ),
             shape=alt.Shape("method:N"),
             opacity=alt.condition(pick, alt.value(0.9), alt.value(0.08)),
             tooltip=["cohort:N", "method:N", alt.Tooltip("hierarchical:Q", format=".3f")],

@@ -190,7 +190,7 @@ def outcome_text(row: CodeRow) -> str:
     return row.outcome
 
 
-def short_why(why: list[str], limit: int = 60) -> str:
+def short_why(why: list[str], limit: int = 30) -> str:
     """The first reason a code is in the list, cut to fit a table cell; the rest are in the detail."""
     if not why:
         return ""
@@ -250,4 +250,17 @@ def distance_bins(view: DrilldownView) -> HistogramBins:
             direction: [counter.get(label, 0) for label in ticktext]
             for direction, counter in view.distance_counts.items()
         },
+    )
+
+
+def outcome_sentence(counts: dict[str, int]) -> str:
+    """The outcome counts in words, which a metric tile cut off ("33 / 16 / 1 …")."""
+
+    def n(count: int, one: str, many: str) -> str:
+        return f"{count} {one if count == 1 else many}"
+
+    return (
+        f"{n(counts['hit'], 'hit', 'hits')}, {n(counts['near miss'], 'near miss', 'near misses')}, "
+        f"{n(counts['miss'], 'miss', 'misses')}, {counts['over-inclusion']} over-included "
+        "(listed, nowhere near a curated code)."
     )

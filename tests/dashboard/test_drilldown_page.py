@@ -170,4 +170,15 @@ def test_outcomes_and_reasons_read_as_words() -> None:
         partial_credit=0.5,
     )
     assert outcome_text(near) == "near miss at distance 2"
-    assert short_why([]) == "" and short_why(["x" * 100, "y"]).endswith("… (+1 more)")
+    assert (
+        short_why([]) == ""
+        and short_why(["x" * 100, "y"]).endswith("… (+1 more)")
+        and len(short_why(["x" * 100])) == 30
+    )
+
+
+def test_the_outcome_counts_read_as_a_sentence() -> None:
+    from phenoforge.dashboard.drilldown import outcome_sentence
+
+    text = outcome_sentence({"hit": 33, "near miss": 16, "miss": 1, "over-inclusion": 20})
+    assert text.startswith("33 hits, 16 near misses, 1 miss, 20 over-included")
