@@ -159,10 +159,12 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
             "tickmode": "array",
             "tickvals": bins.x,
             "ticktext": [t.replace("no common ancestor", "no common<br>ancestor") for t in bins.ticktext],
+            "ticklabeloverflow": "allow",  # the last label is wide; shown in full, not hidden at the edge
+            "range": [-0.6, bins.x[-1] + 1.2],
         },
         yaxis={"title": "codes"},
         height=360,
-        margin={"t": 50, "b": 60},
+        margin={"t": 50, "b": 60, "r": 40},
         legend={"orientation": "h", "y": -0.35},
     )
     left.plotly_chart(hist, width="stretch", key=f"dd_hist_{view.method}", config={"displayModeBar": False})
