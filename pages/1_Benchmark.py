@@ -168,7 +168,8 @@ def highlight(table: pd.DataFrame, cells: list[tuple[int, str]]) -> pd.DataFrame
 
 def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
     cols = st.columns([1, 1, 2])
-    sort_by = cols[0].selectbox("Sort by", list(TABLE_MEASURES), format_func=SHORT_LABELS.get, key="bench_sort_by")
+    measures: list[str] = list(TABLE_MEASURES)
+    sort_by = str(cols[0].selectbox("Sort by", measures, format_func=lambda m: SHORT_LABELS[m], key="bench_sort_by"))
     rows = summary_rows(run.report, baseline, sort_by)
     with ui.cursor() as con:
         line = expert_agreement_lines(con, libraries).get(run.library_id)

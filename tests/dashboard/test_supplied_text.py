@@ -4,7 +4,7 @@ registered methods (issue 34: markup injection, code execution from the browser)
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -75,7 +75,7 @@ def hostile(dash: Path, dash_con: duckdb.DuckDBPyConnection) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _remove_hostile(dash: Path):  # type: ignore[no-untyped-def]
+def _remove_hostile(dash: Path) -> Iterator[None]:
     yield
     import shutil
 
