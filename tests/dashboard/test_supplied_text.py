@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from phenoforge import app_state
 from phenoforge.app_state import BenchmarkParameters
 from phenoforge.dashboard.benchmark import import_run_and_save, run_and_save, saved_run
+from phenoforge.dashboard.drilldown_source import results_for
 from phenoforge.engine.curated import load_library
 from phenoforge.errors import PhenoforgeError
 from tests.dashboard.fixture_data import FIXTURE_COHORTS, LIBRARY_DIR
@@ -133,6 +134,8 @@ def test_a_module_function_method_is_refused_unless_the_server_allows_it(
         run_and_save(dash_con, library, parameters)
     with pytest.raises(PhenoforgeError, match="not a registered method"):
         import_run_and_save(dash_con, library, b"cohort_id,code\n503,E11.9\n", "r.csv", ["this:s"])
+    with pytest.raises(PhenoforgeError, match="not a registered method"):  # the drilldown's live run
+        results_for(dash_con, library, "503", ["bm25", spec])
     assert app_state.list_benchmark_runs() == []
 
 
