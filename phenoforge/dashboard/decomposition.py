@@ -182,5 +182,5 @@ def missing_cases_hint(set_name: str, cases: list[DecompositionTestCase]) -> str
         if any(name.startswith("ohdsi") for name in needed) or set_name == "ohdsi"
         else "build the bundled libraries on the Home page"
     )
-    names = ", ".join(needed) or "the libraries holding their cohorts"
-    return f"The '{set_name}' cases need {names}, which is not installed here: {how}, then reload this page."
+    names = f"the {', '.join(needed)} librar{'y' if len(needed) == 1 else 'ies'}" if needed else "their libraries"
+    return f"The '{set_name}' cases need {names}, not installed here: {how}, then reload this page."
