@@ -9,6 +9,7 @@ import dashboard_ui as ui
 from phenoforge.dashboard.decomposition import (
     SPLITS,
     UPLOADED,
+    case_label,
     case_rows,
     case_sets,
     cases_of,
@@ -62,10 +63,12 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
         key="dec_table",
         column_config={
             **{c: st.column_config.NumberColumn(c, format="%.3f", width=80) for c in SCORES},
-            "decomposed − baseline": st.column_config.NumberColumn("decomposed − baseline", format="%+.3f", width=90),
-            "cohort": st.column_config.TextColumn("cohort", width=60),
-            "description": st.column_config.TextColumn("description", width=230),
-            "seed terms": st.column_config.TextColumn("seed terms", width=180),
+            "difference": st.column_config.NumberColumn(
+                "difference", format="%+.3f", width=80, help="decomposed − baseline: above zero, decomposition helped"
+            ),
+            "cohort": st.column_config.TextColumn("cohort", width=110),
+            "description": st.column_config.TextColumn("description", width=200),
+            "seed terms": st.column_config.TextColumn("seed terms", width=160),
             "error": st.column_config.TextColumn("error", width=60),
         },
     )
@@ -73,7 +76,7 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
     for r in report.results:
         if r.error:
             continue
-        with st.expander(f"{plain(r.cohort_id)} · {plain(r.population_description)} · gap {r.gap:+.3f}"):
+        with st.expander(case_label(plain(r.cohort_id), plain(r.population_description), r.gap)):
             cols = st.columns(3)
             cols[0].metric("Baseline (cohort name searched)", f"{r.baseline_hierarchical_score:.3f}")
             cols[1].metric("Decomposed", f"{r.decomposed_hierarchical_score:.3f}")
@@ -129,8 +132,9 @@ def repeat_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
         width="stretch",
         key="dec_spread",
         column_config={
-            c: st.column_config.NumberColumn(format="%.3f") for c in ("mean gap", "min gap", "max gap", "sd")
-        },
+            c: st.column_config.NumberColumn(format="%+.3f") for c in ("mean difference", "lowest", "highest")
+        }
+        | {"sd": st.column_config.NumberColumn(format="%.3f")},
     )
 
 

@@ -43,7 +43,7 @@ def test_offline_run_matches_score_decomposition(
     assert metrics["Cases scored"] == str(expected.n_scored) == str(len(cases))
     table = frame_with(at, "seed terms")
     assert list(table["cohort"]) == [r.cohort_id for r in expected.results]
-    assert list(table["decomposed − baseline"]) == pytest.approx([-r.gap for r in expected.results])
+    assert list(table["difference"]) == pytest.approx([-r.gap for r in expected.results])
     assert list(table["seed terms"]) == ["; ".join(r.seed_terms) for r in expected.results]
     assert len(at.expander) == len(cases)
 
@@ -144,3 +144,10 @@ def test_a_set_whose_library_is_missing_says_what_to_load() -> None:
 
     hint = missing_cases_hint("ohdsi", [c for c in OHDSI_TEST_CASES][:3])
     assert "python -m phenoforge library fetch-ohdsi" in hint and "'ohdsi' cases need" in hint
+
+
+def test_a_case_title_says_the_difference_in_words() -> None:
+    from phenoforge.dashboard.decomposition import case_label
+
+    assert case_label("elix-HF", "heart failure", -0.3).endswith("decomposition 0.300 higher")
+    assert case_label("elix-HTN", "high blood pressure", 0.127).endswith("decomposition 0.127 lower")
