@@ -1,185 +1,26 @@
-"""phenoforge dashboard, Home: what is loaded, the latest leaderboard, and the first-run build."""
+"""phenoforge dashboard: the entry point names every page (the first is Home) and runs the chosen one.
+
+``streamlit run app.py`` starts here; the sidebar lists the pages by these titles, so the start page
+reads "Home" rather than the script's file name.
+"""
 
 from __future__ import annotations
 
 import streamlit as st
 
-import dashboard_ui as ui
-from phenoforge import app_state
-from phenoforge.dashboard.benchmark import leaderboard, saved_run
-from phenoforge.dashboard.resources import (
-    build_vocabulary,
-    claude_key_set,
-    dense_autobuild_enabled,
-    vocabulary_present,
-)
-from phenoforge.dashboard.status import bundled_libraries_current, describe_vocabulary, library_summaries
+PAGES = [
+    st.Page("home.py", title="Home", icon=":material/home:", url_path="home", default=True),
+    st.Page("pages/1_Benchmark.py", title="Benchmark", icon=":material/bar_chart:", url_path="Benchmark"),
+    st.Page(
+        "pages/2_Cohort_drilldown.py", title="Cohort drilldown", icon=":material/zoom_in:", url_path="Cohort_drilldown"
+    ),
+    st.Page("pages/3_Hybrid_weight.py", title="Hybrid weight", icon=":material/tune:", url_path="Hybrid_weight"),
+    st.Page(
+        "pages/4_Decomposition.py", title="Decomposition", icon=":material/account_tree:", url_path="Decomposition"
+    ),
+    st.Page("pages/5_Explore.py", title="Explore", icon=":material/search:", url_path="Explore"),
+    st.Page("pages/6_Assemble.py", title="Assemble", icon=":material/checklist:", url_path="Assemble"),
+]
 
-BUNDLED_SOURCE = "simple-icd-10-cm"
-
-
-def first_run_vocabulary() -> None:
-    if vocabulary_present():
-        return
-    st.info("First run: building the ICD-10-CM vocabulary database from the embedded release.")
-    bar = st.progress(0.0, text="starting")
-    build_vocabulary(ui.progress_callback(bar, "vocabulary "))
-    bar.progress(1.0, text="vocabulary ready")
-
-
-def first_run_libraries(source: str) -> None:
-    """Build the bundled libraries on the embedded default; other vocabularies keep theirs."""
-    from phenoforge.libraries import ensure_bundled_libraries
-
-    if source != BUNDLED_SOURCE or bundled_libraries_current():
-        return
-    st.info(
-        "Building the bundled cohort libraries (Elixhauser, CMS-HCC V28 and V24, Quan 2005 Charlson and "
-        "Elixhauser): missing, or from an older release."
-    )
-    bar = st.progress(0.0, text="starting")
-    with ui.cursor() as con:
-        ensure_bundled_libraries(con, progress=ui.progress_callback(bar, "libraries "))
-    bar.progress(1.0, text="libraries ready")
-
-
-@st.fragment(run_every=2.0)
-def dense_progress() -> None:
-    """Polls the background build; reruns the page once the index is ready."""
-    status = ui.dense_manager().status()
-    if status.state == "building":
-        st.progress(
-            status.fraction,
-            text=f"dense index: {status.done}/{status.total} · {status.message} ({status.seconds:.0f} s)",
-        )
-        st.caption("BM25 methods work meanwhile; dense ones wait for this.")
-    elif status.state == "ready":
-        st.success("Dense index: ready")
-        if st.session_state.get("dense_was_building"):
-            st.session_state["dense_was_building"] = False
-            st.rerun()
-    elif status.state == "failed":
-        st.error(status.error or "the dense index build failed")
-
-
-def dense_section() -> None:
-    manager = ui.dense_manager()
-    status = manager.status()
-    if (
-        status.state in {"missing", "failed"}
-        and dense_autobuild_enabled()
-        and not st.session_state.get("dense_autostart_tried")
-    ):
-        st.session_state["dense_autostart_tried"] = True
-        if status.state == "missing":
-            manager.start_build()
-            status = manager.status()
-    if status.state == "ready":
-        st.success("Dense index: ready")
-        st.caption(status.message)
-        if status.note:
-            st.info(status.note)
-        return
-    if status.state == "building":
-        st.session_state["dense_was_building"] = True
-        dense_progress()
-        return
-    if status.state == "failed":
-        st.error(status.error or "the dense index build failed")
-    elif status.state in {"corrupt", "stale"}:
-        st.warning(f"Dense index: {status.message}")
-    else:
-        st.info("Dense index: not built. Dense and hybrid methods need it; BM25 works without.")
-    if st.button("Build the dense index now", key="build_dense"):
-        manager.start_build()
-        st.rerun()
-
-
-def loaded_section() -> None:
-    with ui.cursor() as con:
-        info = describe_vocabulary(con)
-    st.subheader("Vocabulary")
-    first_run_libraries(info.source)
-    st.markdown(f"**{info.vocabulary_release}** · source `{info.source}`")
-    cols = st.columns(3)
-    cols[0].metric("ICD-10-CM concepts", f"{info.n_icd10cm:,}")
-    cols[1].metric("Billable codes", f"{info.n_billable:,}")
-    cols[2].metric("Cohort libraries", len(library_summaries()[0]))
-    st.caption(
-        f"Built {info.built_at} · build {info.build_id[:12]} · "
-        + ", ".join(f"{kind}: {n:,}" for kind, n in sorted(info.counts_by_kind.items()))
-    )
-
-    st.subheader("Cohort libraries")
-    summaries, problems = library_summaries()
-    for problem in problems:
-        st.error(problem)
-    if summaries:
-        st.dataframe(
-            [
-                {
-                    "library": s.library_id,
-                    "name": s.name,
-                    "cohorts": s.n_cohorts,
-                    "listed codes": s.n_listed_codes,
-                    "citation": s.citation,
-                    "url": s.url,
-                }
-                for s in summaries
-            ],
-            hide_index=True,
-            width="stretch",
-            column_config={"url": st.column_config.LinkColumn("url")},
-        )
-    else:
-        st.info(
-            "No cohort library yet: import one with `python -m phenoforge library import "
-            "FILE.csv`, or build the bundled ones with `python -m phenoforge build`."
-        )
-
-    st.subheader("Retrieval and agent")
-    dense_section()
-    if claude_key_set():
-        st.success("Claude API key: set (the Decomposition page can use Claude)")
-    else:
-        st.info(
-            "Claude API key: not set. The offline decomposer is used; set ANTHROPIC_API_KEY "
-            "or add it to .streamlit/secrets.toml to use Claude."
-        )
-
-
-def leaderboard_section() -> None:
-    st.subheader("Latest benchmark")
-    latest = app_state.latest_benchmark_run()
-    if latest is None:
-        st.info("No benchmark has been run yet.")
-        st.page_link("pages/1_Benchmark.py", label="Run one on the Benchmark page", icon=":material/bar_chart:")
-        return
-    run = saved_run(latest.run_id)
-    st.caption(
-        f"Run {run.run_id} · {run.library_id} · {len(run.parameters.cohort_ids)} cohorts · "
-        f"k={run.parameters.k} · dense weight {run.parameters.dense_weight} · "
-        f"finished {run.finished_at} · vocabulary {run.vocabulary_release}"
-    )
-    st.dataframe(
-        leaderboard(run.report),
-        hide_index=True,
-        width="stretch",
-        column_config={
-            c: st.column_config.NumberColumn(c, format=ui.PERCENT)
-            for c in ("hierarchical", "coverage", "over_inclusion")
-        },
-    )
-
-
-def main() -> None:
-    ui.page_header(
-        "phenoforge",
-        "From a cohort description to a defensible ICD-10-CM code list, and a benchmark of how well retrieval does it.",
-    )
-    first_run_vocabulary()
-    loaded_section()
-    leaderboard_section()
-
-
-ui.run_page(main)
+st.set_page_config(page_title="phenoforge", page_icon="🧬", layout="wide")  # every page: wide, 1,280 px fits
+st.navigation(PAGES).run()

@@ -15,6 +15,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from phenoforge.dashboard.explore import CohortMembership
+from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.resources import CursorPool, DenseManager, open_vocabulary, vocabulary_present
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.errors import PhenoforgeError
@@ -44,7 +45,22 @@ def shared_registry() -> dict[Any, Any]:
     return {}
 
 
+def leave_pages_folder_mode() -> None:
+    """Run under app.py's navigation, so the sidebar names the start page Home.
+
+    With a ``pages/`` folder beside app.py, Streamlit starts in its folder mode and, until some session
+    has run app.py's ``st.navigation``, a direct link runs its page alone under a sidebar whose first
+    entry reads "app". Switching the mode off and rerunning hands the same URL to app.py's navigation.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def page_header(title: str, caption: str | None = None) -> None:
+    leave_pages_folder_mode()
     st.set_page_config(page_title=f"phenoforge · {title}", page_icon="🧬", layout="wide")
     st.title(title)
     if caption:
@@ -63,11 +79,16 @@ def require_vocabulary() -> None:
 
 
 def home_link() -> None:
-    """A link to Home; a plain one where the page runs as its own app (no page registry)."""
+    page_link("home.py", "Go to Home", ":material/home:", "/")
+
+
+def page_link(page: str, label: str, icon: str, url: str | None = None) -> None:
+    """A link to another page; where the page runs as its own app (AppTest: no page registry), a plain
+    link to ``url``, or the label in bold when there is none."""
     try:
-        st.page_link("app.py", label="Go to Home", icon=":material/home:")
+        st.page_link(page, label=label, icon=icon)
     except StreamlitAPIException:
-        st.markdown("[🏠 Go to Home](/)")
+        st.markdown(f"[{label}]({url})" if url else f"**{label}**")
 
 
 @contextmanager
@@ -81,7 +102,7 @@ def libraries() -> list[Library]:
     broken: list[str] = []
     found = list_libraries(errors=broken)
     for problem in broken:
-        st.warning(f"A cohort library is skipped: {problem}")
+        st.warning(f"A cohort library is skipped: {plain(problem)}")
     return found
 
 
@@ -152,7 +173,7 @@ def run_page(main: Callable[[], None]) -> None:
     try:
         main()
     except PhenoforgeError as error:
-        st.error(str(error))
+        st.error(plain(error))  # messages quote what was supplied (a file's names, a URL's ids)
 
 
 def progress_callback(bar: Any, prefix: str = "") -> Callable[[int, int, str], None]:

@@ -5,29 +5,41 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+from plotly.subplots import make_subplots
 from streamlit.errors import StreamlitAPIException
 
 import dashboard_ui as ui
 from phenoforge import app_state
 from phenoforge.app_state import BenchmarkParameters
 from phenoforge.dashboard.benchmark import (
+    SHORT_LABELS,
+    TABLE_MEASURES,
     BenchmarkRun,
     available_methods,
+    best_cells,
     cohort_rows,
     coverage_precision_chart,
+    default_methods,
     drilldown_link,
     expert_agreement_lines,
+    expert_agreement_text,
     import_run_and_save,
+    interval_table,
     method_flags,
     method_help,
-    method_summaries,
     progress_text,
     report_csv,
     report_json,
     run_and_save,
     saved_run,
     significance,
+    significance_rows,
+    summary_notes,
+    summary_rows,
+    summary_table,
+    user_methods_enabled,
 )
+from phenoforge.dashboard.markdown import chart_text, plain
 from phenoforge.errors import PhenoforgeError
 
 
@@ -45,7 +57,7 @@ def controls(libraries: list) -> tuple[object, BenchmarkParameters, str, bool]:
             format_func=lambda c: f"{c} · {names.get(c, c)}",
         )
         options = available_methods(dense_ready)
-        default = [m for m in ("bm25", "hybrid", "dense", "learned") if m in options]
+        default = default_methods(options)
         methods = st.multiselect(
             "Methods",
             options,
@@ -53,11 +65,13 @@ def controls(libraries: list) -> tuple[object, BenchmarkParameters, str, bool]:
             key="bench_methods",
             help="; ".join(f"{m}: {h}" for m, h in method_help().items()),
         )
-        custom = st.text_input(
-            "Your own methods (module:function, comma-separated)",
-            key="bench_custom",
-            help="a function (context, task) -> codes, importable from where the dashboard runs",
-        )
+        custom = ""
+        if user_methods_enabled():  # a server setting: off, the page runs registered methods only
+            custom = st.text_input(
+                "Your own methods (module:function, comma-separated)",
+                key="bench_custom",
+                help="a function (context, task) -> codes, importable from where the dashboard runs",
+            )
         cols = st.columns(3)
         k = int(cols[0].number_input("k (codes per method)", 1, 200, 25, key="bench_k"))
         weight = float(cols[1].slider("dense_weight", 0.0, 1.0, 0.5, 0.05, key="bench_weight"))
@@ -92,7 +106,7 @@ def run_now(library: object, parameters: BenchmarkParameters, label: str) -> Non
             )
     except PhenoforgeError as error:
         bar.empty()
-        st.error(str(error))
+        st.error(plain(error))
         return
     bar.empty()
     st.session_state["bench_run_id"] = run.run_id
@@ -136,7 +150,7 @@ def upload_section(library: object) -> None:
                         name=name,
                     )
             except PhenoforgeError as error:
-                st.error(str(error))
+                st.error(plain(error))
                 return
             st.session_state["bench_run_id"] = run.run_id
             st.success(
@@ -144,126 +158,102 @@ def upload_section(library: object) -> None:
             )
 
 
+def highlight(table: pd.DataFrame, cells: list[tuple[int, str]]) -> pd.DataFrame:
+    """Styler CSS for the best cells: shading, so the best of each measure shows at a glance."""
+    css = pd.DataFrame("", index=table.index, columns=table.columns)
+    for row, column in cells:
+        css.loc[row, column] = "background-color: #d7f0dd; font-weight: 600"
+    return css
+
+
 def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
-    summaries = method_summaries(run.report, baseline=baseline)
+    cols = st.columns([1, 1, 2])
+    measures: list[str] = list(TABLE_MEASURES)
+    sort_by = str(cols[0].selectbox("Sort by", measures, format_func=lambda m: SHORT_LABELS[m], key="bench_sort_by"))
+    rows = summary_rows(run.report, baseline, sort_by)
     with ui.cursor() as con:
         line = expert_agreement_lines(con, libraries).get(run.library_id)
-    if line is not None:
-        st.info(
-            f"Expert agreement for {run.library_id}: {line.mean_hierarchical_score:.3f} hierarchical, "
-            f"{line.mean_exact_f1:.3f} exact F1, over {line.n_pairs} cohorts that another library's experts "
-            "defined for the same condition (the ceiling a method can be expected to reach)."
-        )
-    for method, flag in method_flags(run.report).items():
-        if flag.startswith("degraded"):
-            st.warning(f"`{method}`: {flag}")
-        else:
-            st.caption(f"`{method}`: {flag}")
+    flags = method_flags(run.report)
+    degraded = [f"- {plain(method)}: {plain(flag)}" for method, flag in flags.items() if flag.startswith("degraded")]
+    if degraded:
+        st.warning("\n".join(degraded))
+    for method, flag in flags.items():
+        if not flag.startswith("degraded"):
+            st.caption(f"{plain(method)}: {plain(flag)}")
+    st.markdown(
+        f"**Methods, best first by {SHORT_LABELS[sort_by].lower()}**, means over "
+        f"{max(row.n_cohorts for row in rows)} cohorts (★ best on it; every measure: higher is better; "
+        f"the difference to {plain(baseline)} is paired over cohorts with a 95% CI and a Holm-corrected "
+        "permutation test)"
+    )
+    table = pd.DataFrame(summary_table(rows, baseline, sort_by))
+    styled = table.style.format({SHORT_LABELS[m]: "{:.3f}" for m in TABLE_MEASURES}).apply(
+        lambda _frame: highlight(table, best_cells(rows)), axis=None
+    )
     st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "method": s.method,
-                    "cohorts": s.n_cohorts,
-                    "hierarchical": s.mean_hierarchical,
-                    "hierarchical 95% CI": f"{s.ci_hierarchical[0]:.3f} – {s.ci_hierarchical[1]:.3f}",
-                    "Δ hierarchical": s.delta_hierarchical,
-                    "coverage": s.mean_coverage,
-                    "coverage 95% CI": f"{s.ci_coverage[0]:.3f} – {s.ci_coverage[1]:.3f}",
-                    "Δ coverage": s.delta_coverage,
-                    "over-inclusion": s.mean_over_inclusion,
-                    "over-inclusion 95% CI": f"{s.ci_over_inclusion[0]:.3f} – {s.ci_over_inclusion[1]:.3f}",
-                    "Δ over-inclusion": s.delta_over_inclusion,
-                    "exact F1": s.mean_exact_f1,
-                }
-                for s in summaries
-            ]
-        ),
+        styled,
         hide_index=True,
         width="stretch",
         key="bench_summary",
         column_config={
-            c: st.column_config.NumberColumn(c, format="%.3f")
-            for c in (
-                "hierarchical",
-                "Δ hierarchical",
-                "coverage",
-                "Δ coverage",
-                "over-inclusion",
-                "Δ over-inclusion",
-                "exact F1",
-            )
+            "method": st.column_config.TextColumn("method", width=150),
+            **{SHORT_LABELS[m]: st.column_config.NumberColumn(SHORT_LABELS[m], width=80) for m in TABLE_MEASURES},
         },
     )
-    bars = go.Figure()
-    for _metric, label, mean_of, ci_of in (
-        ("coverage", "Coverage", lambda s: s.mean_coverage, lambda s: s.ci_coverage),
-        ("over_inclusion", "Over-inclusion", lambda s: s.mean_over_inclusion, lambda s: s.ci_over_inclusion),
-        ("hierarchical", "Hierarchical score", lambda s: s.mean_hierarchical, lambda s: s.ci_hierarchical),
-    ):
-        means = [mean_of(s) for s in summaries]
-        bars.add_bar(
-            name=label,
-            x=[s.method for s in summaries],
-            y=means,
-            error_y={
+    st.caption("Shaded: the best value of each measure. " + " ".join(plain(note) for note in summary_notes(rows)))
+    with st.expander("95% bootstrap intervals of each mean"):
+        st.dataframe(pd.DataFrame(interval_table(rows)), hide_index=True, width="stretch", key="bench_intervals")
+    if line is not None:
+        st.info(plain(expert_agreement_text(line, rows)))
+    figure = make_subplots(
+        rows=1, cols=len(TABLE_MEASURES), shared_yaxes=True, subplot_titles=[SHORT_LABELS[m] for m in TABLE_MEASURES]
+    )
+    order = [row.method for row in reversed(rows)]  # best at the top
+    by_method = {row.method: row for row in rows}
+    for index, m in enumerate(TABLE_MEASURES, start=1):
+        means = [by_method[name].means[m] for name in order]
+        figure.add_bar(
+            x=means,
+            y=[chart_text(name) for name in order],
+            orientation="h",
+            showlegend=False,
+            marker_color="#4c78a8",
+            error_x={
                 "type": "data",
                 "symmetric": False,
-                "array": [ci_of(s)[1] - m for s, m in zip(summaries, means, strict=True)],
-                "arrayminus": [m - ci_of(s)[0] for s, m in zip(summaries, means, strict=True)],
+                "array": [by_method[n].cis[m][1] - v for n, v in zip(order, means, strict=True)],
+                "arrayminus": [v - by_method[n].cis[m][0] for n, v in zip(order, means, strict=True)],
             },
+            row=1,
+            col=index,
         )
-    if line is not None:
-        bars.add_hline(
-            y=line.mean_hierarchical_score,
-            line_dash="dash",
-            line_color="#444",
-            annotation_text=f"expert agreement {line.mean_hierarchical_score:.3f}",
-        )
-    bars.update_layout(
-        barmode="group",
-        title="Means per method (95% bootstrap CI)",
-        yaxis={"range": [0, 1]},
-        height=380,
-        margin={"t": 50, "b": 30},
+        expert = {"hierarchical": "mean_hierarchical_score", "exact_f1": "mean_exact_f1"}.get(m)
+        if line is not None and expert:
+            figure.add_vline(x=getattr(line, expert), line_dash="dash", line_color="#444", row=1, col=index)
+    figure.update_xaxes(range=[0, 1])
+    figure.update_layout(
+        height=120 + 28 * len(rows),
+        margin={"t": 40, "b": 20, "l": 10, "r": 10},
+        title=None,
     )
-    left, right = st.columns(2)
-    left.plotly_chart(bars, width="stretch", key="bench_bars")
-    right.altair_chart(coverage_precision_chart(run.report), key="bench_scatter")
+    st.markdown("**Means per method, 95% bootstrap intervals** (higher is better on each; dashed: expert agreement)")
+    st.plotly_chart(figure, width="stretch", key="bench_bars", config={"displayModeBar": False})
+    st.altair_chart(coverage_precision_chart(run.report), key="bench_scatter")
+    with st.expander(f"Paired permutation tests against {plain(baseline)} (detail)"):
+        tests_section(run, baseline, sort_by)
 
 
-def tests_section(run: BenchmarkRun, baseline: str) -> None:
-    comparisons = significance(run.report, baseline)
+def tests_section(run: BenchmarkRun, baseline: str, sort_by: str) -> None:
+    comparisons = significance(run.report, baseline, sort_by)
     if not comparisons:
         st.caption("Add another method to compare it with the baseline.")
         return
-    st.markdown(
-        f"**Paired permutation tests against `{baseline}`** (hierarchical score, "
-        "per cohort; Holm-corrected across the methods)"
-    )
+    st.caption(f"{SHORT_LABELS[sort_by]}, per cohort; Holm-corrected across the methods.")
     st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "method": c.method_b,
-                    "cohorts": c.n_cohorts,
-                    "mean Δ": c.mean_diff,
-                    "p": c.p_value,
-                    "p (Holm)": c.p_holm,
-                    "verdict": "real difference" if c.significant else "not shown",
-                    "note": c.note or "",
-                }
-                for c in comparisons
-            ]
-        ),
+        pd.DataFrame(significance_rows(comparisons)),
         hide_index=True,
         width="stretch",
         key="bench_tests",
-        column_config={
-            "mean Δ": st.column_config.NumberColumn(format="%+.3f"),
-            "p": st.column_config.NumberColumn(format="%.4f"),
-            "p (Holm)": st.column_config.NumberColumn(format="%.4f"),
-        },
     )
 
 
@@ -276,12 +266,15 @@ def cohort_section(run: BenchmarkRun, baseline: str) -> None:
         width="stretch",
         key="bench_cohorts_table",
         column_config={
-            "drilldown": st.column_config.LinkColumn("drilldown", display_text="open"),
+            "drilldown": st.column_config.LinkColumn("drilldown", display_text="open", width=60),
+            "cohort": st.column_config.TextColumn("cohort", width=170),
+            "method": st.column_config.TextColumn("method", width=130),
+            "codes": st.column_config.TextColumn("codes", width=70, help="listed by the method / curated"),
             **{
-                c: st.column_config.NumberColumn(c, format="%.3f")
-                for c in ("hierarchical", "coverage", "over_inclusion", "precision", "exact_f1")
+                c: st.column_config.NumberColumn(c, format="%.3f", width=70)
+                for c in ("hierarchical", "coverage", "precision", "exact F1")
             },
-            "delta_vs_baseline": st.column_config.NumberColumn("Δ vs baseline", format="%+.3f"),
+            "vs baseline": st.column_config.NumberColumn(f"vs {baseline}", format="%+.3f", width=70),
         },
     )
     pairs = [(r.cohort_id, r.method) for r in run.report.results]
@@ -305,7 +298,7 @@ def cohort_section(run: BenchmarkRun, baseline: str) -> None:
             st.markdown(f"[Open in the drilldown]({drilldown_link(run.library_id, cohort, method, run.run_id)})")
     if run.report.skipped:
         with st.expander(f"{len(run.report.skipped)} skipped cohort/method pairs"):
-            st.write("\n".join(f"- {s}" for s in run.report.skipped))
+            st.markdown("\n".join(f"- {plain(s)}" for s in run.report.skipped))
 
 
 def export_section(run: BenchmarkRun) -> None:
@@ -366,7 +359,11 @@ def saved_runs_section() -> None:
         figure = go.Figure()
         for run_id in compare:
             part = frame[frame["run_id"] == run_id]
-            figure.add_bar(name=labels[run_id][:60], x=part["method"], y=part["mean_hierarchical"])
+            figure.add_bar(
+                name=chart_text(labels[run_id][:60]),
+                x=[chart_text(m) for m in part["method"]],
+                y=part["mean_hierarchical"],
+            )
         figure.update_layout(
             barmode="group",
             title="Mean hierarchical score per run",
@@ -395,18 +392,17 @@ def main() -> None:
         run = saved_run(run_id)
         st.subheader(f"Run {run.run_id}")
         st.caption(
-            f"{run.library_id} · {len(run.parameters.cohort_ids)} cohorts · methods "
-            f"{', '.join(run.parameters.methods)} · k={run.parameters.k} · dense weight "
+            f"{plain(run.library_id)} · {len(run.parameters.cohort_ids)} cohorts · methods "
+            f"{plain(', '.join(run.parameters.methods))} · k={run.parameters.k} · dense weight "
             f"{run.parameters.dense_weight} · {run.started_at} → {run.finished_at} · "
             f"vocabulary {run.vocabulary_release}"
         )
         methods = list(dict.fromkeys(r.method for r in run.report.results))
         if not methods:
-            st.warning("This run scored nothing: " + "; ".join(run.report.skipped[:5]))
+            st.warning("This run scored nothing: " + plain("; ".join(run.report.skipped[:5])))
         else:
             baseline = st.selectbox("Baseline method", methods, key="bench_baseline")
             summary_section(run, baseline, libraries)
-            tests_section(run, baseline)
             cohort_section(run, baseline)
             export_section(run)
     saved_runs_section()

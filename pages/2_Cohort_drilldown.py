@@ -9,12 +9,17 @@ import streamlit as st
 import dashboard_ui as ui
 from phenoforge.dashboard.benchmark import available_methods, saved_run
 from phenoforge.dashboard.drilldown import (
-    OUTCOME_COLOURS,
+    code_table,
     cohort_drilldown,
+    distance_bins,
     hierarchy_nodes,
     outcome_counts,
+    outcome_sentence,
+    provenance_table,
 )
 from phenoforge.dashboard.drilldown_source import deep_link_notices, method_means, results_for
+from phenoforge.dashboard.markdown import plain
+from phenoforge.dashboard.wording import delta_text
 from phenoforge.errors import PhenoforgeError
 
 
@@ -37,7 +42,7 @@ def main() -> None:
         try:
             run = saved_run(run_id)
         except PhenoforgeError as error:
-            st.warning(f"{error}; showing a live run instead.")
+            st.warning(f"{plain(error)}; showing a live run instead.")
     library = ui.library_picker(
         libraries, key="dd_library", default_id=run.library_id if run else params.get("library")
     )
@@ -59,7 +64,7 @@ def main() -> None:
         cohort_id,
         ids,
     ):
-        st.warning(notice)
+        st.warning(notice)  # deep_link_notices escapes what the link supplied
     dense = ui.dense_retriever()
     options = (
         list(run.parameters.methods)
@@ -90,7 +95,7 @@ def main() -> None:
             con, library, cohort_id, methods, run if use_run else None, dense=dense, k=k, dense_weight=weight
         )
         for message in skipped:
-            st.warning(message)
+            st.warning(plain(message))
         means = method_means(library.library_id, run if use_run else None)
         for result in results:
             view = cohort_drilldown(con, result)
@@ -99,11 +104,11 @@ def main() -> None:
 
 
 def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
-    st.subheader(f"{view.cohort_name} · {view.method}")
+    st.subheader(f"{plain(view.cohort_name)} · {plain(view.method)}")
     cols = st.columns(4)
 
     def delta(value: float, key: str) -> str | None:
-        return None if mean is None else f"{value - float(mean[key]):+.3f} vs mean"
+        return None if mean is None else delta_text(value - float(mean[key]), "vs mean")
 
     cols[0].metric("Coverage", f"{view.coverage:.3f}", delta(view.coverage, "coverage"))
     cols[1].metric(
@@ -113,8 +118,8 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
         delta_color="inverse",
     )
     cols[2].metric("Hierarchical", f"{view.hierarchical:.3f}", delta(view.hierarchical, "hierarchical"))
-    counts = outcome_counts(view)
-    cols[3].metric("Hit / near / miss / over", " / ".join(str(counts[o]) for o in OUTCOME_COLOURS))
+    cols[3].metric("Codes listed", sum(1 for row in view.rows if row.status != "curated only"))
+    st.caption(outcome_sentence(outcome_counts(view)))
     if mean is None:
         st.caption("Run a benchmark over this whole library to compare with the method's mean.")
     else:
@@ -123,49 +128,46 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
             f"{mean['coverage']:.3f}, over-inclusion {mean['over_inclusion']:.3f}, "
             f"hierarchical {mean['hierarchical']:.3f}."
         )
-    frame = pd.DataFrame([row.model_dump() for row in view.rows])
-    left, right = st.columns(2)
-    for column, side, title in (
-        (left, ("in both", "predicted only"), "Predicted"),
-        (right, ("in both", "curated only"), "Curated"),
-    ):
-        part = frame[frame["status"].isin(side)] if not frame.empty else frame
-        column.markdown(f"**{title}** ({len(part)})")
-        column.dataframe(
-            part,
-            hide_index=True,
-            width="stretch",
-            key=f"dd_{title}_{view.method}",
-            column_order=[
-                "code",
-                "name",
-                "status",
-                "best_match",
-                "best_match_name",
-                "tree_distance",
-                "partial_credit",
-                "outcome",
-                "why",
-            ],
-            column_config={
-                "partial_credit": st.column_config.NumberColumn(format="%.3f"),
-                "why": st.column_config.ListColumn("why in the list"),
-            },
+    st.dataframe(
+        pd.DataFrame(code_table(view)),
+        hide_index=True,
+        width="stretch",
+        key=f"dd_codes_{view.method}",
+        column_config={  # fixed widths that add up to a 1,280 px window's main column
+            "code": st.column_config.TextColumn("code", width=80),
+            "name": st.column_config.TextColumn("name", width=250),
+            "in": st.column_config.TextColumn("in", width=80, help="both lists, or only the predicted or curated one"),
+            "outcome": st.column_config.TextColumn("outcome", width=170),
+            "credit": st.column_config.NumberColumn("credit", format="%.3f", width=60),
+            "why in the list": st.column_config.TextColumn("why in the list", width=140),
+        },
+    )
+    with st.expander("Best matches, tree distances and full provenance"):
+        st.dataframe(
+            pd.DataFrame(provenance_table(view)), hide_index=True, width="stretch", key=f"dd_detail_{view.method}"
         )
     left, right = st.columns(2)
+    bins = distance_bins(view)
     hist = go.Figure()
-    for direction, counter in view.distance_counts.items():
-        labels = sorted(counter, key=lambda d: (d == "no common ancestor", int(d) if d.isdigit() else 0))
-        hist.add_bar(name=direction, x=labels, y=[counter[d] for d in labels])
+    for direction, counts in bins.counts.items():
+        hist.add_bar(name=direction, x=bins.x, y=counts)
     hist.update_layout(
         title="Tree distance to the nearest match",
         barmode="group",
-        xaxis={"title": "edges (0 = exact)", "type": "category"},
+        xaxis={
+            "title": "edges (0 = exact)",
+            "tickmode": "array",
+            "tickvals": bins.x,
+            "ticktext": [t.replace("no common ancestor", "no common<br>ancestor") for t in bins.ticktext],
+            "ticklabeloverflow": "allow",  # the last label is wide; shown in full, not hidden at the edge
+            "range": [-0.6, bins.x[-1] + 1.2],
+        },
         yaxis={"title": "codes"},
         height=360,
-        margin={"t": 50, "b": 30},
+        margin={"t": 50, "b": 60, "r": 40},
+        legend={"orientation": "h", "y": -0.35},
     )
-    left.plotly_chart(hist, width="stretch", key=f"dd_hist_{view.method}")
+    left.plotly_chart(hist, width="stretch", key=f"dd_hist_{view.method}", config={"displayModeBar": False})
     sunburst = go.Figure(
         go.Sunburst(
             ids=nodes.ids,
@@ -179,11 +181,12 @@ def method_block(view, nodes, mean) -> None:  # type: ignore[no-untyped-def]
         )
     )
     sunburst.update_layout(
-        title="Chapter › block › category › code (green hit, amber near miss, red miss, purple over-inclusion)",
+        title="Where the codes sit: chapter › block › category › code",
         height=420,
         margin={"t": 50, "b": 10, "l": 10, "r": 10},
     )
-    right.plotly_chart(sunburst, width="stretch", key=f"dd_sunburst_{view.method}")
+    right.caption("Green: hit; amber: near miss; red: miss; purple: over-inclusion.")
+    right.plotly_chart(sunburst, width="stretch", key=f"dd_sunburst_{view.method}", config={"displayModeBar": False})
 
 
 ui.run_page(main)

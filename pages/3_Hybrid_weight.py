@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import dashboard_ui as ui
+from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.weights import (
     CURVE_WEIGHTS,
     SWEEP_WEIGHTS,
@@ -17,11 +18,13 @@ from phenoforge.dashboard.weights import (
     collect,
     gaining_and_losing,
     means,
+    readable_note,
     run_sweep,
     scorer_key,
     sweep_key,
     sweep_rows,
 )
+from phenoforge.dashboard.wording import delta_text
 from phenoforge.eval.sweep import LibrarySweep, sweepable
 
 REFERENCE_WEIGHT = 0.0
@@ -31,13 +34,13 @@ def not_scored(skipped: list[str], scored: int) -> bool:
     """Name the cohorts that cannot be scored; True when none of the chosen ones can (nothing to show)."""
     if not scored:
         st.warning(
-            "None of the chosen cohorts can be scored" + "".join(f"\n- {line}" for line in skipped),
+            "None of the chosen cohorts can be scored" + "".join(f"\n- {plain(line)}" for line in skipped),
             icon=":material/block:",
         )
         return True
     if skipped:
         with st.expander(f"{len(skipped)} cohort(s) not scored (the means leave them out)"):
-            st.write("\n".join(f"- {line}" for line in skipped))
+            st.markdown("\n".join(f"- {plain(line)}" for line in skipped))
     return False
 
 
@@ -73,16 +76,16 @@ def slider_view(scorer: WeightScorer) -> None:
     cols = st.columns(3)
     cols[0].metric(
         "Mean hierarchical",
-        f"{current['hierarchical']:.4f}",
-        f"{current['hierarchical'] - base['hierarchical']:+.4f} vs BM25 only",
+        f"{current['hierarchical']:.3f}",
+        delta_text(current["hierarchical"] - base["hierarchical"], "vs BM25 only"),
     )
-    cols[1].metric("Mean coverage", f"{current['coverage']:.4f}", f"{current['coverage'] - base['coverage']:+.4f}")
-    cols[2].metric(
-        "Mean over-inclusion",
-        f"{current['over_inclusion']:.4f}",
-        f"{current['over_inclusion'] - base['over_inclusion']:+.4f}",
-        delta_color="inverse",
+    cols[1].metric(
+        "Mean coverage",
+        f"{current['coverage']:.3f}",
+        delta_text(current["coverage"] - base["coverage"], "vs BM25 only"),
     )
+    precision, base_precision = 1.0 - current["over_inclusion"], 1.0 - base["over_inclusion"]
+    cols[2].metric("Mean precision", f"{precision:.3f}", delta_text(precision - base_precision, "vs BM25 only"))
     figure = go.Figure()
     figure.add_scatter(
         x=[w for w, _ in curve], y=[s for _, s in curve], mode="lines+markers", name="mean hierarchical score"
@@ -96,7 +99,7 @@ def slider_view(scorer: WeightScorer) -> None:
     )
     best_w, best_s = max(curve, key=lambda point: point[1])
     figure.update_layout(
-        title=f"Hierarchical score vs dense weight (best on the grid: {best_s:.4f} at {best_w:.2f})",
+        title=f"Hierarchical score vs dense weight (best on the grid: {best_s:.3f} at {best_w:.2f})",
         xaxis={"title": "dense_weight"},
         yaxis={"title": "mean hierarchical score"},
         height=380,
@@ -114,7 +117,10 @@ def slider_view(scorer: WeightScorer) -> None:
     number = [c for c in columns.values() if c not in ("cohort", "name")]
     gaining, losing = gaining_and_losing(cohort_shifts(reference, report))
     for column, title, shifts in ((left, "Cohorts gaining most", gaining), (right, "Cohorts losing most", losing)):
-        part = pd.DataFrame([s.model_dump() for s in shifts], columns=list(columns)).rename(columns=columns)
+        part = pd.DataFrame(
+            [{**s.model_dump(), "cohort_name": plain(s.cohort_name)} for s in shifts],  # st.table renders Markdown
+            columns=list(columns),
+        ).rename(columns=columns)
         column.markdown(f"**{title}** (vs BM25 only)")
         if part.empty:
             column.caption("none at this weight")
@@ -160,7 +166,7 @@ def sweep_view(swept: LibrarySweep) -> None:
             f"{', '.join(swept.trained_on) or 'nothing (untuned defaults)'}."
         )
     for note in swept.notes:
-        st.caption(note)
+        st.caption(plain(readable_note(note)))
     if not_scored(swept.skipped, len(swept.rows)):
         return
     choice = swept.choice
@@ -168,15 +174,15 @@ def sweep_view(swept: LibrarySweep) -> None:
         st.info("Cross-validation needs at least two weights and two scored cohorts.")
     else:
         left, right = st.columns(2)
-        left.metric("In-sample best hierarchical", f"{choice.in_sample_score:.4f}")
+        left.metric("In-sample best hierarchical", f"{choice.in_sample_score:.3f}")
         left.caption(
             f"dense_weight={choice.in_sample_choice:.2f}, chosen and scored on the same "
             f"{choice.n_cohorts} cohorts (optimistic)"
         )
         right.metric(
             "Cross-validated hierarchical",
-            f"{choice.out_of_sample_score:.4f}",
-            f"{choice.out_of_sample_score - choice.in_sample_score:+.4f} vs in-sample",
+            f"{choice.out_of_sample_score:.3f}",
+            delta_text(choice.out_of_sample_score - choice.in_sample_score, "vs in-sample"),
         )
         right.caption(
             f"{choice.n_folds} folds: chosen on the other folds, scored on the held-out one; choices "
@@ -194,7 +200,7 @@ def sweep_view(swept: LibrarySweep) -> None:
     )
     st.plotly_chart(figure, width="stretch", key="hw_sweep_curve", config={"displayModeBar": False})
     st.dataframe(
-        rows.style.format({c: "{:.3f}" for c in ("coverage", "over_inclusion", "hierarchical")}).format(
+        rows.style.format({c: "{:.3f}" for c in ("coverage", "precision", "hierarchical")}).format(
             {"dense_weight": "{:.2f}"}
         ),
         hide_index=True,

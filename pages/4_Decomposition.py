@@ -9,10 +9,13 @@ import dashboard_ui as ui
 from phenoforge.dashboard.decomposition import (
     SPLITS,
     UPLOADED,
+    case_label,
     case_rows,
     case_sets,
     cases_of,
+    gap_sentence,
     landing_share,
+    missing_cases_hint,
     run_decomposition,
     run_status,
     runnable_cases,
@@ -20,10 +23,11 @@ from phenoforge.dashboard.decomposition import (
     spread_rows,
     uploaded_cases,
 )
+from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.resources import claude_key_set
 from phenoforge.errors import PhenoforgeError
 
-SCORES = ("baseline", "decomposed", "gap")
+SCORES = ("baseline", "decomposed")
 
 
 def status_banner(report) -> bool:  # type: ignore[no-untyped-def]
@@ -40,35 +44,44 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
     st.subheader(label)
     if not status_banner(report):
         return
-    cols = st.columns(5)
-    cols[0].metric("Mean gap (baseline − decomposed)", f"{report.mean_gap:+.4f}")
-    cols[1].metric("Mean baseline", f"{report.mean_baseline_hierarchical_score:.4f}")
-    cols[2].metric("Mean decomposed", f"{report.mean_decomposed_hierarchical_score:.4f}")
-    cols[3].metric("Cases scored", report.n_scored)
-    cols[4].metric("Cases with a term on the target", f"{landing_share(report):.0%}")
+    st.markdown(f"**{gap_sentence(report.mean_gap)}** (mean hierarchical score over the cases scored).")
+    cols = st.columns(4)
+    cols[0].metric("Baseline (name searched)", f"{report.mean_baseline_hierarchical_score:.3f}")
+    cols[1].metric("Decomposed", f"{report.mean_decomposed_hierarchical_score:.3f}")
+    cols[2].metric("Cases scored", report.n_scored)
+    cols[3].metric("Term on target", f"{landing_share(report):.0%}", help="cases with a seed term on the target")
     st.caption(
         f"Retrieval: {report.retrieval} · k={report.k} · where terms landed: "
         + (", ".join(f"{k} {v}" for k, v in sorted(report.landed_counts.items())) or "—")
     )
     for message in report.skipped:
-        st.caption(f"skipped {message}")
+        st.caption(f"skipped {plain(message)}")
     st.dataframe(
         pd.DataFrame(case_rows(report)),
         hide_index=True,
         width="stretch",
         key="dec_table",
-        column_config={c: st.column_config.NumberColumn(format="%.3f") for c in SCORES},
+        column_config={
+            **{c: st.column_config.NumberColumn(c, format="%.3f", width=80) for c in SCORES},
+            "difference": st.column_config.NumberColumn(
+                "difference", format="%+.3f", width=80, help="decomposed − baseline: above zero, decomposition helped"
+            ),
+            "cohort": st.column_config.TextColumn("cohort", width=110),
+            "description": st.column_config.TextColumn("description", width=200),
+            "seed terms": st.column_config.TextColumn("seed terms", width=160),
+            "error": st.column_config.TextColumn("error", width=60),
+        },
     )
     st.markdown("**Per case**")
     for r in report.results:
         if r.error:
             continue
-        with st.expander(f"{r.cohort_id} · {r.population_description} · gap {r.gap:+.3f}"):
+        with st.expander(case_label(plain(r.cohort_id), plain(r.population_description), r.gap)):
             cols = st.columns(3)
             cols[0].metric("Baseline (cohort name searched)", f"{r.baseline_hierarchical_score:.3f}")
             cols[1].metric("Decomposed", f"{r.decomposed_hierarchical_score:.3f}")
             cols[2].metric("Curated codes", r.n_ground_truth)
-            st.write(f"Seed terms: {', '.join(r.seed_terms) or '—'}")
+            st.markdown(f"Seed terms: {plain(', '.join(r.seed_terms)) or '—'}")
             if r.term_resolutions:
                 st.dataframe(
                     pd.DataFrame(
@@ -96,19 +109,22 @@ def results_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
 def repeat_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
     st.subheader(label)
     if report.n_runs_scored == 0:
-        st.error(f"no run scored a case: {run_status(report.runs[0]).message}")
+        st.error(f"no run scored a case: {plain(run_status(report.runs[0]).message)}")
         return
     for number, run in enumerate(report.runs, start=1):
         status = run_status(run)
         if status.level != "ok":
-            st.warning(f"run {number}: {status.message}")
-    cols = st.columns(3)
-    cols[0].metric("Mean gap over cases", f"{report.mean_gap:+.4f}")
-    cols[1].metric("95% CI of the mean", f"[{report.mean_gap_ci_low:+.4f}, {report.mean_gap_ci_high:+.4f}]")
-    cols[2].metric("SD of the per-run means", f"{report.stdev_mean_gap:.4f}")
+            st.warning(f"run {number}: {plain(status.message)}")
+    st.markdown(f"**{gap_sentence(report.mean_gap)}** (mean over cases and runs).")
+    cols = st.columns(2)
+    cols[0].metric(
+        "95% CI, decomposed − baseline", f"{-report.mean_gap_ci_high:+.3f} to {-report.mean_gap_ci_low:+.3f}"
+    )
+    cols[1].metric("SD of the per-run means", f"{report.stdev_mean_gap:.3f}")
     st.caption(
-        f"{report.n} runs; the interval is a bootstrap over cases of each case's mean gap across runs. "
-        "Per-run means: " + ", ".join(f"{gap:+.4f}" for gap in report.mean_gap_per_run)
+        f"{report.n} runs; the interval is a bootstrap over cases of each case's mean across runs; above zero, "
+        "decomposition scores higher. Per run, decomposed − baseline: "
+        + ", ".join(f"{-gap:+.3f}" for gap in report.mean_gap_per_run)
     )
     st.dataframe(
         pd.DataFrame(spread_rows(report)),
@@ -116,8 +132,9 @@ def repeat_section(report, label: str) -> None:  # type: ignore[no-untyped-def]
         width="stretch",
         key="dec_spread",
         column_config={
-            c: st.column_config.NumberColumn(format="%.3f") for c in ("mean gap", "min gap", "max gap", "sd")
-        },
+            c: st.column_config.NumberColumn(format="%+.3f") for c in ("mean difference", "lowest", "highest")
+        }
+        | {"sd": st.column_config.NumberColumn(format="%.3f")},
     )
 
 
@@ -136,13 +153,19 @@ def main() -> None:
     runnable = {name: runnable_cases(cases) for name, cases in sets.items()}
     default = next((i for i, n in enumerate(names) if runnable.get(n)), 0)
     key_set = claude_key_set()
-    cols = st.columns([2, 2, 2, 1, 1])
+    cols = st.columns([4, 2, 2, 1, 1])
     chosen = cols[0].selectbox(
         "Test cases",
         names,
         index=default,
         key="dec_set",
-        format_func=lambda n: n if n == UPLOADED else f"{n} ({len(runnable[n])} of {len(sets[n])} runnable here)",
+        format_func=lambda n: (
+            n
+            if n == UPLOADED
+            else f"{n} ({len(runnable[n])} of {len(sets[n])} cases runnable here"
+            + ("; its library is not installed" if not runnable[n] else "")
+            + ")"
+        ),
     )
     split = cols[1].radio(
         "Split",
@@ -182,16 +205,12 @@ def main() -> None:
         try:
             cases = uploaded_cases(upload.getvalue(), upload.name)
         except PhenoforgeError as error:
-            st.error(str(error))
+            st.error(plain(error))
             return
     else:
         cases = cases_of(runnable[chosen], split)
     if not cases:
-        st.warning(
-            "None of these cases' libraries and cohorts is installed here: build the "
-            "bundled libraries on the Home page, or fetch the OHDSI library for the "
-            "'ohdsi' set."
-        )
+        st.warning(missing_cases_hint(chosen, sets.get(chosen, [])))
         return
     if st.button(
         f"Run {len(cases)} test cases" + (f" × {repeat}" if repeat > 1 else ""), type="primary", key="dec_run"

@@ -7,7 +7,14 @@ import streamlit as st
 
 import dashboard_ui as ui
 from phenoforge.agent.lay_terms import spell_out_for_search
-from phenoforge.dashboard.explore import code_details, search_side_by_side
+from phenoforge.dashboard.explore import (
+    EMPTY_QUERY_HINT,
+    code_details,
+    search_side_by_side,
+    support_threshold,
+    support_warning,
+)
+from phenoforge.dashboard.markdown import plain
 
 
 def search_section() -> None:
@@ -23,13 +30,17 @@ def search_section() -> None:
     k = int(cols[1].number_input("k", 1, 50, 10, key="ex_k"))
     weight = float(cols[2].slider("dense_weight", 0.0, 1.0, 0.5, 0.05, key="ex_weight"))
     if not query.strip():
+        st.info(EMPTY_QUERY_HINT)
         return
     results = None
     with ui.cursor() as con:
         query, notes = spell_out_for_search(con, query)
         results = search_side_by_side(con, query, ["bm25", "dense", "hybrid"], k=k, dense=dense, dense_weight=weight)
     for note in notes:
-        st.caption(note)
+        st.caption(plain(note))
+    warning = support_warning(results, support_threshold())
+    if warning:
+        st.warning(warning, icon=":material/help:")
     columns = st.columns(len(results))
     for column, (method, result) in zip(columns, results.items(), strict=True):
         column.markdown(f"**{method}**" + (" (degraded)" if result.degraded else ""))
@@ -37,11 +48,15 @@ def search_section() -> None:
             column.info(result.reason or "no results")
             continue
         column.dataframe(
-            pd.DataFrame([{"rank": h.rank, "code": h.code, "name": h.name, "score": h.score} for h in result.hits]),
+            pd.DataFrame([{"code": h.code, "score": h.score, "name": h.name} for h in result.hits]),  # rank: row order
             hide_index=True,
             width="stretch",
             key=f"ex_{method}",
-            column_config={"score": st.column_config.NumberColumn(format="%.4f")},
+            column_config={  # three tables side by side in a 1,280 px window; a name's full text shows on hover
+                "code": st.column_config.TextColumn(width=70),
+                "score": st.column_config.NumberColumn(format="%.3f", width=55),
+                "name": st.column_config.TextColumn(width=130),
+            },
         )
         for note in result.notes:
             column.caption(note)
@@ -58,12 +73,12 @@ def lookup_section() -> None:
         details = code_details(con, code, ui.libraries(), ui.cohort_membership())
     if details is None:
         st.warning(
-            f"{code!r} is not a code in the loaded vocabulary. Check the spelling (dots "
+            f"'{plain(code)}' is not a code in the loaded vocabulary. Check the spelling (dots "
             "are optional), or search for it by name above."
         )
         return
     concept = details.concept
-    st.markdown(f"### {concept.code} · {concept.name}")
+    st.markdown(f"### {plain(concept.code)} · {plain(concept.name)}")
     st.caption(
         f"{concept.kind} · {'billable' if concept.billable else 'not billable'} · concept id {concept.concept_id}"
     )

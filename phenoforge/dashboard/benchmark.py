@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import threading
 from pathlib import Path
 from urllib.parse import urlencode
@@ -22,6 +23,7 @@ from phenoforge.app_state import BenchmarkParameters
 from phenoforge.caches import ProcessCache
 from phenoforge.config import ProgressCallback
 from phenoforge.csv_safe import SafeWriter
+from phenoforge.dashboard.wording import direction_text, p_text
 from phenoforge.engine.curated import Library
 from phenoforge.engine.db import vocabulary_info
 from phenoforge.eval.agreement import LibraryAgreement, agreement_lines
@@ -32,6 +34,11 @@ from phenoforge.eval.qrels import load_qrels
 from phenoforge.eval.runs import Run, parse_run_csv, parse_run_json
 from phenoforge.eval.stats import MethodComparison, bootstrap_ci, compare_methods
 from phenoforge.methods import available_methods as registered_methods
+from phenoforge.methods.registry import MethodError
+
+USER_METHODS_ENV = "PHENOFORGE_DASHBOARD_USER_METHODS"
+"""Set to 1 on the server to let the Benchmark page run ``module:function`` methods (off by default:
+anyone who can open the page could otherwise import any module and call any callable on the server)."""
 
 METRIC_LABELS: dict[str, str] = {m.key: m.label for m in DEFAULT_MEASURES}
 """Labels come from the measures themselves (phenoforge.eval.measures), nowhere else."""
@@ -47,6 +54,26 @@ def metric_value(result: CohortEvalResult, metric: str) -> float:
 def available_methods(dense_ready: bool) -> list[str]:
     """Every registered method; those that need the dense index only once it is ready."""
     return [name for name, m in registered_methods().items() if dense_ready or "dense" not in m.needs]
+
+
+def user_methods_enabled() -> bool:
+    """Whether this server lets the dashboard run ``module:function`` methods (see USER_METHODS_ENV)."""
+    return os.environ.get(USER_METHODS_ENV, "").strip() == "1"
+
+
+def checked_methods(methods: list[str], allow_user_methods: bool | None = None) -> list[str]:
+    """``methods`` when each is registered (a built-in or an installed entry point); a
+    ``module:function`` only when the server allows it. Checked before anything is imported."""
+    allowed = user_methods_enabled() if allow_user_methods is None else allow_user_methods
+    registered = registered_methods()
+    refused = [m for m in methods if m not in registered and not (allowed and ":" in m)]
+    if refused:
+        raise MethodError(
+            f"{', '.join(repr(m) for m in refused)}: not a registered method. The dashboard runs the built-in "
+            f"and installed methods ({', '.join(registered)}); run your own module:function with the CLI, or "
+            f"start the dashboard with {USER_METHODS_ENV}=1."
+        )
+    return methods
 
 
 def method_help() -> dict[str, str]:
@@ -160,8 +187,8 @@ def expert_agreement_lines(con: duckdb.DuckDBPyConnection, libraries: list[Libra
 
 
 def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:
-    """Per cohort and method, coverage against precision; clicking a method in the legend (or a point)
-    highlights that method's cohorts, and a brushed region filters the cohort list beside it."""
+    """Per cohort and method, coverage against precision (colour and shape per method); clicking a
+    method in the legend (or a point) highlights its cohorts, and a brushed region filters the list below."""
     rows = [
         {
             "method": r.method,
@@ -181,12 +208,19 @@ def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:
         .encode(
             x=alt.X("coverage:Q", scale=alt.Scale(domain=[0, 1]), title="coverage"),
             y=alt.Y("precision:Q", scale=alt.Scale(domain=[0, 1]), title="precision = 1 − over-inclusion"),
-            color=alt.Color("method:N"),
+            color=alt.Color(
+                "method:N", scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(orient="right", labelLimit=220)
+            ),
+            shape=alt.Shape("method:N"),
             opacity=alt.condition(pick, alt.value(0.9), alt.value(0.08)),
             tooltip=["cohort:N", "method:N", alt.Tooltip("hierarchical:Q", format=".3f")],
         )
         .add_params(pick, brush)
-        .properties(title="Coverage vs precision (click a method in the legend; drag to select cohorts)", height=340)
+        .properties(
+            title="Coverage vs precision per cohort (click a method in the legend; drag to select cohorts)",
+            width=560,
+            height=340,
+        )
     )
     listing = (
         alt.Chart(data)
@@ -197,9 +231,10 @@ def coverage_precision_chart(report: BenchmarkReport) -> alt.Chart:
         .transform_calculate(label="datum.cohort + ' (' + datum.method + ')'")
         .transform_window(row_number="row_number()")
         .transform_filter("datum.row_number <= 20")
-        .properties(title="Selected cohorts (first 20)", width=260, height=340)
+        .properties(title="Selected cohorts (first 20)", width=560, height=300)
     )
-    return alt.hconcat(points, listing)  # type: ignore[return-value]  # an HConcatChart renders like a Chart
+    # Stacked, not side by side: side by side the legend and the list fell off a 1,280 px window.
+    return alt.vconcat(points, listing)  # type: ignore[return-value]  # a VConcatChart renders like a Chart
 
 
 def scores_by_method(report: BenchmarkReport, metric: str = "hierarchical") -> dict[str, dict[str, float]]:
@@ -230,24 +265,22 @@ def cohort_rows(
     run_id: str | None = None,
     baseline: str | None = None,
 ) -> list[dict[str, object]]:
-    """The per-cohort table: one row per cohort and method, with its drilldown link."""
+    """The per-cohort table: one row per cohort and method, with its drilldown link; measures where
+    higher is better only, so it fits a 1,280 px window."""
     base = {r.cohort_id: r.hierarchical_score for r in report.results if r.method == baseline} if baseline else {}
     rows: list[dict[str, object]] = []
     for r in report.results:
         delta = (r.hierarchical_score - base[r.cohort_id]) if r.cohort_id in base else None
         rows.append(
             {
-                "cohort_id": r.cohort_id,
-                "cohort_name": r.cohort_name,
+                "cohort": f"{r.cohort_id} · {r.cohort_name}",
                 "method": r.method,
                 "hierarchical": r.hierarchical_score,
-                "delta_vs_baseline": delta,
+                "vs baseline": delta,
                 "coverage": r.coverage,
-                "over_inclusion": r.over_inclusion_penalty,
                 "precision": 1.0 - r.over_inclusion_penalty,
-                "exact_f1": r.exact_f1,
-                "n_predicted": len(r.predicted_codes),
-                "n_curated": len(r.ground_truth_codes),
+                "exact F1": r.exact_f1,
+                "codes": f"{len(r.predicted_codes)} / {len(r.ground_truth_codes)}",
                 "drilldown": drilldown_link(library_id, r.cohort_id, r.method, run_id),
             }
         )
@@ -341,6 +374,7 @@ def import_run_and_save(
     Nothing is saved when the file has problems: :class:`~phenoforge.eval.runs.RunImportError`
     lists them with their line numbers.
     """
+    checked_methods(compare_with)
     started = app_state.now_iso()
     run = parse_uploaded_run(con, library, data, filename, name)
     qrels = load_qrels(con, Path(library.path)).subset(list(run.cohorts))
@@ -410,7 +444,9 @@ def run_and_save(
     label: str = "",
     dense_problem: str | None = None,
 ) -> BenchmarkRun:
-    """Run the benchmark as asked and store it in the app-state database before returning."""
+    """Run the benchmark as asked (registered methods only, see :func:`checked_methods`) and store it
+    in the app-state database before returning."""
+    checked_methods(parameters.methods)
     started = app_state.now_iso()
     report = run_benchmark(
         con,
@@ -454,4 +490,230 @@ def leaderboard(report: BenchmarkReport) -> list[dict[str, object]]:
             "n_cohorts": sum(1 for r in report.results if r.method == method),
         }
         for method, score in ranked
+    ]
+
+
+TABLE_MEASURES: tuple[str, ...] = ("hierarchical", "coverage", "precision", "exact_f1")
+"""The summary's measures, each one where higher is better (precision rather than over-inclusion)."""
+SHORT_LABELS: dict[str, str] = {
+    "hierarchical": "Hierarchical",
+    "coverage": "Coverage",
+    "precision": "Precision",
+    "exact_f1": "Exact F1",
+}
+METHOD_CAVEATS: dict[str, str] = {
+    "expand_descendants": "starts from a curated code, so its precision is near perfect by construction",
+}
+"""What a reader must know to read a method's numbers, shown on the summary table itself."""
+
+
+def difference_text(diff: float, low: float, high: float, comparison: MethodComparison | None) -> str:
+    """The difference to the baseline with its interval and verdict, in words, in one cell."""
+    verdict = ""
+    if comparison is not None:
+        if comparison.note:
+            verdict = f", {comparison.note.split(':')[0]}"  # the whole note is in the tests' detail table
+        else:
+            verdict = (
+                f", {'significant' if comparison.significant else 'not significant'} ({p_text(comparison.p_holm)})"
+            )
+    return f"{direction_text(diff)} [{low:+.3f}, {high:+.3f}]{verdict}"
+
+
+class SummaryRow(BaseModel):
+    """One method's line of the summary table: means per measure, intervals, and the baseline difference."""
+
+    method: str
+    n_cohorts: int
+    means: dict[str, float]
+    cis: dict[str, tuple[float, float]]
+    best_at: list[str]
+    vs_baseline: str
+    note: str
+
+
+def _means(results: list[CohortEvalResult], metric: str) -> list[float]:
+    return [metric_value(r, metric) for r in results]
+
+
+def summary_rows(
+    report: BenchmarkReport, baseline: str, sort_by: str = "hierarchical", n_resamples: int = 2000
+) -> list[SummaryRow]:
+    """Methods best first on ``sort_by``, each measure's best marked, the paired difference to
+    ``baseline`` on ``sort_by`` with its bootstrap interval and Holm-corrected permutation test."""
+    grouped = _by_method(report)
+    tests = {c.method_b: c for c in significance(report, baseline, sort_by)} if baseline in grouped else {}
+    base_scores = {r.cohort_id: metric_value(r, sort_by) for r in grouped.get(baseline, [])}
+    rows: list[SummaryRow] = []
+    for method, results in grouped.items():
+        means = {m: sum(_means(results, m)) / len(results) for m in TABLE_MEASURES}
+        cis = {
+            m: (ci.low, ci.high)
+            for m in TABLE_MEASURES
+            for ci in [bootstrap_ci(_means(results, m), n_resamples=n_resamples)]
+        }
+        if method == baseline or not base_scores:
+            versus = "the baseline" if method == baseline else "no baseline"
+        else:
+            diffs = [metric_value(r, sort_by) - base_scores[r.cohort_id] for r in results if r.cohort_id in base_scores]
+            ci = bootstrap_ci(diffs, n_resamples=n_resamples)
+            versus = (
+                difference_text(sum(diffs) / len(diffs), ci.low, ci.high, tests.get(method))
+                if diffs
+                else "no shared cohorts"
+            )
+        rows.append(
+            SummaryRow(
+                method=method,
+                n_cohorts=len(results),
+                means=means,
+                cis=cis,
+                best_at=[],
+                vs_baseline=versus,
+                note=METHOD_CAVEATS.get(method, ""),
+            )
+        )
+    for m in TABLE_MEASURES:
+        best = max(row.means[m] for row in rows) if rows else 0.0
+        for row in rows:
+            if row.means[m] >= best - 1e-12:
+                row.best_at.append(SHORT_LABELS[m])
+    return sorted(rows, key=lambda row: -row.means[sort_by])
+
+
+def summary_table(rows: list[SummaryRow], baseline: str, sort_by: str) -> list[dict[str, object]]:
+    """The summary as the page shows it: few columns, so it fits a 1,280 px window. ★ marks the best
+    on the sorting measure, † a method with a caveat (see :func:`summary_notes`); a method scored on
+    fewer cohorts than the most says how many."""
+    n_cohorts = max((row.n_cohorts for row in rows), default=0)
+    return [
+        {
+            "method": ("★ " if SHORT_LABELS[sort_by] in row.best_at else "")
+            + row.method
+            + (" †" if row.note else "")
+            + ("" if row.n_cohorts == n_cohorts else f" ({row.n_cohorts} cohorts)"),
+            **{SHORT_LABELS[m]: row.means[m] for m in TABLE_MEASURES},
+            f"vs {baseline} ({SHORT_LABELS[sort_by]}), 95% CI": row.vs_baseline,
+        }
+        for row in rows
+    ]
+
+
+def summary_notes(rows: list[SummaryRow]) -> list[str]:
+    """The caveats the † on the summary table refers to, one line per method."""
+    return [f"† {row.method}: {row.note}" for row in rows if row.note]
+
+
+def best_cells(rows: list[SummaryRow]) -> list[tuple[int, str]]:
+    """(row index, column label) of each measure's best value, for the page to highlight."""
+    return [(i, label) for i, row in enumerate(rows) for label in row.best_at]
+
+
+def interval_table(rows: list[SummaryRow]) -> list[dict[str, object]]:
+    """Each measure's 95 % bootstrap interval per method: the detail behind the summary."""
+    return [
+        {"method": row.method, **{SHORT_LABELS[m]: f"{lo:.3f} – {hi:.3f}" for m, (lo, hi) in row.cis.items()}}
+        for row in rows
+    ]
+
+
+def expert_agreement_text(line: LibraryAgreement, rows: list[SummaryRow]) -> str:
+    """The expert line, counted as what it counts (pairs), and what a method above it means."""
+    text = (
+        f"Expert agreement: {line.mean_hierarchical_score:.3f} hierarchical, {line.mean_exact_f1:.3f} exact F1, "
+        f"the mean over {line.n_pairs} pairs of cohorts in which this library's experts and another library's "
+        "experts defined the same condition: how far two expert lists agree."
+    )
+    above = [row for row in rows if row.means["hierarchical"] > line.mean_hierarchical_score]
+    if above:
+        names = ", ".join(f"{row.method} ({row.means['hierarchical']:.3f})" for row in above)
+        text += (
+            f" Above it: {names}. Such a method agrees with these experts more than other experts do, which is "
+            "possible (for example by reusing another library's curated lists), so the line is a reference, "
+            "not a ceiling."
+        )
+    return text
+
+
+def default_methods(options: list[str]) -> list[str]:
+    """Every built-in method the server can run now: the best set builders and the reference methods."""
+    from phenoforge.methods.registry import builtin_methods
+
+    return [m for m in builtin_methods() if m in options]
+
+
+def significance_rows(comparisons: list[MethodComparison]) -> list[dict[str, object]]:
+    """The permutation tests in words: 'significant' or 'not significant', p never printed as 0.0000."""
+    return [
+        {
+            "method": c.method_b,
+            "cohorts": c.n_cohorts,
+            "difference": direction_text(c.mean_diff),
+            "p (Holm)": p_text(c.p_holm),
+            "p (raw)": p_text(c.p_value),
+            "verdict": c.note or ("significant" if c.significant else "not significant"),
+        }
+        for c in comparisons
+    ]
+
+
+class Headline(BaseModel):
+    """A library's latest full benchmark in one line: its best method and that method's score."""
+
+    library_id: str
+    run_id: str
+    finished_at: str
+    n_cohorts: int
+    n_methods: int
+    best_method: str
+    best_hierarchical: float
+    runner_up: str
+    runner_up_hierarchical: float | None
+
+
+def headlines(runs: list[app_state.BenchmarkRunSummary], cohort_counts: dict[str, int]) -> list[Headline]:
+    """Per installed library, its newest run over every cohort (an upload or a subset is not a headline).
+
+    ``runs`` come newest first, as :func:`phenoforge.app_state.list_benchmark_runs` returns them.
+    """
+    found: dict[str, Headline] = {}
+    for run in runs:
+        total = cohort_counts.get(run.library_id)
+        if run.library_id in found or total is None or len(run.parameters.cohort_ids) < total:
+            continue
+        if run.label.startswith("imported run"):
+            continue
+        ranked = sorted(run.means.get("hierarchical", {}).items(), key=lambda item: -item[1])
+        if not ranked:
+            continue
+        second = ranked[1] if len(ranked) > 1 else ("", None)
+        found[run.library_id] = Headline(
+            library_id=run.library_id,
+            run_id=run.run_id,
+            finished_at=run.finished_at,
+            n_cohorts=len(run.parameters.cohort_ids),
+            n_methods=len(ranked),
+            best_method=ranked[0][0],
+            best_hierarchical=ranked[0][1],
+            runner_up=second[0],
+            runner_up_hierarchical=second[1],
+        )
+    return [found[library_id] for library_id in cohort_counts if library_id in found]
+
+
+def headline_rows(found: list[Headline]) -> list[dict[str, object]]:
+    """The Home page's table: one line per library, the best method and by how much it leads."""
+    return [
+        {
+            "library": h.library_id,
+            "best method": h.best_method,
+            "hierarchical": h.best_hierarchical,
+            "next best": h.runner_up,
+            "lead": direction_text(h.best_hierarchical - h.runner_up_hierarchical, "ahead", "behind")
+            if h.runner_up_hierarchical is not None
+            else "",
+            "cohorts": h.n_cohorts,
+            "finished": h.finished_at[:10],
+        }
+        for h in found
     ]

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from phenoforge.agent.claude import default_decomposer
 from phenoforge.agent.offline import offline_decomposer
 from phenoforge.config import libraries_dir
+from phenoforge.dashboard.wording import direction_text
 from phenoforge.engine.curated import list_libraries
 from phenoforge.errors import PhenoforgeError
 from phenoforge.eval import decomposition
@@ -134,16 +135,15 @@ def landing_share(report: DecompositionReport) -> float:
 
 
 def case_rows(report: DecompositionReport) -> list[dict[str, Any]]:
+    """One row per case; the difference signed so that above zero means decomposition scored higher."""
     return [
         {
             "cohort": r.cohort_id,
-            "library": r.library_id,
-            "name": r.cohort_name,
             "description": r.population_description,
             "seed terms": "; ".join(r.seed_terms),
             "baseline": r.baseline_hierarchical_score,
             "decomposed": None if r.error else r.decomposed_hierarchical_score,
-            "gap": None if r.error else r.gap,
+            "difference": None if r.error else -r.gap,  # decomposed − baseline: above zero, decomposition helped
             "error": f"{r.error_type}: {r.error}" if r.error else "",
         }
         for r in report.results
@@ -151,18 +151,43 @@ def case_rows(report: DecompositionReport) -> list[dict[str, Any]]:
 
 
 def spread_rows(report: RepeatReport) -> list[dict[str, Any]]:
-    """Per case over the repeats: mean gap, range, standard deviation, how many distinct answers."""
+    """Per case over the repeats: the mean difference (decomposed − baseline, above zero is better), its
+    range, standard deviation, how many distinct answers."""
     return [
         {
             "cohort": case.cohort_id,
             "description": case.population_description,
             "runs scored": len(case.gaps),
-            "mean gap": case.mean_gap if case.gaps else None,
-            "min gap": case.min_gap if case.gaps else None,
-            "max gap": case.max_gap if case.gaps else None,
+            "mean difference": -case.mean_gap if case.gaps else None,  # decomposed − baseline: above zero helped
+            "lowest": -case.max_gap if case.gaps else None,
+            "highest": -case.min_gap if case.gaps else None,
             "sd": case.stdev_gap if case.gaps else None,
             "distinct term sets": len(case.distinct_term_sets),
             "errors": case.n_errors,
         }
         for case in report.cases
     ]
+
+
+def gap_sentence(gap: float) -> str:
+    """A gap (baseline − decomposed, so negative is good) in words with its direction spelled out."""
+    if round(gap, 3) == 0:
+        return "Decomposition scores the same as searching the cohort name (to 3 decimals)"
+    return f"Decomposition scores {abs(gap):.3f} {'higher' if gap < 0 else 'lower'} than searching the cohort name"
+
+
+def missing_cases_hint(set_name: str, cases: list[DecompositionTestCase]) -> str:
+    """What to load so a case set runs here: the libraries its cases name, and how to get them."""
+    needed = sorted({case.library_id for case in cases if case.library_id})
+    how = (
+        "fetch it with `python -m phenoforge library fetch-ohdsi`"
+        if any(name.startswith("ohdsi") for name in needed) or set_name == "ohdsi"
+        else "build the bundled libraries on the Home page"
+    )
+    names = f"the {', '.join(needed)} librar{'y' if len(needed) == 1 else 'ies'}" if needed else "their libraries"
+    return f"The '{set_name}' cases need {names}, not installed here: {how}, then reload this page."
+
+
+def case_label(cohort_id: str, description: str, gap: float) -> str:
+    """A case's expander title: the difference in words, not a gap whose minus sign is the good news."""
+    return f"{cohort_id} · {description} · decomposition {direction_text(-gap)}"

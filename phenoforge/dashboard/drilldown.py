@@ -17,6 +17,7 @@ from phenoforge.eval.matching import match_cohort
 from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score
 from phenoforge.eval.models import CohortEvalResult
 
+NO_ANCESTOR = "no common ancestor"
 Status = Literal["in both", "predicted only", "curated only"]
 Outcome = Literal["hit", "near miss", "miss", "over-inclusion"]
 OUTCOME_COLOURS: dict[str, str] = {
@@ -59,7 +60,7 @@ def _name(hierarchy: Hierarchy, code: str | None) -> str | None:
 
 
 def distance_label(distance: int | None) -> str:
-    return "no common ancestor" if distance is None else str(distance)
+    return NO_ANCESTOR if distance is None else str(distance)
 
 
 def cohort_drilldown(con: duckdb.DuckDBPyConnection, result: CohortEvalResult) -> DrilldownView:
@@ -175,3 +176,91 @@ def hierarchy_nodes(con: duckdb.DuckDBPyConnection, view: DrilldownView) -> Tree
 def outcome_counts(view: DrilldownView) -> dict[str, int]:
     counts: Counter[str] = Counter(row.outcome for row in view.rows)
     return {outcome: counts[outcome] for outcome in OUTCOME_COLOURS}
+
+
+SIDES: dict[str, str] = {"in both": "both", "predicted only": "predicted", "curated only": "curated"}
+
+
+def outcome_text(row: CodeRow) -> str:
+    """The outcome in words a reader needs no legend for: hit, near miss at distance d, miss."""
+    if row.outcome == "near miss":
+        return f"near miss at distance {row.tree_distance}"
+    if row.outcome == "over-inclusion":
+        return "miss (over-inclusion)"
+    return row.outcome
+
+
+def short_why(why: list[str], limit: int = 30) -> str:
+    """The first reason a code is in the list, cut to fit a table cell; the rest are in the detail."""
+    if not why:
+        return ""
+    first = why[0] if len(why[0]) <= limit else why[0][: limit - 1] + "…"
+    return first + (f" (+{len(why) - 1} more)" if len(why) > 1 else "")
+
+
+def code_table(view: DrilldownView) -> list[dict[str, object]]:
+    """One table per method, narrow enough for a 1,280 px window: no None, no cut-off columns."""
+    return [
+        {
+            "code": row.code,
+            "name": row.name,
+            "in": SIDES[row.status],
+            "outcome": outcome_text(row),
+            "credit": row.partial_credit,
+            "why in the list": short_why(row.why),
+        }
+        for row in view.rows
+    ]
+
+
+def provenance_table(view: DrilldownView) -> list[dict[str, object]]:
+    """The detail behind each row (best match, tree distance, every reason), shown on demand."""
+    return [
+        {
+            "code": row.code,
+            "best match": row.best_match or "",
+            "best match name": row.best_match_name or "",
+            "tree distance": distance_label(row.tree_distance),
+            "why in the list (all)": "; ".join(row.why),
+        }
+        for row in view.rows
+    ]
+
+
+class HistogramBins(BaseModel):
+    """Bars on a numeric axis: distances at their value, 'no common ancestor' one step past the largest."""
+
+    x: list[int]
+    ticktext: list[str]
+    counts: dict[str, list[int]]  # direction -> count per x
+
+
+def distance_bins(view: DrilldownView) -> HistogramBins:
+    distances = sorted({int(d) for counter in view.distance_counts.values() for d in counter if d.isdigit()})
+    top = max(distances, default=0)
+    x = list(range(top + 1))
+    ticktext = [str(d) for d in x]
+    if any(NO_ANCESTOR in counter for counter in view.distance_counts.values()):
+        x.append(top + 2)
+        ticktext.append(NO_ANCESTOR)
+    return HistogramBins(
+        x=x,
+        ticktext=ticktext,
+        counts={
+            direction: [counter.get(label, 0) for label in ticktext]
+            for direction, counter in view.distance_counts.items()
+        },
+    )
+
+
+def outcome_sentence(counts: dict[str, int]) -> str:
+    """The outcome counts in words, which a metric tile cut off ("33 / 16 / 1 …")."""
+
+    def n(count: int, one: str, many: str) -> str:
+        return f"{count} {one if count == 1 else many}"
+
+    return (
+        f"{n(counts['hit'], 'hit', 'hits')}, {n(counts['near miss'], 'near miss', 'near misses')}, "
+        f"{n(counts['miss'], 'miss', 'misses')}, {counts['over-inclusion']} over-included "
+        "(listed, nowhere near a curated code)."
+    )

@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 
 from phenoforge import app_state
-from phenoforge.dashboard.benchmark import BenchmarkRun
+from phenoforge.dashboard.benchmark import BenchmarkRun, checked_methods
 from phenoforge.dashboard.markdown import plain
 from phenoforge.engine.curated import Library
 from phenoforge.eval.harness import run_benchmark
@@ -31,6 +31,7 @@ def results_for(
         missing = [f"{cohort_id}/{m}: not in run {run.run_id}" for m in methods if m not in found]
         skipped = [s for s in run.report.skipped if s.startswith(f"{cohort_id}/")]
         return results, missing + skipped
+    checked_methods(methods)  # a live run from the browser: registered methods only
     report = run_benchmark(
         con, Path(library.path), [cohort_id], methods=methods, dense=dense, k=k, dense_weight=dense_weight
     )

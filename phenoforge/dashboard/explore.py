@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -121,3 +122,61 @@ def code_details(
     ]
     cohorts = membership.cohorts_with(con, libraries, concept.code)
     return CodeDetails(concept=concept, ancestors=ancestors, children=children, notes=notes, cohorts=cohorts)
+
+
+DENSE_SUPPORT_THRESHOLD = 0.5614
+"""Top dense score (all-MiniLM-L6-v2, the real model) below which nothing in the vocabulary supports a query.
+
+Calibrated by bench/query_support/calibrate.py on 40 clinical and 40 nonsense queries written for it:
+chosen on the even lines of each set (0/20 errors each way), and on the odd lines, held out, 0 of 20
+clinical queries are flagged and 0 of 20 nonsense queries pass. The scores leave a wide margin: clinical
+queries score 0.663 to 1.000 at the top, nonsense ones 0.216 to 0.427 (bench/query_support/calibration.json).
+"""
+EMPTY_QUERY_HINT = (
+    "Type a condition, a symptom or a procedure as a clinician would write it, e.g. "
+    "'type 2 diabetes with kidney disease', 'heart failure', 'hip fracture after a fall'; or a code such as "
+    "E11.22 in 'Look a code up' below."
+)
+
+
+def top_score(result: SearchResult | None) -> float | None:
+    return max((hit.score for hit in result.hits), default=None) if result is not None else None
+
+
+def unsupported(bm25_empty: bool, dense_top: float | None, threshold: float | None) -> bool:
+    """Nothing in the vocabulary supports the query. With the calibrated dense model: its best score is
+    under the threshold (BM25 is no judge: half the nonsense queries share a word with some code's
+    description). Without one (a stand-in embedder, no dense index): BM25 matches no description."""
+    if threshold is not None and dense_top is not None:
+        return dense_top < threshold
+    return bm25_empty
+
+
+def support_warning(results: dict[str, SearchResult], threshold: float | None) -> str | None:
+    """The warning every method's results sit under when the query is unsupported, else None.
+
+    Dense and hybrid always return their k nearest codes, however far; this says so instead of
+    letting them look confident. ``threshold`` is None where the embedder is not the calibrated one.
+    """
+    bm25 = results.get("bm25")
+    dense_top = top_score(results.get("dense"))
+    if not unsupported(bm25 is None or not bm25.hits, dense_top, threshold):
+        return None
+    if threshold is not None and dense_top is not None:
+        why = (
+            f"the nearest code by meaning scores {dense_top:.3f}, under the {threshold:.3f} that clinical queries clear"
+        )
+    else:
+        why = "no code description contains its words"
+    return (
+        f"Nothing in the vocabulary supports this query: {why}. Every method's codes below are the nearest "
+        "anyway, not matches."
+    )
+
+
+def support_threshold() -> float | None:
+    """The calibrated threshold where the dense model is the calibrated one (the real model); None
+    under a stand-in embedder (tests), whose scores mean something else."""
+    from phenoforge.dashboard.resources import EMBEDDER_ENV
+
+    return None if os.environ.get(EMBEDDER_ENV) else DENSE_SUPPORT_THRESHOLD

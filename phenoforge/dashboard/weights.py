@@ -8,6 +8,7 @@ run, as ``python -m phenoforge sweep --method`` does, and the result is shown wh
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -163,9 +164,19 @@ def sweep_rows(swept: LibrarySweep) -> list[dict[str, float | bool]]:
         {
             "dense_weight": row.dense_weight,
             "coverage": row.coverage,
-            "over_inclusion": row.over_inclusion,
+            "precision": 1.0 - row.over_inclusion,
             "hierarchical": row.hierarchical_score,
             "in_sample_best": row.dense_weight == best,
         }
         for row in swept.rows
     ]
+
+
+_HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{12,}\b")
+_LONG_NUMBER = re.compile(r"\d+\.\d{4,}")
+
+
+def readable_note(note: str) -> str:
+    """A builder's note for a caption: internal hashes dropped, long numbers cut to 3 decimals."""
+    text = _HASH.sub("…", note)
+    return _LONG_NUMBER.sub(lambda m: f"{float(m.group()):.3f}", text)

@@ -262,3 +262,75 @@ def expand(driver: Any, label: str, timeout: float = WAIT) -> None:
 
 def click_button(driver: Any, label: str) -> None:
     click(driver, f'//button[.//p[normalize-space()="{label}"] or normalize-space()="{label}"]')
+
+
+NARROW = (1280, 1400)
+"""The window the layout tests use: a 1,280 px wide browser, as a new user's laptop has."""
+
+_LAYOUT = """
+const vw = document.documentElement.clientWidth;
+const frames = Array.from(document.querySelectorAll('[data-testid="stDataFrame"]')).map(f => {
+  const r = f.getBoundingClientRect();
+  const s = f.querySelector('.dvn-scroller');
+  return {right: r.right, width: r.width, scroll: s ? s.scrollWidth : 0, client: s ? s.clientWidth : 0};
+});
+const charts = Array.from(document.querySelectorAll(
+  '[data-testid="stPlotlyChart"], [data-testid="stVegaLiteChart"], [data-testid="stArrowVegaLiteChart"]'
+)).map(c => c.getBoundingClientRect().right);
+return {vw: vw, page_scroll: document.documentElement.scrollWidth, frames: frames, charts: charts};
+"""
+
+
+def layout(driver: Any) -> dict[str, Any]:
+    """The viewport width, the page's scroll width, every data grid's box and inner scroll, every chart's edge."""
+    return dict(driver.execute_script(_LAYOUT))
+
+
+def assert_fits(driver: Any) -> None:
+    """Nothing that matters needs a horizontal scroll: the page, each table (its columns fit its box), each chart."""
+    found = layout(driver)
+    vw = found["vw"]
+    assert found["page_scroll"] <= vw, found
+    for frame in found["frames"]:
+        assert frame["right"] <= vw + 1, found
+        assert frame["scroll"] <= frame["client"] + 1, f"a table scrolls sideways: {frame}"
+    for right in found["charts"]:
+        assert right <= vw + 1, found
+
+
+def grid_rows(driver: Any, index: int = 0) -> list[list[str]]:
+    """The text of a data grid's body cells (its accessible table), row by row."""
+    return list(
+        driver.execute_script(
+            """
+            const f = document.querySelectorAll('[data-testid="stDataFrame"]')[arguments[0]];
+            return Array.from(f.querySelectorAll('tbody tr')).map(r =>
+              Array.from(r.querySelectorAll('td')).map(c => c.textContent));
+            """,
+            index,
+        )
+    )
+
+
+def grid_header(driver: Any, index: int = 0) -> list[str]:
+    """A data grid's column names, once the grid has drawn them (it renders after the script run)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def read(d: Any) -> list[str]:
+        return list(
+            d.execute_script(
+                """const f = document.querySelectorAll('[data-testid="stDataFrame"]')[arguments[0]];
+                return f ? Array.from(f.querySelectorAll('thead th')).map(c => c.textContent) : [];""",
+                index,
+            )
+        )
+
+    WebDriverWait(driver, WAIT, poll_frequency=0.2).until(read)
+    return read(driver)
+
+
+def sidebar_entries(driver: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    links = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNav"] a')
+    return [link.text.strip().split("\n")[-1] for link in links]  # the icon's name comes first

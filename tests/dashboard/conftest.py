@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -54,3 +55,9 @@ def frame_with(at: AppTest, column: str):  # type: ignore[no-untyped-def]
         if column in element.value.columns:
             return element.value
     raise AssertionError(f"no dataframe with a {column!r} column on the page")
+
+
+def shown(text: object) -> str:
+    """What a reader sees of a Markdown string the page escaped with ``plain``: no backslashes, no
+    zero-width spaces."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", str(text)).replace("\u200b", "")

@@ -10,10 +10,23 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from phenoforge import app_state
-from phenoforge.dashboard.benchmark import method_summaries, report_csv, significance
+from phenoforge.dashboard.benchmark import (
+    SummaryRow,
+    best_cells,
+    default_methods,
+    direction_text,
+    expert_agreement_text,
+    method_summaries,
+    p_text,
+    report_csv,
+    significance,
+    summary_notes,
+    summary_rows,
+    summary_table,
+)
 from phenoforge.engine.dense import load_dense_if_ready
 from phenoforge.eval.harness import run_benchmark
-from tests.dashboard.conftest import frame_with
+from tests.dashboard.conftest import frame_with, shown
 from tests.dashboard.fixture_data import LIBRARY_DIR
 from tests.engine.fake_embedder import FakeEmbedder
 
@@ -46,26 +59,31 @@ def test_run_shows_the_package_numbers(
         k=10,
         dense_weight=0.3,
     )
-    summary = frame_with(at, "hierarchical 95% CI").set_index("method")
+    frame = frame_with(at, "Exact F1")
+    methods = [m.removeprefix("★ ") for m in frame["method"]]
+    rows = summary_rows(expected, "bm25")
+    assert methods == [r.method for r in rows]  # best first on the hierarchical score
+    assert list(frame["Hierarchical"]) == sorted(frame["Hierarchical"], reverse=True)
+    summary = frame.assign(method=methods).set_index("method")
     for s in method_summaries(expected, baseline="bm25"):
-        assert summary.loc[s.method, "hierarchical"] == pytest.approx(s.mean_hierarchical)
-        assert summary.loc[s.method, "coverage"] == pytest.approx(s.mean_coverage)
-        assert summary.loc[s.method, "over-inclusion"] == pytest.approx(s.mean_over_inclusion)
-        assert summary.loc[s.method, "Δ hierarchical"] == pytest.approx(s.delta_hierarchical)
-        assert summary.loc[s.method, "hierarchical 95% CI"] == (
-            f"{s.ci_hierarchical[0]:.3f} – {s.ci_hierarchical[1]:.3f}"
-        )
+        assert summary.loc[s.method, "Hierarchical"] == pytest.approx(s.mean_hierarchical)
+        assert summary.loc[s.method, "Coverage"] == pytest.approx(s.mean_coverage)
+        assert summary.loc[s.method, "Precision"] == pytest.approx(s.mean_precision)
+        assert summary.loc[s.method, "Exact F1"] == pytest.approx(s.mean_exact_f1)
+    assert summary.loc["bm25", "vs bm25 (Hierarchical), 95% CI"] == "the baseline"
+    assert "over-inclusion" not in [c.lower() for c in frame.columns]
     tests = frame_with(at, "p (Holm)").set_index("method")
     for c in significance(expected, "bm25"):
-        assert tests.loc[c.method_b, "p (Holm)"] == pytest.approx(c.p_holm)
-        assert tests.loc[c.method_b, "mean Δ"] == pytest.approx(c.mean_diff)
-        assert "too few cohorts" in tests.loc[c.method_b, "note"]  # 4 cohorts cannot tell
+        assert tests.loc[c.method_b, "p (Holm)"] == p_text(c.p_holm)
+        assert "too few cohorts" in tests.loc[c.method_b, "verdict"]  # 4 cohorts cannot tell
+        assert "too few cohorts" in summary.loc[c.method_b, "vs bm25 (Hierarchical), 95% CI"]
     table = frame_with(at, "drilldown")
     assert len(table) == len(expected.results) == 12
     by_key = {(r.cohort_id, r.method): r for r in expected.results}
     for row in table.itertuples():
-        result = by_key[(row.cohort_id, row.method)]
+        result = by_key[(row.cohort.split(" · ")[0], row.method)]
         assert row.hierarchical == pytest.approx(result.hierarchical_score)
+        assert row.precision == pytest.approx(1.0 - result.over_inclusion_penalty)
         assert row.drilldown.startswith("/Cohort_drilldown?library=ohdsi-fixture&cohort=")
     runs = app_state.list_benchmark_runs()
     assert len(runs) == 1
@@ -100,11 +118,11 @@ def test_the_csv_download_keeps_each_codes_provenance(app: Callable[[str], AppTe
 def test_baseline_switch_changes_deltas(app: Callable[[str], AppTest]) -> None:
     at = _run_page(app)
     at.selectbox(key="bench_baseline").set_value("hybrid").run()
-    summary = frame_with(at, "hierarchical 95% CI").set_index("method")
-    assert summary.loc["hybrid", "Δ hierarchical"] == pytest.approx(0.0)
-    assert summary.loc["bm25", "Δ hierarchical"] == pytest.approx(
-        summary.loc["bm25", "hierarchical"] - summary.loc["hybrid", "hierarchical"]
-    )
+    frame = frame_with(at, "Exact F1")
+    summary = frame.assign(method=[m.removeprefix("★ ") for m in frame["method"]]).set_index("method")
+    assert summary.loc["hybrid", "vs hybrid (Hierarchical), 95% CI"] == "the baseline"
+    gap = summary.loc["bm25", "Hierarchical"] - summary.loc["hybrid", "Hierarchical"]
+    assert summary.loc["bm25", "vs hybrid (Hierarchical), 95% CI"].startswith(direction_text(gap))
     tests = frame_with(at, "p (Holm)")
     assert set(tests["method"]) == {"bm25", "dense"}
 
@@ -138,7 +156,8 @@ def test_no_method_chosen_says_so(app: Callable[[str], AppTest]) -> None:
     assert app_state.list_benchmark_runs() == []
 
 
-def test_a_module_function_method_runs_from_the_page(app) -> None:  # type: ignore[no-untyped-def]
+def test_a_module_function_method_runs_from_the_page_when_the_server_allows_it(app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PHENOFORGE_DASHBOARD_USER_METHODS", "1")
     at = app("pages/1_Benchmark.py")
     at.run()
     at.multiselect(key="bench_methods").set_value(["bm25"])
@@ -155,7 +174,8 @@ def test_a_module_function_method_runs_from_the_page(app) -> None:  # type: igno
     assert report.methods[spec].source == spec
 
 
-def test_a_bad_module_function_says_so_on_the_page(app) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_module_function_says_so_on_the_page(app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PHENOFORGE_DASHBOARD_USER_METHODS", "1")
     at = app("pages/1_Benchmark.py")
     at.run()
     at.text_input(key="bench_custom").set_value("no_such_module_xyz:f")
@@ -169,7 +189,7 @@ def test_the_cohort_scatter_links_legend_and_brush(dash_con: duckdb.DuckDBPyConn
 
     report = run_benchmark(dash_con, dash / "libraries" / LIBRARY_DIR, COHORTS, methods=["bm25", "expand_descendants"])
     spec = coverage_precision_chart(report).to_dict()
-    _scatter, listing = spec["hconcat"]
+    _scatter, listing = spec["vconcat"]
     params = {p["name"]: p for p in spec["params"]}
     assert any(p.get("bind") == "legend" for p in params.values())  # click a method in the legend
     assert any(p["select"]["type"] == "interval" for p in params.values())  # brush a region
@@ -188,4 +208,71 @@ def test_the_expert_agreement_line_is_shown_beside_the_means(
     monkeypatch.setattr(service, "agreement_lines", lambda con, libraries: {"ohdsi-fixture": line})
     service._AGREEMENT.clear()
     at = _run_page(app)
-    assert any("Expert agreement for ohdsi-fixture: 0.777 hierarchical" in i.value for i in at.info)
+    assert any("Expert agreement: 0.777 hierarchical" in shown(i.value) for i in at.info)
+    assert any("over 3 pairs of cohorts" in shown(i.value) for i in at.info)
+
+
+def test_sorting_by_another_measure_reorders_the_summary_and_marks_its_best(app: Callable[[str], AppTest]) -> None:
+    at = _run_page(app)
+    at.selectbox(key="bench_sort_by").set_value("coverage").run()
+    assert not at.exception
+    frame = frame_with(at, "Exact F1")
+    assert list(frame["Coverage"]) == sorted(frame["Coverage"], reverse=True)
+    assert frame["method"].iloc[0].startswith("★ ")
+    assert "vs bm25 (Coverage), 95% CI" in frame.columns
+    starred = frame[frame["method"].str.startswith("★ ")]
+    assert set(starred["Coverage"]) == {frame["Coverage"].max()}
+
+
+def _row(method: str, hierarchical: float, coverage: float) -> SummaryRow:
+    means = {"hierarchical": hierarchical, "coverage": coverage, "precision": 0.5, "exact_f1": 0.1}
+    return SummaryRow(method=method, n_cohorts=3, means=means, cis={}, best_at=[], vs_baseline="", note="")
+
+
+def test_the_summary_marks_the_best_method_of_each_measure(dash: Path, dash_con: duckdb.DuckDBPyConnection) -> None:
+    report = run_benchmark(dash_con, dash / "libraries" / LIBRARY_DIR, COHORTS, methods=["bm25", "expand_descendants"])
+    rows = summary_rows(report, "bm25", "precision", n_resamples=200)
+    assert [r.means["precision"] for r in rows] == sorted((r.means["precision"] for r in rows), reverse=True)
+    for measure, label in (("hierarchical", "Hierarchical"), ("precision", "Precision")):
+        best = max(r.means[measure] for r in rows)
+        assert {r.method for r in rows if label in r.best_at} == {r.method for r in rows if r.means[measure] == best}
+    table = summary_table(rows, "bm25", "precision")
+    assert any(str(t["method"]).endswith("expand_descendants †") for t in table)  # marked on the table itself
+    assert any(n.startswith("† expand_descendants: starts from a curated code") for n in summary_notes(rows))
+    cells = best_cells(rows)
+    for index, row in enumerate(rows):
+        assert {label for i, label in cells if i == index} == set(row.best_at)
+
+
+def test_differences_and_p_values_are_in_words() -> None:
+    assert direction_text(0.3153) == "0.315 higher"
+    assert direction_text(-0.0412) == "0.041 lower"
+    assert direction_text(0.00001) == "the same (to 3 decimals)"
+    assert p_text(0.0) == "p < 0.001" and p_text(0.0421) == "p = 0.042"
+
+
+def test_the_expert_line_counts_pairs_and_says_who_is_above_it() -> None:
+    from phenoforge.eval.agreement import LibraryAgreement
+
+    line = LibraryAgreement(library_id="q", n_pairs=26, mean_hierarchical_score=0.730, mean_exact_f1=0.4)
+    text = expert_agreement_text(line, [_row("curated_transfer", 0.734, 0.5), _row("bm25", 0.4, 0.3)])
+    assert "26 pairs of cohorts" in text and "26 cohorts" not in text
+    assert "Above it: curated_transfer (0.734)" in text and "not a ceiling" in text
+    assert "bm25" not in text
+
+
+def test_every_built_in_method_is_selected_by_default() -> None:
+    options = [
+        "bm25",
+        "dense",
+        "hybrid",
+        "expand_descendants",
+        "adaptive_cutoff",
+        "curated_transfer",
+        "learned",
+        "subtree",
+        "someone_elses_plugin",
+    ]
+    chosen = default_methods(options)
+    assert {"curated_transfer", "subtree", "bm25", "hybrid"} <= set(chosen)
+    assert "someone_elses_plugin" not in chosen

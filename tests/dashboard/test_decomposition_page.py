@@ -11,11 +11,12 @@ from streamlit.testing.v1 import AppTest
 
 from phenoforge.agent.offline import offline_decomposer
 from phenoforge.dashboard import decomposition as service
+from phenoforge.dashboard.decomposition import gap_sentence
 from phenoforge.engine.dense import load_dense_if_ready
 from phenoforge.errors import PhenoforgeError
 from phenoforge.eval.decomposition import OHDSI_TEST_CASES, DecompositionTestCase, score_decomposition
 from phenoforge.eval.models import DecompositionCaseResult, DecompositionReport
-from tests.dashboard.conftest import frame_with
+from tests.dashboard.conftest import frame_with, shown
 from tests.dashboard.fixture_data import FIXTURE_COHORTS
 from tests.engine.fake_embedder import FakeEmbedder
 
@@ -36,12 +37,13 @@ def test_offline_run_matches_score_decomposition(
         dash_con, dash / "libraries", offline_decomposer(dash_con), dense=dense, k=10, test_cases=cases
     )
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Mean gap (baseline − decomposed)"] == f"{expected.mean_gap:+.4f}"
-    assert metrics["Mean decomposed"] == f"{expected.mean_decomposed_hierarchical_score:.4f}"
+    assert any(m.value.startswith(f"**{gap_sentence(expected.mean_gap)}**") for m in at.markdown)
+    assert metrics["Decomposed"] == f"{expected.mean_decomposed_hierarchical_score:.3f}"
+    assert metrics["Baseline (name searched)"] == f"{expected.mean_baseline_hierarchical_score:.3f}"
     assert metrics["Cases scored"] == str(expected.n_scored) == str(len(cases))
     table = frame_with(at, "seed terms")
     assert list(table["cohort"]) == [r.cohort_id for r in expected.results]
-    assert list(table["gap"]) == pytest.approx([r.gap for r in expected.results])
+    assert list(table["difference"]) == pytest.approx([-r.gap for r in expected.results])
     assert list(table["seed terms"]) == ["; ".join(r.seed_terms) for r in expected.results]
     assert len(at.expander) == len(cases)
 
@@ -60,7 +62,7 @@ def test_uploaded_case_file_runs_and_bad_lines_are_named(app: Callable[[str], Ap
     at.file_uploader(key="dec_upload").set_value(
         ("mine.csv", b"population_description,cohort_id\nadults with gout,999\nkids with asthma,\n", "text/csv")
     ).run()
-    errors = " ".join(e.value for e in at.error)
+    errors = shown(" ".join(e.value for e in at.error))
     assert "mine.csv: 2 bad line(s)" in errors and "line 2:" in errors and "line 3: cohort_id is empty" in errors
     at.file_uploader(key="dec_upload").set_value(
         (
@@ -86,7 +88,7 @@ def test_repeats_show_spread_and_interval(app: Callable[[str], AppTest]) -> None
     at.button(key="dec_run").click().run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert "95% CI of the mean" in metrics and metrics["SD of the per-run means"] == "0.0000"  # offline: stable
+    assert "95% CI, decomposed − baseline" in metrics and metrics["SD of the per-run means"] == "0.000"  # stable
     spread = frame_with(at, "distinct term sets")
     assert set(spread["distinct term sets"]) == {1} and set(spread["runs scored"]) == {2}
 
@@ -127,3 +129,25 @@ def test_unknown_decomposer_and_undecodable_upload(dash_con: duckdb.DuckDBPyConn
         service.uploaded_cases(b"\xff\xfe\x00bad", "x.csv")
     case = DecompositionTestCase(population_description="d", cohort_id="521", source="s", library_id="", split="dev")
     assert service.cases_of([case], "dev") == [case] and service.cases_of([case], "test") == []
+
+
+def test_the_gap_is_said_in_words_with_its_direction() -> None:
+    from phenoforge.dashboard.decomposition import gap_sentence
+
+    assert gap_sentence(-0.3153) == "Decomposition scores 0.315 higher than searching the cohort name"
+    assert gap_sentence(0.05) == "Decomposition scores 0.050 lower than searching the cohort name"
+    assert "the same" in gap_sentence(0.0001)
+
+
+def test_a_set_whose_library_is_missing_says_what_to_load() -> None:
+    from phenoforge.dashboard.decomposition import missing_cases_hint
+
+    hint = missing_cases_hint("ohdsi", [c for c in OHDSI_TEST_CASES][:3])
+    assert "python -m phenoforge library fetch-ohdsi" in hint and "'ohdsi' cases need" in hint
+
+
+def test_a_case_title_says_the_difference_in_words() -> None:
+    from phenoforge.dashboard.decomposition import case_label
+
+    assert case_label("elix-HF", "heart failure", -0.3).endswith("decomposition 0.300 higher")
+    assert case_label("elix-HTN", "high blood pressure", 0.127).endswith("decomposition 0.127 lower")

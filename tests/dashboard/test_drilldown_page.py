@@ -11,12 +11,12 @@ from streamlit.testing.v1 import AppTest
 
 from phenoforge.app_state import BenchmarkParameters
 from phenoforge.dashboard.benchmark import run_and_save
-from phenoforge.dashboard.drilldown import cohort_drilldown, hierarchy_nodes
+from phenoforge.dashboard.drilldown import cohort_drilldown, hierarchy_nodes, outcome_text
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import ancestor_chain_ids
 from phenoforge.eval.harness import match_scores, run_benchmark
 from phenoforge.eval.metrics import distance_weighted_score, tree_distance
-from tests.dashboard.conftest import frame_with
+from tests.dashboard.conftest import frame_with, shown
 from tests.dashboard.fixture_data import LIBRARY_DIR
 
 
@@ -41,9 +41,12 @@ def test_deep_link_shows_the_cohort_and_method(
     assert metrics["Over-inclusion"] == f"{expected.over_inclusion_penalty:.3f}"
     assert metrics["Hierarchical"] == f"{expected.hierarchical_score:.3f}"
     view = cohort_drilldown(dash_con, expected)
-    curated = frame_with(at, "best_match")  # the predicted table comes first
-    predicted_rows = [r for r in view.rows if r.status != "curated only"]
-    assert list(curated["code"]) == [r.code for r in predicted_rows]
+    table = frame_with(at, "outcome")  # one table per method, both sides
+    assert list(table["code"]) == [r.code for r in view.rows]
+    assert list(table["outcome"]) == [outcome_text(r) for r in view.rows]
+    assert not table.isna().any().any()  # no cell reads None
+    detail = frame_with(at, "best match")
+    assert list(detail["code"]) == [r.code for r in view.rows]
     for row in view.rows:
         if row.best_match and row.status != "in both":
             # the row's credit is the one the report counted: the same nearest-match function
@@ -65,7 +68,7 @@ def test_changing_method_updates_the_url(app: Callable[[str], AppTest]) -> None:
     assert not at.exception
     assert at.query_params["method"] == "bm25,expand_descendants"
     assert at.query_params["cohort"] == "519"
-    assert [h.value for h in at.subheader] == ["Heart failure · bm25", "Heart failure · expand_descendants"]
+    assert [shown(h.value) for h in at.subheader] == ["Heart failure · bm25", "Heart failure · expand_descendants"]
 
 
 def test_saved_run_link_uses_the_run_and_its_means(
@@ -87,7 +90,7 @@ def test_saved_run_link_uses_the_run_and_its_means(
 def test_unknown_run_id_falls_back_with_a_message(app: Callable[[str], AppTest]) -> None:
     at = _page(app, library="ohdsi-fixture", cohort="521", method="bm25", run="nope")
     assert any("no saved benchmark run" in w.value for w in at.warning)
-    assert [h.value for h in at.subheader] == ["Asthma · bm25"]
+    assert [shown(h.value) for h in at.subheader] == ["Asthma · bm25"]
     assert "run" not in at.query_params
 
 
@@ -120,7 +123,62 @@ def test_a_set_builder_drilldown_says_why_each_code_is_in_the_list(app: Callable
     """Issue 9: the drilldown names the hit or subtree that put each of a set builder's codes there."""
     at = _page(app, library="ohdsi-fixture", cohort="519", method="subtree")
     assert at.multiselect(key="dd_methods").value == ["subtree"]
-    predicted = frame_with(at, "why")
+    table = frame_with(at, "why in the list")
+    predicted = table[table["in"] != "curated"]
     assert len(predicted) > 0
-    for code, why in zip(predicted["code"], predicted["why"], strict=True):
-        assert len(why) > 0 and " via " in why[0], (code, why)
+    for code, why in zip(predicted["code"], predicted["why in the list"], strict=True):
+        assert " via " in why, (code, why)
+    detail = frame_with(at, "why in the list (all)")
+    assert all(" via " in why for why in detail[detail["code"].isin(predicted["code"])]["why in the list (all)"])
+
+
+def _view(counts: dict[str, dict[str, int]]):  # type: ignore[no-untyped-def]
+    from phenoforge.dashboard.drilldown import DrilldownView
+
+    return DrilldownView(
+        cohort_id="1",
+        cohort_name="c",
+        method="m",
+        coverage=0,
+        over_inclusion=0,
+        hierarchical=0,
+        rows=[],
+        distance_counts=counts,
+    )
+
+
+def test_the_histogram_axis_is_numeric_with_no_common_ancestor_last() -> None:
+    from phenoforge.dashboard.drilldown import NO_ANCESTOR, distance_bins
+
+    bins = distance_bins(_view({"a": {"0": 2, "5": 1, NO_ANCESTOR: 3, "7": 1}, "b": {"6": 4}}))
+    assert bins.ticktext == ["0", "1", "2", "3", "4", "5", "6", "7", NO_ANCESTOR]
+    assert bins.x == sorted(bins.x) and bins.x[-1] > bins.x[-2] + 1
+    assert bins.counts["a"] == [2, 0, 0, 0, 0, 1, 0, 1, 3] and bins.counts["b"][6] == 4
+
+
+def test_outcomes_and_reasons_read_as_words() -> None:
+    from phenoforge.dashboard.drilldown import CodeRow, short_why
+
+    near = CodeRow(
+        code="I50.9",
+        name="n",
+        status="predicted only",
+        outcome="near miss",
+        best_match="I50.1",
+        best_match_name=None,
+        tree_distance=2,
+        partial_credit=0.5,
+    )
+    assert outcome_text(near) == "near miss at distance 2"
+    assert (
+        short_why([]) == ""
+        and short_why(["x" * 100, "y"]).endswith("… (+1 more)")
+        and len(short_why(["x" * 100])) == 30
+    )
+
+
+def test_the_outcome_counts_read_as_a_sentence() -> None:
+    from phenoforge.dashboard.drilldown import outcome_sentence
+
+    text = outcome_sentence({"hit": 33, "near miss": 16, "miss": 1, "over-inclusion": 20})
+    assert text.startswith("33 hits, 16 near misses, 1 miss, 20 over-included")

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.dashboard.conftest import shown
+
 
 @pytest.fixture
 def broken_library(dash: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -32,7 +34,7 @@ def test_malformed_library_is_named_and_skipped(
     """Issue 12 item 7: one broken library is reported and skipped; the others still work."""
     at = app(page).run()
     assert not at.exception
-    messages = [m.value for m in [*at.error, *at.warning]]
+    messages = [shown(m.value) for m in [*at.error, *at.warning]]
     assert any(str(broken_library / "manifest.json") in m and "not valid JSON" in m for m in messages)
     if picker is None:
         count = next(metric.value for metric in at.metric if metric.label == "Cohort libraries")

@@ -12,10 +12,11 @@ from streamlit.testing.v1 import AppTest
 
 from phenoforge.app_state import BenchmarkParameters
 from phenoforge.dashboard import resources
-from phenoforge.dashboard.benchmark import leaderboard, run_and_save
+from phenoforge.dashboard.benchmark import import_run_and_save, leaderboard, run_and_save
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.db import vocabulary_info
 from phenoforge.engine.dense.store import DenseIndexStatus
+from tests.dashboard.conftest import shown
 from tests.dashboard.fixture_data import LIBRARY_DIR, LIBRARY_ID
 from tests.fixture_vocab import build_fixture_vocab
 
@@ -40,14 +41,18 @@ def test_home_shows_what_is_loaded(app: Callable[[str], AppTest], dash_con: duck
     libraries = at.dataframe[0].value
     assert list(libraries["library"]) == [LIBRARY_ID]
     assert int(libraries["cohorts"].iloc[0]) == 6
-    assert "phenoforge tests, version 1 (CC0)" in libraries["citation"].iloc[0]
+    assert any("phenoforge tests, version 1 (CC0)" in shown(c.value) for c in at.caption)  # in full, not cut
     text = _texts(at)
     assert "Dense index: ready" in text
     assert "Claude API key: not set" in text
-    assert "No benchmark has been run yet." in text
+    assert "No library has been benchmarked over all its cohorts yet." in text
+    links = {link.proto.label: link.proto.page for link in at.get("page_link")}  # start here
+    assert links["Benchmark a library"] == "Benchmark"
+    assert links["Build a list from a description"] == "Assemble"
+    assert not any("ompare" in label for label in links)  # no link to a compare page that does not exist
 
 
-def test_home_leaderboard_is_the_latest_run(
+def test_home_headline_is_the_latest_full_run_not_the_latest_upload(
     app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
 ) -> None:
     library = load_library(dash / "libraries" / LIBRARY_DIR)
@@ -55,13 +60,19 @@ def test_home_leaderboard_is_the_latest_run(
         methods=["bm25", "expand_descendants"], k=10, dense_weight=0.5, cohort_ids=library.cohort_ids
     )
     run = run_and_save(dash_con, library, params)
+    subset = BenchmarkParameters(methods=["dense"], k=10, dense_weight=0.5, cohort_ids=library.cohort_ids[:2])
+    run_and_save(dash_con, library, subset)  # newer, but over 2 of 6 cohorts
+    import_run_and_save(dash_con, library, b"cohort_id,code\n503,E11.9\n", "upload.csv", ["bm25"])
     at = app("app.py").run()
     assert not at.exception
-    board = at.dataframe[1].value
-    expected = leaderboard(run.report)
-    assert list(board["method"]) == [row["method"] for row in expected]
-    assert list(board["hierarchical"]) == pytest.approx([row["hierarchical"] for row in expected])
-    assert any(run.run_id in c.value for c in at.caption)
+    board = at.dataframe[0].value
+    best = leaderboard(run.report)
+    assert list(board["library"]) == [LIBRARY_ID]
+    assert list(board["finished"]) == [run.finished_at[:10]]
+    assert board["best method"].iloc[0] == best[0]["method"]
+    assert board["hierarchical"].iloc[0] == pytest.approx(best[0]["hierarchical"])
+    assert board["next best"].iloc[0] == best[1]["method"]
+    assert board["lead"].iloc[0].endswith("ahead")
 
 
 def test_first_run_builds_vocabulary_and_dense_index(

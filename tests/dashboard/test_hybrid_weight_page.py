@@ -13,7 +13,7 @@ from phenoforge.dashboard.weights import cohort_shifts
 from phenoforge.engine.dense import load_dense_if_ready
 from phenoforge.eval.harness import collect_rankings, rescore_hybrid, run_benchmark
 from phenoforge.eval.sweep import sweep_library
-from tests.dashboard.conftest import frame_with
+from tests.dashboard.conftest import frame_with, shown
 from tests.dashboard.fixture_data import FIXTURE_COHORTS, LIBRARY_DIR
 from tests.engine.fake_embedder import FakeEmbedder
 
@@ -38,8 +38,8 @@ def test_slider_moves_the_numbers(
         )
         assert expected.mean_hierarchical_score_by_method == pytest.approx(direct.mean_hierarchical_score_by_method)
         metrics = {m.label: m.value for m in at.metric}
-        assert metrics["Mean hierarchical"] == (f"{expected.mean_hierarchical_score_by_method['hybrid']:.4f}")
-        assert metrics["Mean coverage"] == f"{expected.mean_coverage_by_method['hybrid']:.4f}"
+        assert metrics["Mean hierarchical"] == (f"{expected.mean_hierarchical_score_by_method['hybrid']:.3f}")
+        assert metrics["Mean coverage"] == f"{expected.mean_coverage_by_method['hybrid']:.3f}"
         shifts = cohort_shifts(rescore_hybrid(dash_con, cache, 0.0, k=5), expected)
         losing = [s for s in shifts if s.delta < -1e-12][::-1][:8]
         if losing:
@@ -85,8 +85,8 @@ def test_a_set_builder_is_swept_with_in_sample_beside_cross_validated(
     )
     assert expected.choice is not None
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["In-sample best hierarchical"] == f"{expected.choice.in_sample_score:.4f}"
-    assert metrics["Cross-validated hierarchical"] == f"{expected.choice.out_of_sample_score:.4f}"
+    assert metrics["In-sample best hierarchical"] == f"{expected.choice.in_sample_score:.3f}"
+    assert metrics["Cross-validated hierarchical"] == f"{expected.choice.out_of_sample_score:.3f}"
     assert any("2 folds: chosen on the other folds" in c.value for c in at.caption)
     table = frame_with(at, "in_sample_best")
     assert list(table["dense_weight"]) == [0.0, 0.5, 1.0]
@@ -127,14 +127,14 @@ def mixed_library_app(dashboard_data: Path, tmp_path: Path, monkeypatch: pytest.
 def test_the_slider_names_a_cohort_it_cannot_score(mixed_library_app: AppTest) -> None:
     """Means over one of two cohorts say so, and a choice of only the unscorable one is not a silent 0.0000."""
     at = mixed_library_app
-    assert {m.label: m.value for m in at.metric}["Mean coverage"] == "1.0000"  # hf alone: its one code found
+    assert {m.label: m.value for m in at.metric}["Mean coverage"] == "1.000"  # hf alone: its one code found
     assert [e.label for e in at.expander] == ["1 cohort(s) not scored (the means leave them out)"]
-    assert "gone/*: no resolvable ground-truth codes" in at.expander[0].markdown[0].value
+    assert "gone/*: no resolvable ground-truth codes" in shown(at.expander[0].markdown[0].value)
 
     at.multiselect(key="hw_cohorts_mixed").set_value(["gone"]).run()
     assert not at.exception
     assert not at.metric  # no zeros that look like a score
-    assert "gone/*: no resolvable ground-truth codes" in at.warning[0].value
+    assert "gone/*: no resolvable ground-truth codes" in shown(at.warning[0].value)
 
 
 def test_a_sweep_of_only_unscorable_cohorts_says_so(mixed_library_app: AppTest) -> None:
@@ -143,5 +143,22 @@ def test_a_sweep_of_only_unscorable_cohorts_says_so(mixed_library_app: AppTest) 
     at.selectbox(key="hw_method").set_value("subtree").run()
     at.button(key="hw_run_sweep").click().run()
     assert not at.exception  # was KeyError: 'dense_weight' on an empty table
-    assert "gone/*: no resolvable ground-truth codes" in at.warning[0].value
+    assert "gone/*: no resolvable ground-truth codes" in shown(at.warning[0].value)
     assert not at.metric
+
+
+def test_deltas_and_notes_read_plainly() -> None:
+    from phenoforge.dashboard.weights import readable_note
+    from phenoforge.dashboard.wording import delta_text
+
+    assert delta_text(0.00001, "vs BM25 only") is None  # no red "up +0.0000" at weight 0
+    assert delta_text(-0.0123, "vs BM25 only") == "-0.012 vs BM25 only"
+    note = "subtree: fitted bundle 3f9a0c2b7d1e4a5f6b8c, {'threshold': 0.4123456789}"
+    assert readable_note(note) == "subtree: fitted bundle …, {'threshold': 0.412}"
+
+
+def test_the_slider_shows_no_delta_at_the_reference_weight(app: Callable[[str], AppTest]) -> None:
+    at = app("pages/3_Hybrid_weight.py").run()
+    at.slider(key="hw_weight").set_value(0.0).run()
+    assert not at.exception
+    assert all(m.delta is None or m.delta == "" for m in at.metric)

@@ -1,0 +1,221 @@
+"""phenoforge dashboard, Home: where to start, each library's latest full benchmark, what is loaded."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import dashboard_ui as ui
+from phenoforge import app_state
+from phenoforge.dashboard.benchmark import headline_rows, headlines
+from phenoforge.dashboard.markdown import plain
+from phenoforge.dashboard.resources import (
+    build_vocabulary,
+    claude_key_set,
+    dense_autobuild_enabled,
+    vocabulary_present,
+)
+from phenoforge.dashboard.status import bundled_libraries_current, describe_vocabulary, library_summaries
+
+BUNDLED_SOURCE = "simple-icd-10-cm"
+
+
+def first_run_vocabulary() -> None:
+    if vocabulary_present():
+        return
+    st.info("First run: building the ICD-10-CM vocabulary database from the embedded release.")
+    bar = st.progress(0.0, text="starting")
+    build_vocabulary(ui.progress_callback(bar, "vocabulary "))
+    bar.progress(1.0, text="vocabulary ready")
+
+
+def first_run_libraries(source: str) -> None:
+    """Build the bundled libraries on the embedded default; other vocabularies keep theirs."""
+    from phenoforge.libraries import ensure_bundled_libraries
+
+    if source != BUNDLED_SOURCE or bundled_libraries_current():
+        return
+    st.info(
+        "Building the bundled cohort libraries (Elixhauser, CMS-HCC V28 and V24, Quan 2005 Charlson and "
+        "Elixhauser): missing, or from an older release."
+    )
+    bar = st.progress(0.0, text="starting")
+    with ui.cursor() as con:
+        ensure_bundled_libraries(con, progress=ui.progress_callback(bar, "libraries "))
+    bar.progress(1.0, text="libraries ready")
+
+
+@st.fragment(run_every=2.0)
+def dense_progress() -> None:
+    """Polls the background build; reruns the page once the index is ready."""
+    status = ui.dense_manager().status()
+    if status.state == "building":
+        st.progress(
+            status.fraction,
+            text=f"dense index: {status.done}/{status.total} · {status.message} ({status.seconds:.0f} s)",
+        )
+        st.caption("BM25 methods work meanwhile; dense ones wait for this.")
+    elif status.state == "ready":
+        st.success("Dense index: ready")
+        if st.session_state.get("dense_was_building"):
+            st.session_state["dense_was_building"] = False
+            st.rerun()
+    elif status.state == "failed":
+        st.error(status.error or "the dense index build failed")
+
+
+def dense_section() -> None:
+    manager = ui.dense_manager()
+    status = manager.status()
+    if (
+        status.state in {"missing", "failed"}
+        and dense_autobuild_enabled()
+        and not st.session_state.get("dense_autostart_tried")
+    ):
+        st.session_state["dense_autostart_tried"] = True
+        if status.state == "missing":
+            manager.start_build()
+            status = manager.status()
+    if status.state == "ready":
+        st.success("Dense index: ready")
+        st.caption(status.message)
+        if status.note:
+            st.info(status.note)
+        return
+    if status.state == "building":
+        st.session_state["dense_was_building"] = True
+        dense_progress()
+        return
+    if status.state == "failed":
+        st.error(status.error or "the dense index build failed")
+    elif status.state in {"corrupt", "stale"}:
+        st.warning(f"Dense index: {status.message}")
+    else:
+        st.info("Dense index: not built. Dense and hybrid methods need it; BM25 works without.")
+    if st.button("Build the dense index now", key="build_dense"):
+        manager.start_build()
+        st.rerun()
+
+
+def loaded_section() -> None:
+    with ui.cursor() as con:
+        info = describe_vocabulary(con)
+    st.subheader("Vocabulary")
+    first_run_libraries(info.source)
+    st.markdown(f"**{info.vocabulary_release}** · source `{info.source}`")
+    cols = st.columns(3)
+    cols[0].metric("ICD-10-CM concepts", f"{info.n_icd10cm:,}")
+    cols[1].metric("Billable codes", f"{info.n_billable:,}")
+    cols[2].metric("Cohort libraries", len(library_summaries()[0]))
+    st.caption(
+        f"Built {info.built_at} · build {info.build_id[:12]} · "
+        + ", ".join(f"{kind}: {n:,}" for kind, n in sorted(info.counts_by_kind.items()))
+    )
+
+    st.subheader("Cohort libraries")
+    summaries, problems = library_summaries()
+    for problem in problems:
+        st.error(problem)
+    if summaries:
+        st.dataframe(
+            [
+                {
+                    "library": s.library_id,
+                    "name": s.name,
+                    "cohorts": s.n_cohorts,
+                    "listed codes": s.n_listed_codes,
+                    "source": s.url,
+                }
+                for s in summaries
+            ],
+            hide_index=True,
+            width="stretch",
+            key="home_libraries",
+            column_config={
+                "library": st.column_config.TextColumn("library", width="medium"),
+                "source": st.column_config.LinkColumn("source", display_text="link", width="small"),
+            },
+        )
+        # Citations are long: in full below the table rather than cut in a column.
+        st.caption("  \n".join(f"{plain(s.library_id)}: {plain(s.citation)}" for s in summaries))
+    else:
+        st.info(
+            "No cohort library yet: import one with `python -m phenoforge library import "
+            "FILE.csv`, or build the bundled ones with `python -m phenoforge build`."
+        )
+
+    st.subheader("Retrieval and agent")
+    dense_section()
+    if claude_key_set():
+        st.success("Claude API key: set (the Decomposition page can use Claude)")
+    else:
+        st.info(
+            "Claude API key: not set. The offline decomposer is used; set ANTHROPIC_API_KEY "
+            "or add it to .streamlit/secrets.toml to use Claude."
+        )
+
+
+def start_here() -> None:
+    """Where a new user starts: the three things the dashboard does, each one click away."""
+    st.subheader("Start here")
+    cols = st.columns(3)
+    for column, page, label, icon, text in (
+        (
+            cols[0],
+            "pages/1_Benchmark.py",
+            "Benchmark a library",
+            ":material/bar_chart:",
+            "Score every method on a library's cohorts and see which builds the closest lists.",
+        ),
+        (
+            cols[1],
+            "pages/6_Assemble.py",
+            "Build a list from a description",
+            ":material/checklist:",
+            "Describe a population; review each proposed code; export a concept set.",
+        ),
+        (
+            cols[2],
+            "pages/5_Explore.py",
+            "Search the vocabulary",
+            ":material/search:",
+            "Look up a code, or compare BM25, dense and hybrid search for a phrase.",
+        ),
+    ):
+        with column:
+            ui.page_link(page, label, icon)
+            st.caption(text)
+
+
+def leaderboard_section() -> None:
+    st.subheader("Latest full benchmark per library")
+    summaries, _problems = library_summaries()
+    found = headlines(app_state.list_benchmark_runs(limit=500), {s.library_id: s.n_cohorts for s in summaries})
+    if not found:
+        st.info("No library has been benchmarked over all its cohorts yet.")
+        ui.page_link("pages/1_Benchmark.py", "Run one on the Benchmark page", ":material/bar_chart:")
+        return
+    st.caption(
+        "Each library's newest run over all its cohorts (uploads and runs on a subset are left out); "
+        "hierarchical score, higher is better."
+    )
+    st.dataframe(
+        headline_rows(found),
+        hide_index=True,
+        width="stretch",
+        key="home_headlines",
+        column_config={"hierarchical": st.column_config.NumberColumn("hierarchical", format=ui.PERCENT)},
+    )
+
+
+def main() -> None:
+    ui.page_header(
+        "phenoforge",
+        "From a cohort description to a defensible ICD-10-CM code list, and a benchmark of how well retrieval does it.",
+    )
+    first_run_vocabulary()
+    start_here()
+    leaderboard_section()
+    loaded_section()
+
+
+ui.run_page(main)
