@@ -14,7 +14,8 @@ from typing import TypeVar
 K = TypeVar("K")
 V = TypeVar("V")
 
-_REGISTRY: dict[str, ProcessCache[object, object]] = {}
+_REGISTRY: list[ProcessCache[object, object]] = []
+"""Every cache made, in order (two of one name are two caches: each is cleared)."""
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -29,7 +30,7 @@ class ProcessCache(dict[K, V]):
         self.max_entries = max_entries
         self.lock = threading.RLock()
         with _REGISTRY_LOCK:
-            _REGISTRY[name] = self  # type: ignore[assignment]  # the registry holds every key and value type
+            _REGISTRY.append(self)  # type: ignore[arg-type]  # the registry holds every key and value type
 
     def remember(self, key: K, value: V) -> V:
         """Keep ``value`` under ``key`` (making room first when the cache is full) and return it."""
@@ -45,13 +46,16 @@ class ProcessCache(dict[K, V]):
 def clear_process_caches() -> None:
     """Forget every process-wide memo (after the vocabulary, libraries or models change on disk)."""
     with _REGISTRY_LOCK:
-        caches = list(_REGISTRY.values())
+        caches = list(_REGISTRY)
     for cache in caches:
         with cache.lock:
             cache.clear()
 
 
 def process_caches() -> dict[str, int]:
-    """Every registered cache's name and how many entries it holds now."""
+    """Every registered cache's name and how many entries it holds now (caches of one name added up)."""
+    sizes: dict[str, int] = {}
     with _REGISTRY_LOCK:
-        return {name: len(cache) for name, cache in sorted(_REGISTRY.items())}
+        for cache in _REGISTRY:
+            sizes[cache.name] = sizes.get(cache.name, 0) + len(cache)
+    return dict(sorted(sizes.items()))

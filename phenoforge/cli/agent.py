@@ -19,6 +19,14 @@ from phenoforge.agent.state import AssemblyState, Candidate, Decision
 from phenoforge.errors import PhenoforgeError
 from phenoforge.setbuild.builders import builder_names
 
+ASSEMBLE_HELP = """Assemble a concept set from a population description: curated cohorts first, every generated code
+through the review gate.
+
+Each generated candidate is shown with its code, name, term, retriever, rank and hierarchy hint; answer
+a (accept), r (reject), e (accept with descendants), A/R (accept/reject all remaining), s (skip) or
+q (save and stop; resume later with --resume). --yes accepts and --no-input rejects every pending
+candidate without prompting, for scripts. Every answer is recorded in the audit trail."""
+
 PROMPT = "[a]ccept [r]eject [e]xpand+accept [A]ccept rest [R]eject rest [s]kip [q]uit: "
 ANSWERS = {
     "a": "accept",
@@ -450,7 +458,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     assemble = subparsers.add_parser(
         "assemble",
         help="assemble a concept set from a population description (curated first, human gate)",
-        description=__doc__,
+        description=ASSEMBLE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     assemble.add_argument("description", nargs="?", help='e.g. "adults hospitalized with heart failure"')

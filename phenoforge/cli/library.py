@@ -10,7 +10,7 @@ from pathlib import Path
 
 from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import list_libraries
-from phenoforge.errors import ImportRowError, PhenoforgeError
+from phenoforge.errors import PhenoforgeError
 from phenoforge.libraries.bundled import ensure_bundled_libraries
 from phenoforge.libraries.csv_import import LibraryImportWarning, import_library_csv
 
@@ -35,7 +35,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
             con.close()
     except PhenoforgeError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2 if isinstance(error, ImportRowError) else 1
+        return 2  # as every command: a user error is one line and exit code 2
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     dest = Path(args.dest) if args.dest else libraries_dir() / manifest.library_id

@@ -55,8 +55,11 @@ def case_rows(
     The one reader of case files: the bundled sets and a user's upload (``parse_cases_csv``, which checks
     each case against the installed libraries on top) both come through here.
     """
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(text.removeprefix("\ufeff")))  # a BOM (Excel's UTF-8) is not a name
     header = [column.strip().lower() for column in reader.fieldnames or []]
+    twice = sorted({column for column in header if column and header.count(column) > 1})
+    if twice:
+        raise CaseFileError(f"{name} line 1: column(s) {', '.join(twice)} named twice; name each column once")
     missing = [column for column in required if column not in header]
     if missing:
         raise CaseFileError(
@@ -64,10 +67,15 @@ def case_rows(
             "population_description, cohort_id and optionally library, source"
         )
     reader.fieldnames = header
-    for row in reader:
+    while True:
+        starts = reader.line_num + 1  # the line a row starts on (a quoted cell may run over several)
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
         cells = {key: (value or "").strip() for key, value in row.items() if key is not None}
         if any(cells.values()):
-            yield reader.line_num, cells
+            yield starts, cells
 
 
 def load_case_set(name: str) -> list[DecompositionTestCase]:

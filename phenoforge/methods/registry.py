@@ -244,10 +244,11 @@ def builtin_methods() -> dict[str, Method]:
 
 
 def _as_builtin(declared: Method) -> Method:
-    """A built-in table entry, marked ``source="built-in"`` (only phenoforge's own functions are)."""
+    """A built-in table entry, marked ``source="built-in"`` (only phenoforge's own functions are); an entry
+    that names its own source (a set builder a plug-in registered) keeps it and is guarded as a plug-in."""
     if not _is_own(declared.predict):
         raise MethodError(f"built-in {declared.name!r} is not phenoforge's own function")
-    return declared if declared.source == "built-in" else replace(declared, source="built-in")
+    return declared if declared.source else replace(declared, source="built-in")
 
 
 def available_methods(include_entry_points: bool = True) -> dict[str, Method]:

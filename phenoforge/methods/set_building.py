@@ -42,7 +42,15 @@ from phenoforge.setbuild.api import (
     stored_fit_files,
     training_libraries,
 )
-from phenoforge.setbuild.builders import builder_class, builder_classes, builder_names, with_requirements
+from phenoforge.setbuild.builders import (
+    StateError,
+    builder_class,
+    builder_classes,
+    builder_identities,
+    builder_names,
+    is_plugin,
+    with_requirements,
+)
 from phenoforge.setbuild.candidates import (
     AGREEMENT_DEPTH,
     FUSION_DEPTH,
@@ -114,12 +122,13 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
         held_out,
         context.library_id,
         context.has_dense,
-        builder_names(),  # a builder registered since needs a fit that holds it
+        builder_identities(),  # a builder registered since (or again, as another class) needs its own fit
         tuple(sorted((lib.library_id, str(lib.path), library_stamp(lib)) for lib in libraries)),
         _scored_stamp(context),  # the copy check reads the scored library's lists
     )
     with _LOCK:
-        if key not in _FITTED:
+        fitted = _FITTED.get(key)
+        if fitted is None:
             progress = context.progress
             fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
             copied = sorted(_copied_groups(context, fitted) & set(fitted.training_groups))
@@ -132,10 +141,9 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
                     f"or nearly (Jaccard >= {COPY_JACCARD})"
                 )
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
-            fitted = without_copied_lists(context, fitted)
-            _FITTED[key] = fitted
-        run.fitted = _FITTED[key]
-        return _FITTED[key]
+            fitted = _FITTED.remember(key, without_copied_lists(context, fitted))
+        run.fitted = fitted  # the fit in hand: a clear of the caches meanwhile does not lose it
+        return fitted
 
 
 def _scored_stamp(context: MethodContext) -> tuple[str, str]:
@@ -248,6 +256,8 @@ class SetBuildingRun:
     """the learned sets' run entries, by code list, for curated_transfer handing the same list over"""
     library_context: tuple[MembershipModel | None, tuple[str, ...], LibraryContext | None] | None = None
     """the context model, the names and the library context made for them (made once per run)"""
+    failed: dict[str, Exception] = field(default_factory=dict)
+    """plug-in builders whose build failed in the shared pass, with the error their own method raises"""
 
 
 def _run(context: MethodContext) -> SetBuildingRun:
@@ -364,12 +374,17 @@ def built_sets(context: MethodContext, builder: str, queries: Sequence[str], fit
     builder, and are dropped; the learned builder predicts a block's candidates in one model call.
     The other builders' sets wait in the run state until they ask for them (and are handed over once).
     """
-    waiting = _run(context).built
+    run = _run(context)
+    waiting = run.built
     mine = waiting.get(builder, {})
     if any(query not in mine for query in queries):
         wanted = [name for name in builder_names() if name == builder or name in context.methods]
-        _build_pass(context, [name for name in wanted if name not in waiting], list(dict.fromkeys(queries)), fitted)
+        wanted = [name for name in wanted if name not in waiting and name not in run.failed]
+        _build_pass(context, wanted, list(dict.fromkeys(queries)), fitted)
         mine = waiting.get(builder, {})
+    failure = run.failed.pop(builder, None)
+    if failure is not None:  # a plug-in builder failed in the shared pass: its own method fails, nothing else
+        raise failure
     out = [mine[query] for query in queries]
     waiting.pop(builder, None)  # handed over: the run's entries hold them now
     return out
@@ -403,9 +418,19 @@ def _build_pass(context: MethodContext, builders: list[str], queries: list[str],
             if query in learned:
                 ready.learned = done[LEARNED] = learned[query]
             for name in builders:
+                if name in run.failed:
+                    continue
                 if name not in done:
-                    done[name] = _build(context, name, query, ready, fitted, built=done)
+                    try:
+                        done[name] = _build(context, name, query, ready, fitted, built=done)
+                    except Exception as error:  # a plug-in builder's bug is its own (a built-in's is raised)
+                        if not is_plugin(builder_class(name)):
+                            raise
+                        run.failed[name] = error
+                        continue
                 sets[name][query] = done[name]
+    for name in run.failed:
+        sets.pop(name, None)
     for built in sets.values():  # as build_for answers: the words another script had are named
         for query in prepared_queries:
             if query in built:
@@ -558,9 +583,9 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
         try:
             fitted = fitted_for(context)
             fitted.check_may_score(context.library_id or None, scored_group(context))
-        except (LeakageError, KnowledgeLeakError) as error:
+            degraded = fitted.builder(builder).degraded()
+        except (LeakageError, KnowledgeLeakError, StateError) as error:
             raise SkipMethod(str(error)) from None
-        degraded = fitted.builder(builder).degraded()
         if not fitted.training_libraries:
             degraded = "; ".join(filter(None, [degraded, "no bundled library to fit on: untuned defaults"]))
         notes = list(fitted.notes)
@@ -603,10 +628,12 @@ def make_predict_batch(builder: str) -> Callable[[MethodContext, Sequence[Cohort
     return predict_batch
 
 
-def set_builder(name: str, label: str, description: str) -> Method:
-    """The registry entry of one set builder."""
+def set_builder(name: str, label: str, description: str, source: str = "") -> Method:
+    """The registry entry of one set builder (``source``: where a plug-in builder comes from; empty for
+    phenoforge's own, which the method registry marks built-in)."""
     return Method(
         name=name,
+        source=source,
         predict=make_predict(name),
         label=label,
         description=description,
@@ -619,7 +646,15 @@ def set_builder(name: str, label: str, description: str) -> Method:
 
 def set_builder_methods() -> list[Method]:
     """A method for every registered set builder (:mod:`phenoforge.setbuild.builders`)."""
-    return [set_builder(name, cls.label, cls.description) for name, cls in builder_classes().items()]
+    return [
+        set_builder(
+            name,
+            cls.label,
+            cls.description,
+            f"set builder {cls.__module__}.{cls.__qualname__}" if is_plugin(cls) else "",
+        )
+        for name, cls in builder_classes().items()
+    ]
 
 
 def build_for_free_query(

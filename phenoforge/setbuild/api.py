@@ -35,6 +35,7 @@ from phenoforge.setbuild.builders import (
     Training,
     builder_class,
     builder_classes,
+    is_plugin,
 )
 from phenoforge.setbuild.builders.learned import Learned
 from phenoforge.setbuild.candidates import CandidateTable, RankedIds, Retrieval, build_candidates
@@ -68,6 +69,10 @@ class _StoredParams(BaseModel):
     vocabulary_build_id: str
     training_cohorts: list[str]
     states: dict[str, dict[str, Any]]
+    digest: str = Field(default="", description="SHA-256 of the other fields as written: an edited file is retuned")
+
+    def content_digest(self) -> str:
+        return hashlib.sha256(self.model_dump_json(exclude={"digest"}).encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -80,9 +85,13 @@ class FittedBuilders:
     notes: list[str] = field(default_factory=list)
     knowledge: KnowledgeView | None = None
     """curated cohorts of bundled libraries outside the held-out group (the transfer features' source)"""
+    failed: dict[str, str] = field(default_factory=dict)
+    """plug-in builders whose fit failed, with why (their methods are skipped saying so; the others run)"""
 
     def builder(self, name: str) -> SetBuilder:
         """The fitted builder ``name`` (``UnknownBuilder`` for a name nothing registered)."""
+        if name in self.failed:
+            raise StateError(f"the {name} builder failed to fit ({self.failed[name]})")
         if name not in self.builders:
             builder_class(name)  # an unknown name says so, with the choices
             raise StateError(f"the {name} builder was registered after these builders were fitted: fit them again")
@@ -125,6 +134,22 @@ class FittedBuilders:
             )
         if self.knowledge is not None:
             self.knowledge.check_excludes([group, library_group({"library_id": library_id}) if library_id else None])
+
+
+def _fit_one(cls: type[SetBuilder], training: Training, failed: dict[str, str]) -> None:
+    """Fit one builder into ``training.fitted``; a plug-in builder that fails is left out and said to have
+    failed (in ``failed`` and the notes); phenoforge's own builders' errors are raised (they are bugs)."""
+    try:
+        fitted = cls().fit(training)
+        if not isinstance(fitted, SetBuilder):
+            raise TypeError(f"fit returned a {type(fitted).__name__}, not the fitted builder")
+    except Exception as error:
+        if not is_plugin(cls):
+            raise
+        failed[cls.name] = f"{type(error).__name__}: {error}"
+        training.notes.append(f"set builder {cls.name} failed to fit ({failed[cls.name]}): its method is skipped")
+        return
+    training.fitted[cls.name] = fitted
 
 
 def fit_stages() -> int:
@@ -202,14 +227,15 @@ def fit_builders(
     classes = builder_classes()
     tuned = [name for name, cls in classes.items() if cls.examples_only]
     stage(f"tuning the {' and '.join(tuned)} parameters")
-    training.fitted.update(_fit_examples_only(training, tuned))
+    failed: dict[str, str] = {}
+    training.fitted.update(_fit_examples_only(training, tuned, failed))
     for name, cls in classes.items():
-        if name not in training.fitted:
+        if name not in training.fitted and name not in failed:
             # each builder's steps have their own numbers, whether or not the one before took all of its own
             done[0] = 1 + sum(c.stages for n, c in classes.items() if not c.examples_only and n in training.fitted)
-            training.fitted[name] = cls().fit(training)
+            _fit_one(cls, training, failed)
     progress(total, total, f"{what}: fitted")
-    fitted = FittedBuilders(names, groups, dict(training.fitted), notes, view)
+    fitted = FittedBuilders(names, groups, dict(training.fitted), notes, view, failed)
     _save_fitted(signature, fitted, hierarchy)
     return fitted
 
@@ -400,8 +426,11 @@ def _examples_digest(examples: Sequence[Example]) -> str:
 
 
 def _save_fitted(signature: str, fitted: FittedBuilders, hierarchy: Hierarchy) -> None:
-    """Keep every builder's fitted state; a builder whose files were not stored leaves the bundle unwritten
-    (a bundle that names a model that is not there could not be loaded)."""
+    """Keep every builder's fitted state; a builder whose files were not stored, or one that failed to fit,
+    leaves the bundle unwritten (a bundle that names a model that is not there could not be loaded)."""
+    if fitted.failed:
+        fitted.notes.append(f"fitted builders not stored: {', '.join(fitted.failed)} failed to fit")
+        return
     for builder in fitted.builders.values():
         if any(not (models_dir() / name).is_dir() for name in builder.stored_files()):
             return
@@ -426,7 +455,7 @@ def _store(path: Path, text: str, notes: list[str]) -> None:
         notes.append(not_stored(path, error))
 
 
-def _fit_examples_only(training: Training, names: list[str]) -> dict[str, SetBuilder]:
+def _fit_examples_only(training: Training, names: list[str], failed: dict[str, str]) -> dict[str, SetBuilder]:
     """The builders whose fitted state depends on the examples alone, reused from their file when these very
     examples tuned them before (every held-out key with the same training cohorts shares it)."""
     notes = training.notes
@@ -436,6 +465,8 @@ def _fit_examples_only(training: Training, names: list[str]) -> dict[str, SetBui
     classes = builder_classes()
     try:
         stored = _StoredParams.model_validate_json(path.read_text(encoding="utf-8"))
+        if stored.digest != stored.content_digest():
+            raise StateError("edited after phenoforge wrote it")
         if stored.vocabulary_build_id == training.hierarchy.build_id and stored.training_cohorts == keys:
             reused = {
                 name: classes[name].from_state(stored.states[name], training.hierarchy, training.library_ids)
@@ -446,16 +477,21 @@ def _fit_examples_only(training: Training, names: list[str]) -> dict[str, SetBui
         notes.append(f"{path.name} is stale (other vocabulary build or cohorts): retuned")
     except FileNotFoundError:
         pass
-    except (ValidationError, ValueError, UnicodeDecodeError, KeyError, StateError):
+    except StateError as error:
+        notes.append(f"{path.name} cannot be reused ({error}): retuned")
+    except (ValidationError, ValueError, UnicodeDecodeError, KeyError):
         notes.append(f"{path.name} is corrupt: retuned")
     except OSError as error:
         notes.append(f"{path.name} cannot be read ({error.strerror or error}): retuned")
-    fitted = {name: classes[name]().fit(training) for name in names}
+    for name in names:
+        _fit_one(classes[name], training, failed)
+    fitted = {name: training.fitted[name] for name in names if name in training.fitted}
     if not training.examples:
         notes.append("no bundled library to tune on: default parameters (untuned)")
         return fitted
     states = {name: builder.state() for name, builder in fitted.items()}
     params = _StoredParams(vocabulary_build_id=training.hierarchy.build_id, training_cohorts=keys, states=states)
+    params.digest = params.content_digest()
     _store(path, params.model_dump_json(indent=1), notes)
     notes.append(f"tuned parameters on {', '.join(training.library_ids)}")
     return fitted
@@ -607,4 +643,7 @@ def build_set(
         built=built if built is not None else {},
         probabilities=probabilities,
     )
-    return builder.build(inputs)
+    answer = builder.build(inputs)
+    if not isinstance(answer, BuiltSet):
+        raise TypeError(f"set builder {method} answered a {type(answer).__name__}, not a BuiltSet")
+    return answer

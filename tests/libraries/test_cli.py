@@ -33,7 +33,7 @@ def test_cli_import_and_list(cli: argparse.ArgumentParser, tmp_path: Path, capsy
     assert "imported 'mine'" in out.out and "1 not in the vocabulary" in out.out
     assert "I50.99" in out.err
     args = cli.parse_args(["library", "import", str(path), "--id", "mine"])
-    assert args.func(args) == 1
+    assert args.func(args) == 2
     assert "--force" in capsys.readouterr().err
     args = cli.parse_args(["library", "list", "--no-build"])
     assert args.func(args) == 0

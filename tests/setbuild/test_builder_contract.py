@@ -1,4 +1,4 @@
-"""Hostile checks of the set-builder registry and the estimator contract a plug-in author relies on."""
+"""Checks of the set-builder registry and the estimator contract a plug-in author relies on."""
 
 from __future__ import annotations
 
@@ -62,11 +62,6 @@ class AdaptiveCutoff(_Plain):
     name = "adaptive_cutoff"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="register_builder compares only __qualname__: another module's class named AdaptiveCutoff replaces "
-    "the built-in adaptive_cutoff silently",
-)
 def test_another_modules_class_of_the_same_class_name_cannot_take_a_builders_name(forget: list[str]) -> None:
     assert builder_class("adaptive_cutoff") is BuiltInCutoff
     with pytest.raises(UnknownBuilder, match="already registered"):
@@ -79,11 +74,6 @@ class _SelfRequiring(_Plain):
     requires = ("hostile_self_requiring",)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a builder requiring itself is accepted by register_builder, then every builder_names() call (the "
-    "CLI parser, the methods list) raises: one bad plug-in breaks every builder",
-)
 def test_a_builder_requiring_itself_is_refused_at_registration_not_everywhere_after(forget: list[str]) -> None:
     forget.append(_SelfRequiring.name)
     with contextlib.suppress(UnknownBuilder):  # refused up front: what a careful author expects
@@ -136,11 +126,6 @@ def test_set_of_a_missing_peer_is_a_state_error_naming_it(hierarchy: Hierarchy) 
         inputs.set_of("learned")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TunedRule.from_state ignores library_ids: stored parameters saying they were tuned on the scored "
-    "library are accepted, and every set they build says trained_on that library",
-)
 @pytest.mark.parametrize("cls", [BuiltInCutoff, Subtree])
 def test_stored_parameters_tuned_on_other_libraries_are_refused(cls: type, hierarchy: Hierarchy) -> None:
     state = cls.params_model(trained_on=["elixhauser-2026-fixture"]).model_dump(mode="json")
@@ -148,11 +133,6 @@ def test_stored_parameters_tuned_on_other_libraries_are_refused(cls: type, hiera
         cls.from_state(state, hierarchy, ["cms-hcc-v28-fixture"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Learned.from_state iterates state['notes'] unchecked: a bundle whose learned notes are a number "
-    "raises TypeError (fit_builders crashes) instead of StateError (refitted)",
-)
 def test_learned_state_with_notes_of_the_wrong_type_is_a_state_error(hierarchy: Hierarchy) -> None:
     from phenoforge.setbuild.builders.learned import Learned
 

@@ -142,6 +142,18 @@ class SetBuilder:
         return StateError(f"the {self.name} builder is not fitted: call fit(training) first")
 
 
+def check_trained_on(name: str, trained_on: object, library_ids: list[str]) -> None:
+    """Refuse a stored state that says it was fitted on a library the fit it is loaded for did not train on
+    (the library scored, say): its sets would carry that library as ``trained_on``."""
+    if not isinstance(trained_on, list) or not all(isinstance(lib, str) for lib in trained_on):
+        raise StateError(f"stored {name} state names its training libraries wrongly")
+    outside = sorted(set(trained_on) - set(library_ids))
+    if outside:
+        raise StateError(
+            f"stored {name} state says it was fitted on {', '.join(outside)}, outside this fit's libraries"
+        )
+
+
 class TunedRule(SetBuilder, Generic[P]):
     """A builder whose fitted state is one parameter model tuned on the training examples alone."""
 
@@ -179,4 +191,5 @@ class TunedRule(SetBuilder, Generic[P]):
             builder.params_ = cast(P, cls.params_model.model_validate(state))
         except ValidationError as error:
             raise StateError(f"stored {cls.name} parameters are not valid ({error.error_count()} problems)") from None
+        check_trained_on(cls.name, getattr(builder.params_, "trained_on", []), library_ids)
         return builder

@@ -151,7 +151,10 @@ class Learned(SetBuilder):
     @classmethod
     def from_state(cls, state: Mapping[str, Any], hierarchy: Hierarchy, library_ids: list[str]) -> Self:
         builder = cls()
-        builder.notes_ = [str(note) for note in state.get("notes", [])]
+        notes = state.get("notes", [])
+        if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
+            raise StateError("notes are not a list of text")
+        builder.notes_ = list(notes)
         for key in ("model_directory", "context_model_directory"):
             directory = state.get(key)
             if directory is None:

@@ -30,18 +30,35 @@ class UnknownBuilder(PhenoforgeError, ValueError):
 
 
 def register_builder(cls: B) -> B:
-    """Register a set builder class under its ``name`` (a class decorator). A name taken by another class
-    is refused: a builder cannot pass for another."""
+    """Register a set builder class under its ``name`` (a class decorator).
+
+    Refused: a name taken by another class (from any module: a builder cannot pass for another), a
+    builder that requires itself, or one whose requirements would go round a circle with those
+    registered. A refusal leaves the registry as it was, so one bad plug-in cannot break the others.
+    """
     name = getattr(cls, "name", "")
     if not isinstance(name, str) or not name.isidentifier():
         raise UnknownBuilder(f"a set builder needs a name that is an identifier, got {name!r}")
+    requires = getattr(cls, "requires", ())
+    if not isinstance(requires, tuple) or not all(isinstance(r, str) for r in requires):
+        raise UnknownBuilder(f"set builder {name!r}: requires must be a tuple of builder names, got {requires!r}")
+    if name in requires:
+        raise UnknownBuilder(f"set builder {name!r} requires itself")
     with _LOCK:
         known = _BUILDERS.get(name)
-        if known is not None and known.__qualname__ != cls.__qualname__:
+        if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
             raise UnknownBuilder(
                 f"set builder {name!r} is already registered ({known.__module__}.{known.__qualname__})"
             )
         _BUILDERS[name] = cls
+        try:
+            _ordered(list(_BUILDERS.values()))
+        except UnknownBuilder:
+            if known is None:
+                del _BUILDERS[name]
+            else:
+                _BUILDERS[name] = known
+            raise
     return cls
 
 
@@ -67,13 +84,19 @@ def builder_classes() -> dict[str, type[SetBuilder]]:
     """Every registered builder class by name, each after the builders it requires, else by ``position``."""
     _discover()
     with _LOCK:
-        pending = sorted(_BUILDERS.values(), key=lambda cls: (cls.position, cls.name))
+        registered = list(_BUILDERS.values())
+    return _ordered(registered)
+
+
+def _ordered(classes: list[type[SetBuilder]]) -> dict[str, type[SetBuilder]]:
+    names = {cls.name for cls in classes}
+    pending = sorted(classes, key=lambda cls: (cls.position, cls.name))
     ordered: dict[str, type[SetBuilder]] = {}
     while pending:
-        ready = [cls for cls in pending if all(r in ordered or r not in _BUILDERS for r in cls.requires)]
+        ready = [cls for cls in pending if all(r in ordered or r not in names for r in cls.requires)]
         if not ready:
-            names = ", ".join(cls.name for cls in pending)
-            raise UnknownBuilder(f"set builders {names} require each other in a circle")
+            circle = ", ".join(cls.name for cls in pending)
+            raise UnknownBuilder(f"set builders {circle} require each other in a circle")
         ordered[ready[0].name] = ready[0]
         pending.remove(ready[0])
     return ordered
@@ -82,6 +105,16 @@ def builder_classes() -> dict[str, type[SetBuilder]]:
 def builder_names() -> tuple[str, ...]:
     """The set builders' names, in the order they are fitted, built and reported."""
     return tuple(builder_classes())
+
+
+def builder_identities() -> tuple[tuple[str, str], ...]:
+    """Each registered builder's name and its class's full name: a fit is for exactly these classes."""
+    return tuple((name, f"{cls.__module__}.{cls.__qualname__}") for name, cls in builder_classes().items())
+
+
+def is_plugin(cls: type[SetBuilder]) -> bool:
+    """Whether a builder comes from outside phenoforge's own builder modules (its failures are its own)."""
+    return not cls.__module__.startswith(__name__.rpartition(".")[0] + ".")
 
 
 def builder_class(name: str) -> type[SetBuilder]:

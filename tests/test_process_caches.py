@@ -1,4 +1,4 @@
-"""Hostile checks of the process caches: names, threads, and a clear in the middle of work."""
+"""Checks of the process caches: names, threads, and a clear in the middle of work."""
 
 from __future__ import annotations
 
@@ -9,11 +9,6 @@ import pytest
 from phenoforge.caches import ProcessCache, clear_process_caches, process_caches
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the registry is keyed by name: a second ProcessCache of a taken name replaces the first, which "
-    "clear_process_caches then never clears (stale data after changes on disk)",
-)
 def test_a_second_cache_of_the_same_name_does_not_escape_clearing() -> None:
     first: ProcessCache[str, int] = ProcessCache("hostile duplicate")
     second: ProcessCache[str, int] = ProcessCache("hostile duplicate")
@@ -48,11 +43,6 @@ def test_remember_from_many_threads_keeps_the_bound() -> None:
     assert process_caches()["hostile threads"] == len(cache)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="set_building.fitted_for stores the fit then reads it back from _FITTED: a clear_process_caches() "
-    "between the two (another thread's) raises KeyError instead of returning the fit just made",
-)
 def test_fitted_for_survives_a_cache_clear_in_the_middle(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 

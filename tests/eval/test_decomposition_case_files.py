@@ -1,4 +1,4 @@
-"""Hostile checks of the decomposition case CSVs: BOM, CRLF, extra columns, quoted newlines, a missing split."""
+"""Checks of the decomposition case CSVs: BOM, CRLF, extra columns, quoted newlines, a missing split."""
 
 from __future__ import annotations
 
@@ -17,12 +17,6 @@ def _write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes) -> None
     (tmp_path / "hostile.csv").write_bytes(data)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="load_case_set reads with encoding='utf-8' (every other CSV reader here uses utf-8-sig): a case file "
-    "saved by Excel with a BOM is 'missing column population_description', and a bundled file so saved would "
-    "break importing phenoforge.eval.decomposition_cases",
-)
 def test_a_case_file_with_a_bom_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _write(tmp_path, monkeypatch, f"\ufeff{HEADER}\nadults with asthma,a1,elixhauser,src,single,dev\n".encode())
     (case,) = load_case_set("hostile")
@@ -51,22 +45,12 @@ def test_a_missing_split_names_its_line(tmp_path: Path, monkeypatch: pytest.Monk
         load_case_set("hostile")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="case_rows reports csv.DictReader.line_num, the line a record ends on: an error in a row whose "
-    "quoted cell spans lines names its last line, not the line the row starts on",
-)
 def test_the_line_named_is_where_a_multiline_row_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _write(tmp_path, monkeypatch, f'{HEADER}\nadults with asthma,a1,elixhauser,"one\ntwo\nthree",single,\n'.encode())
     with pytest.raises(CaseFileError, match="line 2:"):
         load_case_set("hostile")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="case_rows keeps csv.DictReader's last-wins for a column named twice: an upload with two cohort_id "
-    "columns silently takes the second (here empty) one instead of refusing the header",
-)
 def test_a_header_naming_a_column_twice_is_refused() -> None:
     text = "population_description,cohort_id,cohort_id\nasthma,a1,\n"
     try:
