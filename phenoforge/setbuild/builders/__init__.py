@@ -1,6 +1,6 @@
 """Set builders as estimators: one module each, one shape (:mod:`.base`), one registry (:mod:`.registry`)."""
 
-from phenoforge.setbuild.builders.base import BuildInputs, SetBuilder, StateError, Training, TunedRule
+from phenoforge.setbuild.builders.base import BuildInputs, ParamsBuilder, SetBuilder, StateError, Training, TunedRule
 from phenoforge.setbuild.builders.registry import (
     UnknownBuilder,
     builder_class,
@@ -15,6 +15,7 @@ from phenoforge.setbuild.builders.registry import (
 
 __all__ = [
     "BuildInputs",
+    "ParamsBuilder",
     "SetBuilder",
     "StateError",
     "Training",

@@ -154,27 +154,16 @@ def check_trained_on(name: str, trained_on: object, library_ids: list[str]) -> N
         )
 
 
-class TunedRule(SetBuilder, Generic[P]):
-    """A builder whose fitted state is one parameter model tuned on the training examples alone."""
+class ParamsBuilder(SetBuilder, Generic[P]):
+    """A builder whose fitted state is one parameter model (``params_``), stored as that model's JSON."""
 
     params_model: ClassVar[type[BaseModel]]
-    examples_only = True
 
     def __init__(self) -> None:
         self.params_: P | None = None
 
     def fitted_attributes(self) -> tuple[str, ...]:
         return ("params_",)
-
-    def fit(self, training: Training) -> Self:
-        if not training.examples:  # nothing to tune on: the rule's defaults, untuned (trained_on stays empty)
-            self.params_ = cast(P, self.params_model())
-            return self
-        self.params_ = self.tune(training)
-        return self
-
-    def tune(self, training: Training) -> P:
-        raise NotImplementedError
 
     def fitted_params(self) -> P:
         if self.params_ is None:
@@ -193,3 +182,19 @@ class TunedRule(SetBuilder, Generic[P]):
             raise StateError(f"stored {cls.name} parameters are not valid ({error.error_count()} problems)") from None
         check_trained_on(cls.name, getattr(builder.params_, "trained_on", []), library_ids)
         return builder
+
+
+class TunedRule(ParamsBuilder[P]):
+    """A builder whose parameters are tuned on the training examples alone (shared by fits on the same ones)."""
+
+    examples_only = True
+
+    def fit(self, training: Training) -> Self:
+        if not training.examples:  # nothing to tune on: the rule's defaults, untuned (trained_on stays empty)
+            self.params_ = cast(P, self.params_model())
+            return self
+        self.params_ = self.tune(training)
+        return self
+
+    def tune(self, training: Training) -> P:
+        raise NotImplementedError

@@ -7,13 +7,9 @@ answers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Self
+from typing import Self
 
-from pydantic import ValidationError
-
-from phenoforge.engine.expansion import Hierarchy
-from phenoforge.setbuild.builders.base import BuildInputs, SetBuilder, StateError, Training
+from phenoforge.setbuild.builders.base import BuildInputs, ParamsBuilder, StateError, Training
 from phenoforge.setbuild.builders.registry import register_builder
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.transfer import TRANSFER_THRESHOLDS, TransferParams, build_transfer, tune_transfer
@@ -23,7 +19,7 @@ LEARNED = "learned"
 
 
 @register_builder
-class CuratedTransfer(SetBuilder):
+class CuratedTransfer(ParamsBuilder[TransferParams]):
     """The name-similarity threshold above which a matched curated list beats the fallback."""
 
     name = "curated_transfer"
@@ -35,12 +31,11 @@ class CuratedTransfer(SetBuilder):
     position = 40
     requires = (CUTOFF, LEARNED)
 
-    def __init__(self, thresholds: tuple[float, ...] = TRANSFER_THRESHOLDS) -> None:
-        self.thresholds = thresholds
-        self.params_: TransferParams | None = None
+    params_model = TransferParams
 
-    def fitted_attributes(self) -> tuple[str, ...]:
-        return ("params_",)
+    def __init__(self, thresholds: tuple[float, ...] = TRANSFER_THRESHOLDS) -> None:
+        super().__init__()
+        self.thresholds = thresholds
 
     def fit(self, training: Training) -> Self:
         cutoff = training.fitted.get(CUTOFF)
@@ -60,11 +55,6 @@ class CuratedTransfer(SetBuilder):
         training.notes.extend(self.training_notes())
         return self
 
-    def fitted_params(self) -> TransferParams:
-        if self.params_ is None:
-            raise self.not_fitted()
-        return self.params_
-
     def training_notes(self) -> list[str]:
         params = self.fitted_params()
         return [f"curated_transfer: min name similarity {params.min_similarity:.2f} ({params.chosen_on})"]
@@ -72,17 +62,3 @@ class CuratedTransfer(SetBuilder):
     def build(self, inputs: BuildInputs) -> BuiltSet:
         fallback = inputs.set_of(LEARNED)
         return build_transfer(inputs.hierarchy, inputs.query, inputs.knowledge, self.fitted_params(), fallback)
-
-    def state(self) -> dict[str, Any]:
-        return self.fitted_params().model_dump(mode="json")
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, Any], hierarchy: Hierarchy, library_ids: list[str]) -> Self:
-        builder = cls()
-        try:
-            builder.params_ = TransferParams.model_validate(state)
-        except ValidationError as error:
-            raise StateError(
-                f"stored curated_transfer threshold is not valid ({error.error_count()} problems)"
-            ) from None
-        return builder
