@@ -1,8 +1,9 @@
 """Compare two ``benchmark --json`` reports field by field: what differs, beyond what may differ.
 
 Used to show a refactor changed no behaviour: ``python bench/compare_reports.py before.json after.json``
-prints every differing path (timing fields and the fitted bundles' file names in notes are listed apart,
-since a new storage format renames the bundle), then one line saying whether anything else differs.
+prints every differing path (timing fields, the fitted bundles' file names in notes, since a new storage
+format renames the bundle, and fields the second report adds are counted apart), then one line saying
+whether anything else differs.
 """
 
 from __future__ import annotations
@@ -54,8 +55,12 @@ def main() -> int:
         and BUNDLE.search(d[1])
         and BUNDLE.sub("fitted-X.json", d[1]) == BUNDLE.sub("fitted-X.json", d[2])
     ]
-    other = [d for d in found if d not in timing and d not in bundle]
+    added = [d for d in found if d[1:] == ("absent", "present")]
+    other = [d for d in found if d not in timing and d not in bundle and d not in added]
     print(f"{len(timing)} timing fields differ; {len(bundle)} notes differ only in the fitted bundle's file name")
+    if added:
+        names = sorted({path.rsplit("/", 1)[-1] for path, _first, _second in added})
+        print(f"{len(added)} fields only in the second report (new fields: {', '.join(names)})")
     for path, first, second in other:
         print(f"{path}: {first[:120]!r} -> {second[:120]!r}")
     print("identical otherwise" if not other else f"{len(other)} other differences")
