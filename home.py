@@ -14,7 +14,12 @@ from phenoforge.dashboard.resources import (
     dense_autobuild_enabled,
     vocabulary_present,
 )
-from phenoforge.dashboard.status import bundled_libraries_current, describe_vocabulary, library_summaries
+from phenoforge.dashboard.status import (
+    bundled_libraries_current,
+    describe_vocabulary,
+    library_summaries,
+    stored_files,
+)
 
 BUNDLED_SOURCE = "simple-icd-10-cm"
 
@@ -152,6 +157,17 @@ def loaded_section() -> None:
             "Claude API key: not set. The offline decomposer is used; set ANTHROPIC_API_KEY "
             "or add it to .streamlit/secrets.toml to use Claude."
         )
+    stored_files_section()
+
+
+def stored_files_section() -> None:
+    """What lies under data/, by the descriptions `clean` reads (phenoforge.artifacts)."""
+    rows, unknown = stored_files()
+    with st.expander("Files under data/"):
+        st.dataframe(rows, hide_index=True, width="stretch", key="home_stored_files")
+        if unknown:
+            st.caption(plain(f"Not made by phenoforge (left alone by clean): {', '.join(unknown)}"))
+        st.caption("`python -m phenoforge clean --dry-run` lists what under data/models nothing current reads.")
 
 
 def start_here() -> None:

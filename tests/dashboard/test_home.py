@@ -114,3 +114,14 @@ def test_a_ready_index_built_in_bf16_is_noted_on_home(runtime: str, noted: bool)
     state = resources._ready_state(SimpleNamespace(status=status))
     assert state.state == "ready" and runtime in state.message
     assert (state.note is not None and "build --force" in state.note) is noted
+
+
+def test_home_lists_the_files_under_data_by_their_descriptions(app: Callable[[str], AppTest]) -> None:
+    from phenoforge.artifacts import ARTIFACTS
+
+    at = app("app.py").run()
+    assert not at.exception
+    (table,) = [frame.value for frame in at.dataframe if "kind" in frame.value.columns]
+    assert list(table["kind"]) == [artifact.kind for artifact in ARTIFACTS]  # every described kind, in one place
+    counts = dict(zip(table["kind"], table["count"], strict=True))
+    assert counts["vocabulary"] == 1 and counts["cohort libraries"] == 1
