@@ -135,5 +135,5 @@ def test_session_description_is_shown_as_text_not_markdown(app: Callable[[str], 
     at = app(PAGE).run()
     start(at, "adults with **asthma** ![](http://127.0.0.1:9/pixel.png)").run()  # the header shows once open
     header = next(m.value for m in at.markdown if m.value.startswith("**Session "))
-    assert "\\*\\*asthma\\*\\*" in header and "\\!\\[\\]\\(http\\:" in header
+    assert "\\*\\*asthma\\*\\*" in header and "\\!\\[\\]\\(http" in header  # escaped, the URL broken (plain())
     assert "**asthma**" not in header and "![](" not in header
