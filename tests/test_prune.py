@@ -26,7 +26,7 @@ from phenoforge.engine.dense.model import onnx_model_file
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.locks import file_lock
 from phenoforge.methods import set_building
-from phenoforge.setbuild import api, transfer
+from phenoforge.setbuild import api, knowledge_store
 from phenoforge.setbuild.nodes import node_table_path
 from phenoforge.setbuild.robust import word_counts_path
 from tests.fixture_library import write_icd_library
@@ -43,7 +43,7 @@ HCC_EDITED = {cid: spec for cid, spec in TRAIN_COHORTS.items() if cid != "femur"
 @pytest.fixture(autouse=True)
 def _no_process_caches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's fits read and write its own data/models (the per-process caches would answer otherwise)."""
-    monkeypatch.setattr(transfer, "_KNOWLEDGE", {})
+    monkeypatch.setattr(knowledge_store, "_KNOWLEDGE", {})
     monkeypatch.setattr(api, "_EXAMPLES", {})
     set_building.clear_fitted()
 

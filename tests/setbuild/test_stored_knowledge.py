@@ -16,7 +16,7 @@ import pytest
 from phenoforge.engine.curated import Library, load_library
 from phenoforge.engine.dense.model import embed_identity
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.setbuild import transfer
+from phenoforge.setbuild import knowledge_store
 from phenoforge.setbuild.api import library_stamp
 from phenoforge.setbuild.transfer import (
     CuratedKnowledge,
@@ -43,7 +43,7 @@ class IdentifiedEmbedder(FakeEmbedder):
 @pytest.fixture(autouse=True)
 def _no_process_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each call reads or builds the stored file (the per-process cache would answer otherwise)."""
-    monkeypatch.setattr(transfer, "_KNOWLEDGE", {})
+    monkeypatch.setattr(knowledge_store, "_KNOWLEDGE", {})
 
 
 def _libraries(libraries_root: Path) -> list[Library]:
@@ -57,7 +57,7 @@ def _stamps(libraries: list[Library]) -> list[tuple[str, str]]:
 def _knowledge(
     con: duckdb.DuckDBPyConnection, hierarchy: Hierarchy, libraries: list[Library], embed: FakeEmbedder | None
 ) -> CuratedKnowledge:
-    transfer._KNOWLEDGE.clear()
+    knowledge_store._KNOWLEDGE.clear()
     return curated_knowledge(con, hierarchy, libraries, library_stamp, embed, embed_identity(embed))
 
 
@@ -140,7 +140,7 @@ def _with_checksum(path: Path, **changes: np.ndarray) -> None:
     """Change arrays and write a checksum that matches them: only the content checks can refuse it."""
     arrays = {**read_npz(path), **changes}
     arrays.pop("checksum", None)
-    arrays["checksum"] = np.array(transfer._checksum(arrays))
+    arrays["checksum"] = np.array(knowledge_store._checksum(arrays))
     write_npz(path, arrays)
 
 

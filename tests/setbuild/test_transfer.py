@@ -10,6 +10,7 @@ import pytest
 
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import Hierarchy
+from phenoforge.setbuild import knowledge as knowledge_module
 from phenoforge.setbuild.api import library_stamp
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.features import FEATURE_NAMES
@@ -88,9 +89,8 @@ def test_a_training_cohort_never_sees_its_own_or_the_held_out_groups_lists(
 
 def test_the_query_vector_cache_is_bounded_and_keeps_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
     """A long-running dashboard embeds every query a user types: the cache must not grow without end."""
-    from phenoforge.setbuild import transfer
 
-    monkeypatch.setattr(transfer, "QUERY_CACHE_SIZE", 3)
+    monkeypatch.setattr(knowledge_module, "QUERY_CACHE_SIZE", 3)
     calls: list[list[str]] = []
 
     def embed(texts: list[str]) -> np.ndarray:

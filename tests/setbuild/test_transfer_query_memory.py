@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from phenoforge.setbuild import transfer
+from phenoforge.setbuild import knowledge, transfer
 from phenoforge.setbuild.transfer import CuratedKnowledge, KnownCohort, name_words, polarity
 
 
@@ -57,7 +57,7 @@ def test_matches_are_computed_once_per_query_and_stay_the_same(
 
 
 def test_only_the_latest_queries_are_kept(view: transfer.KnowledgeView, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transfer, "RECENT_QUERIES", 2)
+    monkeypatch.setattr(knowledge, "RECENT_QUERIES", 2)
     for query in ("heart failure", "diabetes", "asthma", "heart"):
         view.matches(query)
     assert list(view._recent) == ["asthma", "heart"]
