@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from phenoforge.caches import ProcessCache, clear_process_caches, process_caches
+from phenoforge.methods import set_builder_fits
 
 
 def test_a_second_cache_of_the_same_name_does_not_escape_clearing() -> None:
@@ -54,12 +55,12 @@ def test_fitted_for_survives_a_cache_clear_in_the_middle(monkeypatch: pytest.Mon
             clear_process_caches()  # as another thread's clear would, right after the store
 
     fitted = SimpleNamespace(knowledge=None, notes=[], training_groups=[])
-    monkeypatch.setattr(set_building, "_FITTED", ClearedAfterStore("hostile fitted"))
-    monkeypatch.setattr(set_building, "fit_builders", lambda *args, **kwargs: fitted)
-    monkeypatch.setattr(set_building, "list_libraries", lambda errors: [])
-    monkeypatch.setattr(set_building, "without_copied_lists", lambda context, fit: fit)
+    monkeypatch.setattr(set_builder_fits, "_FITTED", ClearedAfterStore("hostile fitted"))
+    monkeypatch.setattr(set_builder_fits, "fit_builders", lambda *args, **kwargs: fitted)
+    monkeypatch.setattr(set_builder_fits, "list_libraries", lambda errors: [])
+    monkeypatch.setattr(set_builder_fits, "without_copied_lists", lambda context, fit: fit)
     run = SimpleNamespace(fitted=None)
-    monkeypatch.setattr(set_building, "_run", lambda context: run)
+    monkeypatch.setattr(set_builder_fits, "_run", lambda context: run)
     context = SimpleNamespace(
         hierarchy=SimpleNamespace(build_id="b"),
         library_id="elixhauser-x",

@@ -64,7 +64,7 @@ def test_import_on_a_full_disk_says_disk_full_and_keeps_the_old_library(
     monkeypatch.setattr(db, "connect", lambda *a, **k: fixture_con.cursor())
     code = main(["library", "import", str(source), "--dest", str(dest), "--id", "mine", "--force"])
     err = capsys.readouterr().err
-    assert code == 1 and err.startswith("error: disk full") and "Traceback" not in err
+    assert code == 2 and err.startswith("error: disk full") and "Traceback" not in err
     assert load_library(dest).cohort_ids == ["hf"]
 
 

@@ -14,7 +14,7 @@ from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.eval.harness import run_benchmark
-from phenoforge.methods import set_building
+from phenoforge.methods import set_builder_fits, set_building
 from phenoforge.setbuild import api
 from phenoforge.setbuild.builders import (
     BuildInputs,
@@ -147,7 +147,7 @@ def test_a_builder_registered_again_as_another_class_is_not_served_the_old_fit(
         register_builder(_VersionTwo)
         run_benchmark(fixture_con, library, cohorts, methods=["hostile_versioned"])
         now = builder_identities()  # the fits made for the classes registered now
-        served = [fit.builders["hostile_versioned"] for key, fit in set_building._FITTED.items() if now in key]
+        served = [fit.builders["hostile_versioned"] for key, fit in set_builder_fits._FITTED.items() if now in key]
         assert served and all(type(builder) is _VersionTwo for builder in served)
     finally:
         unregister_builder(_VersionOne.name)

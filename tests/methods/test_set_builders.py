@@ -20,7 +20,7 @@ from phenoforge.config import libraries_dir
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.eval.harness import run_benchmark
-from phenoforge.methods import available_methods, set_building
+from phenoforge.methods import available_methods, set_builder_fits, set_building
 from phenoforge.methods.base import MethodContext
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import api, learned, transfer
@@ -98,7 +98,7 @@ def test_builders_fitted_on_the_scored_library_never_score_it(
     def fit_ignoring_the_held_out_group(con, dense, held_out_group=None, libraries=None, progress=None, **_ignored):  # noqa: ANN001, ANN003, ANN202
         return leaky(con, dense, libraries=libraries, progress=progress)
 
-    monkeypatch.setattr(set_building, "fit_builders", fit_ignoring_the_held_out_group)
+    monkeypatch.setattr(set_builder_fits, "fit_builders", fit_ignoring_the_held_out_group)
     report = _benchmark(fixture_con, installed[HCC_ID], BUILDERS)
     assert not report.results, "a builder fitted on the scored library produced scores"
     for name in BUILDERS:
@@ -164,7 +164,7 @@ def test_a_quan_library_is_never_scored_by_a_model_that_trained_on_it(
     def fit_ignoring_the_held_out_group(con, dense, held_out_group=None, libraries=None, progress=None, **_ignored):  # noqa: ANN001, ANN003, ANN202
         return leaky(con, dense, libraries=libraries, progress=progress)
 
-    monkeypatch.setattr(set_building, "fit_builders", fit_ignoring_the_held_out_group)
+    monkeypatch.setattr(set_builder_fits, "fit_builders", fit_ignoring_the_held_out_group)
     for library_id in (QUAN_CHARLSON_ID, QUAN_ELIX_ID):
         set_building.clear_fitted()
         report = _benchmark(fixture_con, with_quan[library_id], BUILDERS)

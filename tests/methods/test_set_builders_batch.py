@@ -12,7 +12,7 @@ import pytest
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.eval.harness import run_benchmark
-from phenoforge.methods import MethodContext, available_methods, set_building
+from phenoforge.methods import MethodContext, available_methods, set_builder_pass, set_building
 from phenoforge.methods.base import RunState
 from phenoforge.methods.retrieval import Retrieval
 from phenoforge.setbuild import learned
@@ -44,7 +44,7 @@ def test_the_batch_gives_the_one_at_a_time_sets(
         with monkeypatch.context() as patch:
             _one_at_a_time(patch)
             expected = _results(fixture_con, installed[library_id], ["hybrid", *BUILDERS])
-        monkeypatch.setattr(set_building, "BATCH_QUERIES", block)
+        monkeypatch.setattr(set_builder_pass, "BATCH_QUERIES", block)
         assert _results(fixture_con, installed[library_id], ["hybrid", *BUILDERS]) == expected, (library_id, block)
         for order in (BUILDERS[::-1], ["curated_transfer"], ["subtree", "learned"]):
             batched = _results(fixture_con, installed[library_id], order)
@@ -69,7 +69,7 @@ def test_a_block_is_predicted_in_one_model_call(
     cohorts = len(load_library(library).cohort_ids)
     run_benchmark(fixture_con, library, load_library(library).cohort_ids, methods=BUILDERS)  # fits the model
     monkeypatch.setattr(learned.MembershipModel, "probabilities", counting)
-    monkeypatch.setattr(set_building, "BATCH_QUERIES", 2)
+    monkeypatch.setattr(set_builder_pass, "BATCH_QUERIES", 2)
     run_benchmark(fixture_con, library, load_library(library).cohort_ids, methods=BUILDERS)
     assert cohorts > 2 and 0 < len(calls) <= -(-cohorts // 2), (calls, cohorts)
 
@@ -223,9 +223,9 @@ def test_typo_corrected_names_are_ranked_in_one_batch_and_corrected_once(
     typos = {"t1": ("Type 2 diabetis mellitus", ["E11"], True), "t2": ("Astma", ["J45"], True)}
     library = write_icd_library(tmp_path / "typos", typos, library_id="typos-fixture", group="typos")
     corrections: list[str] = []
-    real_robust = set_building.robust_query
+    real_robust = set_builder_pass.robust_query
     monkeypatch.setattr(
-        set_building, "robust_query", lambda con, query: corrections.append(query) or real_robust(con, query)
+        set_builder_pass, "robust_query", lambda con, query: corrections.append(query) or real_robust(con, query)
     )
     batches: list[list[str]] = []
     real_prefetch = Retrieval.prefetch
