@@ -7,7 +7,7 @@ import streamlit as st
 
 import dashboard_ui as ui
 from phenoforge.agent import audit, workflow
-from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
+from phenoforge.agent.export import circe_unavailable, concept_set_circe_json, concept_set_csv
 from phenoforge.agent.state import AssemblyState
 from phenoforge.dashboard import assemble as views
 from phenoforge.dashboard.markdown import plain
@@ -175,18 +175,22 @@ def result_section(state: AssemblyState) -> None:
     for item in concept_set.unmappable:
         st.warning(f"Unmappable '{plain(item.term)}': {plain(item.reason)}")
     with ui.cursor() as con:
-        circe = concept_set_circe_json(con, concept_set)
+        circe_problem = circe_unavailable(con)
+        circe = concept_set_circe_json(con, concept_set) if circe_problem is None else ""
     cols = st.columns(2)
     cols[0].download_button(
         "Download CSV", concept_set_csv(concept_set), f"concept_set_{state.session_id}.csv", "text/csv", key="as_dl_csv"
     )
-    cols[1].download_button(
-        "Download Circe concept set (JSON)",
-        circe,
-        f"concept_set_{state.session_id}.json",
-        "application/json",
-        key="as_dl_circe",
-    )
+    if circe_problem is None:
+        cols[1].download_button(
+            "Download Circe concept set (JSON)",
+            circe,
+            f"concept_set_{state.session_id}.json",
+            "application/json",
+            key="as_dl_circe",
+        )
+    else:
+        cols[1].caption(f"Circe (OMOP/ATLAS) concept set: not available. {circe_problem}.")
 
 
 def audit_section(state: AssemblyState) -> None:

@@ -2,7 +2,9 @@
 
 The Circe JSON lists ICD10CM items; a code whose whole subtree is in the set is written once with
 ``includeDescendants: true`` (its descendants are not repeated), so the file reads the way a person
-would have built it in ATLAS.
+would have built it in ATLAS. ATLAS reads a concept by its OMOP ``CONCEPT_ID``: the file is written only
+from a vocabulary loaded from the user's Athena download, whose ids are OMOP's. The embedded vocabulary
+numbers its codes itself, and a file with those ids would import silently as other concepts: refused.
 """
 
 from __future__ import annotations
@@ -15,8 +17,30 @@ import duckdb
 
 from phenoforge.agent.state import ConceptSet
 from phenoforge.csv_safe import SafeWriter
+from phenoforge.engine.db import read_metadata
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.engine.schema import ICD10CM
+from phenoforge.errors import PhenoforgeError
+
+OMOP_SOURCE = "athena"
+"""The vocabulary source whose concept ids are OMOP's (``build --athena DIR``)."""
+
+
+class ExportUnavailable(PhenoforgeError):
+    """An export this vocabulary cannot make correctly (the message says what would make it possible)."""
+
+
+def circe_unavailable(con: duckdb.DuckDBPyConnection) -> str | None:
+    """Why a Circe (OMOP/ATLAS) concept set cannot be written from this vocabulary; None when it can."""
+    source = read_metadata(con).get("source", "unknown")
+    if source == OMOP_SOURCE:
+        return None
+    return (
+        f"an OMOP/ATLAS concept set needs OMOP concept ids, and this vocabulary ({source}) numbers its codes "
+        "itself: ATLAS would read other concepts. Load your Athena download (`python -m phenoforge build "
+        "--athena DIR`, see docs/athena.md) to export it; the CSV export has every code"
+    )
+
 
 CSV_FIELDS = ["code", "name", "tier", "source", "evidence", "terms", "via_descendants_of"]
 
@@ -65,22 +89,28 @@ def subtree_roots(con: duckdb.DuckDBPyConnection, codes: list[str]) -> tuple[lis
 
 
 def concept_set_circe(con: duckdb.DuckDBPyConnection, concept_set: ConceptSet, set_id: int = 0) -> dict[str, Any]:
-    """A Circe ``ConceptSet`` object: ``{"id", "name", "expression": {"items": [...]}}``."""
+    """A Circe ``ConceptSet`` object: ``{"id", "name", "expression": {"items": [...]}}``, every item with its
+    OMOP concept id (``ExportUnavailable`` when this vocabulary has none; see the module docstring)."""
+    problem = circe_unavailable(con)
+    if problem is not None:
+        raise ExportUnavailable(problem)
     hierarchy = get_hierarchy(con)
     names = {entry.code: entry.name for entry in concept_set.entries}
     items_codes, roots = subtree_roots(con, concept_set.codes)
     items = []
     for code in items_codes:
         node = hierarchy.resolve(code)
+        if node is None:
+            raise ExportUnavailable(f"{code} is not in the loaded vocabulary: no OMOP concept id to export it with")
         items.append(
             {
                 "concept": {
-                    "CONCEPT_ID": node if node is not None else 0,
-                    "CONCEPT_NAME": names.get(code) or (hierarchy.name[node] if node is not None else ""),
+                    "CONCEPT_ID": node,
+                    "CONCEPT_NAME": names.get(code) or hierarchy.name[node],
                     "CONCEPT_CODE": code,
                     "VOCABULARY_ID": ICD10CM,
                     "DOMAIN_ID": "Condition",
-                    "CONCEPT_CLASS_ID": hierarchy.kind[node] if node is not None else "",
+                    "CONCEPT_CLASS_ID": hierarchy.kind[node],
                     "STANDARD_CONCEPT": "N",
                     "STANDARD_CONCEPT_CAPTION": "Non-Standard",
                     "INVALID_REASON": "V",

@@ -249,6 +249,12 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         workflow.check_description(args.description)
     reviewer = (args.reviewer or "").strip()
     con = _connect()
+    if args.circe:  # refused before any work: a file with this vocabulary's own ids would be other concepts
+        from phenoforge.agent.export import circe_unavailable
+
+        problem = circe_unavailable(con)
+        if problem is not None:
+            raise PhenoforgeError(f"--circe: {problem}")
     if args.resume:
         state = workflow.resume(args.resume)
     else:

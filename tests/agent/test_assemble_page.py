@@ -56,7 +56,9 @@ def test_curated_first_then_gate_then_export(app: Callable[[str], AppTest], dash
     assert {"S72", "S72.001A", "J45.20"} <= set(final["code"])
     assert final.loc[final["code"] == "S72.001A", "via descendants of"].iloc[0] == "S72"
     assert len(final["code"]) == len(set(final["code"]))
-    assert {button.key for button in at.download_button} >= {"as_dl_csv", "as_dl_circe", "as_dl_audit"}
+    assert {button.key for button in at.download_button} >= {"as_dl_csv", "as_dl_audit"}
+    assert "as_dl_circe" not in {button.key for button in at.download_button}  # no OMOP ids in this vocabulary
+    assert any("OMOP concept ids" in caption.value for caption in at.caption)
 
 
 def test_session_resumes_after_restart(app: Callable[[str], AppTest], dash: Path) -> None:

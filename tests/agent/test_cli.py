@@ -50,8 +50,6 @@ def test_assemble_yes_writes_exports(tmp_path: Path, fixture_library: Path, caps
             str(fixture_library),
             "--csv",
             str(out_csv),
-            "--circe",
-            str(out_circe),
         ]
     )
     assert code == 0
@@ -59,8 +57,7 @@ def test_assemble_yes_writes_exports(tmp_path: Path, fixture_library: Path, caps
     assert "curated -> fixlib/fix-ASTHMA" in printed and "concept set:" in printed
     rows = list(csv.DictReader(out_csv.open()))
     assert {row["tier"] for row in rows} == {"curated", "generated"}
-    items = json.loads(out_circe.read_text())["expression"]["items"]
-    assert any(item["concept"]["CONCEPT_CODE"] == "J45" and item["includeDescendants"] for item in items)
+    assert not out_circe.exists()
     session = audit.list_sessions()[0]
     assert session.stage == "assembled" and session.n_decisions > 0
     trail = audit.decisions(session.session_id)
@@ -384,3 +381,26 @@ def test_decompose_eval_claude_repeat_is_uncached_and_reports_spread(
     assert "2 distinct term sets" in out
     spread = re.search(r"sd of the per-run means (\d\.\d+)", out)
     assert spread is not None and float(spread.group(1)) > 0
+
+
+def test_assemble_refuses_a_circe_file_this_vocabulary_cannot_write_before_any_work(
+    tmp_path: Path, fixture_library: Path, capsys
+) -> None:
+    """The embedded vocabulary's ids are not OMOP's: ATLAS would read other concepts, so --circe is refused."""
+    out_circe = tmp_path / "set.json"
+    code = main(
+        [
+            "assemble",
+            DESCRIPTION,
+            "--reviewer",
+            "ann",
+            "--yes",
+            "--library",
+            str(fixture_library),
+            "--circe",
+            str(out_circe),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "OMOP concept ids" in err and "--athena" in err
+    assert not out_circe.exists() and audit.list_sessions() == []  # refused before a session was made

@@ -14,7 +14,7 @@ import pytest
 from phenoforge import config
 from phenoforge.agent import audit, nodes, workflow
 from phenoforge.agent.errors import DescriptionError
-from phenoforge.agent.export import concept_set_circe, concept_set_csv
+from phenoforge.agent.export import ExportUnavailable, concept_set_circe, concept_set_csv, subtree_roots
 from phenoforge.engine.curated import load_library
 from phenoforge.engine.expansion import expand_descendants
 
@@ -97,11 +97,10 @@ def test_gate_expand_and_provenance(fixture_con, fixture_library) -> None:
     assert "accepted by ann" in entries["S72"].evidence
     assert state.concept_set.descendant_roots == ["S72"]
     assert len(state.concept_set.codes) == len(set(state.concept_set.codes))
-    circe = concept_set_circe(fixture_con, state.concept_set)
-    items = {item["concept"]["CONCEPT_CODE"]: item for item in circe["expression"]["items"]}
-    assert items["S72"]["includeDescendants"] is True and "S72.001A" not in items
-    assert items["J45"]["includeDescendants"] is True
-    assert all(item["concept"]["VOCABULARY_ID"] == "ICD10CM" for item in items.values())
+    items, roots = subtree_roots(fixture_con, state.concept_set.codes)  # what a Circe file lists, once each
+    assert {"S72", "J45"} <= roots and "S72.001A" not in items
+    with pytest.raises(ExportUnavailable, match="OMOP concept ids"):  # this vocabulary's ids are its own
+        concept_set_circe(fixture_con, state.concept_set)
     rows = list(csv.DictReader(io.StringIO(concept_set_csv(state.concept_set))))
     assert {row["code"] for row in rows if row["code"]} == set(entries)
 
@@ -305,3 +304,22 @@ def test_a_typed_code_is_searched_by_its_name_and_an_unknown_one_is_reported(fix
         "Q99.99 is not an ICD-10-CM code in this vocabulary, so nothing was searched for it: check the code, "
         "or name the condition in words"
     ]  # "B12" may be a word of a description ("vitamin B12"): not reported
+
+
+def test_a_circe_file_from_an_athena_vocabulary_carries_the_omop_concept_ids(athena_con) -> None:
+    """The Circe export's CONCEPT_ID is the download's own OMOP id, never a number phenoforge made."""
+    from phenoforge.agent.state import ConceptEntry, ConceptSet
+
+    codes = ["E11.21", "E11.22"]
+    concept_set = ConceptSet(
+        description="type 2 diabetes with kidney complications",
+        entries=[ConceptEntry(code=c, name=c, tier="generated", source="test", evidence="test") for c in codes],
+    )
+    items = concept_set_circe(athena_con, concept_set)["expression"]["items"]
+    ids = {item["concept"]["CONCEPT_CODE"]: item["concept"]["CONCEPT_ID"] for item in items}
+    downloaded = dict(
+        athena_con.execute(
+            "SELECT code, concept_id FROM concept WHERE vocabulary_id = 'ICD10CM' AND code IN ('E11.21', 'E11.22')"
+        ).fetchall()
+    )
+    assert ids == downloaded == {"E11.21": 2002, "E11.22": 2003}  # the ids of the fixture's CONCEPT.csv
