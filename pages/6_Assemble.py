@@ -7,7 +7,12 @@ import streamlit as st
 
 import dashboard_ui as ui
 from phenoforge.agent import audit, workflow
-from phenoforge.agent.export import circe_unavailable, concept_set_circe_json, concept_set_csv
+from phenoforge.agent.export import (
+    circe_unavailable,
+    concept_set_circe_json,
+    concept_set_csv,
+    concept_set_fhir_json,
+)
 from phenoforge.agent.state import AssemblyState
 from phenoforge.dashboard import assemble as views
 from phenoforge.dashboard.markdown import plain
@@ -177,7 +182,17 @@ def result_section(state: AssemblyState) -> None:
     with ui.cursor() as con:
         circe_problem = circe_unavailable(con)
         circe = concept_set_circe_json(con, concept_set) if circe_problem is None else ""
-    cols = st.columns(2)
+    cols = st.columns(3)
+    if concept_set.entries:
+        with ui.cursor() as con:
+            fhir = concept_set_fhir_json(con, concept_set, state.session_id)
+        cols[2].download_button(
+            "Download FHIR ValueSet (JSON)",
+            fhir,
+            f"value_set_{state.session_id}.json",
+            "application/fhir+json",
+            key="as_dl_fhir",
+        )
     cols[0].download_button(
         "Download CSV", concept_set_csv(concept_set), f"concept_set_{state.session_id}.csv", "text/csv", key="as_dl_csv"
     )

@@ -1,4 +1,8 @@
-"""Exports of an assembled concept set: CSV with provenance, and a Circe-shaped concept set.
+"""Exports of an assembled concept set: CSV with provenance, a FHIR R4 ValueSet, and a Circe concept set.
+
+The FHIR ValueSet lists every code under ``compose.include`` with the ICD-10-CM system URI and the
+vocabulary's release as its version, so a terminology server or a FHIR-based study tool reads the list
+as it is (checked in the tests against a maintained FHIR model library, ``fhir.resources``).
 
 The Circe JSON lists ICD10CM items; a code whose whole subtree is in the set is written once with
 ``includeDescendants: true`` (its descendants are not repeated), so the file reads the way a person
@@ -126,3 +130,37 @@ def concept_set_circe(con: duckdb.DuckDBPyConnection, concept_set: ConceptSet, s
 
 def concept_set_circe_json(con: duckdb.DuckDBPyConnection, concept_set: ConceptSet) -> str:
     return json.dumps(concept_set_circe(con, concept_set), indent=2)
+
+
+ICD10CM_SYSTEM = "http://hl7.org/fhir/sid/icd-10-cm"
+"""The code system URI HL7 assigns ICD-10-CM (terminology.hl7.org)."""
+
+
+def concept_set_fhir_valueset(
+    con: duckdb.DuckDBPyConnection, concept_set: ConceptSet, set_id: str = "concept-set", status: str = "draft"
+) -> dict[str, Any]:
+    """A FHIR R4 ``ValueSet``: every code of the set in ``compose.include``, with its display name, the
+    ICD-10-CM system and the vocabulary release as the system's version; the description as title."""
+    if not concept_set.entries:  # an include of the system without concepts would mean every ICD-10-CM code
+        raise ExportUnavailable("the concept set is empty: a FHIR ValueSet of no codes is not written")
+    metadata = read_metadata(con)
+    release = metadata.get("vocabulary_release", "") or "unknown"
+    slug = "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-." else "-" for ch in set_id)[:64].strip("-.")
+    slug = slug or "concept-set"  # FHIR ids: ASCII letters, digits, - and ., at most 64
+    concepts = [{"code": entry.code, "display": entry.name} for entry in concept_set.entries]
+    value_set: dict[str, Any] = {
+        "resourceType": "ValueSet",
+        "id": slug,
+        "url": f"urn:phenoforge:valueset:{slug}",
+        "name": "".join(word.capitalize() for word in slug.replace(".", "-").split("-") if word)[:255] or "ConceptSet",
+        "title": concept_set.description[:200],
+        "status": status,
+        "experimental": True,
+        "description": f"Assembled by phenoforge from: {concept_set.description}",
+        "compose": {"include": [{"system": ICD10CM_SYSTEM, "version": release, "concept": concepts}]},
+    }
+    return value_set
+
+
+def concept_set_fhir_json(con: duckdb.DuckDBPyConnection, concept_set: ConceptSet, set_id: str = "concept-set") -> str:
+    return json.dumps(concept_set_fhir_valueset(con, concept_set, set_id), indent=2, ensure_ascii=False)

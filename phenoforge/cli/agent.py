@@ -210,13 +210,18 @@ def _prompting_on(out: TextIO) -> Callable[[str], str]:
 
 
 def _write_outputs(state: AssemblyState, con, args: argparse.Namespace, out: TextIO) -> None:  # noqa: ANN001
-    from phenoforge.agent.export import concept_set_circe_json, concept_set_csv
+    from phenoforge.agent.export import concept_set_circe_json, concept_set_csv, concept_set_fhir_json
 
     assert state.concept_set is not None
     if args.csv:
         _write(Path(args.csv), concept_set_csv(state.concept_set), out)
     if args.circe:
         _write(Path(args.circe), concept_set_circe_json(con, state.concept_set), out)
+    if args.fhir:
+        if not state.concept_set.entries:
+            print("note: the concept set is empty: no FHIR ValueSet written", file=out)
+        else:
+            _write(Path(args.fhir), concept_set_fhir_json(con, state.concept_set, state.session_id), out)
 
 
 def cmd_assemble(args: argparse.Namespace) -> int:
@@ -243,6 +248,7 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         raise PhenoforgeError("--yes and --no-input contradict each other; pick one")
     check_output_path("--csv", args.csv)
     check_output_path("--circe", args.circe)
+    check_output_path("--fhir", args.fhir, "value_set.json")
     if not args.resume:
         if not args.description:
             raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
@@ -496,6 +502,11 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     assemble.add_argument("--audit", metavar="SESSION", help="print a session's decision trail (CSV; --json)")
     assemble.add_argument("--csv", metavar="FILE", help="write the concept set as CSV")
     assemble.add_argument("--circe", metavar="FILE", help="write the concept set as Circe concept-set JSON")
+    assemble.add_argument(
+        "--fhir",
+        metavar="FILE",
+        help="write the concept set as a FHIR R4 ValueSet (JSON; ICD-10-CM system and release)",
+    )
     assemble.add_argument(
         "--json",
         action="store_true",

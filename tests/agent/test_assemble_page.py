@@ -58,6 +58,7 @@ def test_curated_first_then_gate_then_export(app: Callable[[str], AppTest], dash
     assert len(final["code"]) == len(set(final["code"]))
     assert {button.key for button in at.download_button} >= {"as_dl_csv", "as_dl_audit"}
     assert "as_dl_circe" not in {button.key for button in at.download_button}  # no OMOP ids in this vocabulary
+    assert "as_dl_fhir" in {button.key for button in at.download_button}
     assert any("OMOP concept ids" in caption.value for caption in at.caption)
 
 

@@ -404,3 +404,14 @@ def test_assemble_refuses_a_circe_file_this_vocabulary_cannot_write_before_any_w
     err = capsys.readouterr().err
     assert code == 2 and "OMOP concept ids" in err and "--athena" in err
     assert not out_circe.exists() and audit.list_sessions() == []  # refused before a session was made
+
+
+def test_assemble_writes_a_fhir_valueset_of_the_concept_set(tmp_path: Path, fixture_library: Path) -> None:
+    from fhir.resources.R4B.valueset import ValueSet
+
+    out_csv, out_fhir = tmp_path / "set.csv", tmp_path / "value_set.json"
+    arguments = ["assemble", DESCRIPTION, "--reviewer", "ann", "--yes", "--library", str(fixture_library)]
+    assert main([*arguments, "--csv", str(out_csv), "--fhir", str(out_fhir)]) == 0
+    value_set = ValueSet.model_validate_json(out_fhir.read_text(encoding="utf-8"))
+    codes = [row["code"] for row in csv.DictReader(out_csv.open()) if row["code"]]
+    assert [concept.code for concept in value_set.compose.include[0].concept] == codes

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from phenoforge import config
 from phenoforge.agent import audit, nodes, workflow
@@ -323,3 +325,48 @@ def test_a_circe_file_from_an_athena_vocabulary_carries_the_omop_concept_ids(ath
         ).fetchall()
     )
     assert ids == downloaded == {"E11.21": 2002, "E11.22": 2003}  # the ids of the fixture's CONCEPT.csv
+
+
+def test_the_fhir_valueset_is_valid_fhir_and_lists_every_code_with_the_system_and_release(
+    fixture_con, fixture_library
+) -> None:
+    """Validated by a maintained FHIR model library (fhir.resources, R4B: ValueSet is unchanged from R4)."""
+    from fhir.resources.R4B.valueset import ValueSet
+
+    from phenoforge.agent.export import ICD10CM_SYSTEM, concept_set_fhir_json, concept_set_fhir_valueset
+    from phenoforge.engine.db import read_metadata
+
+    state = run(fixture_con, fixture_library, ["asthma", "fracture of femur"])
+    state = nodes.confirm(state, [(c.code, "accept", False) for c in state.candidates], "ann")
+    state = nodes.assemble(state, fixture_con)
+    document = concept_set_fhir_valueset(fixture_con, state.concept_set, "s 1/é")
+    parsed = ValueSet.model_validate_json(concept_set_fhir_json(fixture_con, state.concept_set, "s 1/é"))
+    (include,) = parsed.compose.include
+    assert include.system == ICD10CM_SYSTEM == "http://hl7.org/fhir/sid/icd-10-cm"
+    assert include.version == read_metadata(fixture_con)["vocabulary_release"]
+    assert [c.code for c in include.concept] == state.concept_set.codes  # every code, none added
+    assert {c.display for c in include.concept} == {e.name for e in state.concept_set.entries}
+    assert document["id"] == parsed.id and parsed.status == "draft"
+
+
+def test_an_empty_concept_set_gives_no_valueset_that_would_mean_every_code(fixture_con) -> None:
+    from phenoforge.agent.export import concept_set_fhir_valueset
+    from phenoforge.agent.state import ConceptSet
+
+    with pytest.raises(ExportUnavailable, match="empty"):  # an include without concepts is the whole system
+        concept_set_fhir_valueset(fixture_con, ConceptSet(description="nothing"))
+
+
+@settings(max_examples=60)
+@given(set_id=st.text(max_size=80), description=st.text(min_size=1, max_size=300))
+def test_any_session_id_and_description_give_a_valid_valueset(fixture_con, set_id: str, description: str) -> None:
+    from fhir.resources.R4B.valueset import ValueSet
+
+    from phenoforge.agent.export import concept_set_fhir_json
+    from phenoforge.agent.state import ConceptEntry, ConceptSet
+
+    entry = ConceptEntry(code="J45.20", name="Mild intermittent asthma", tier="curated", source="t", evidence="t")
+    parsed = ValueSet.model_validate_json(
+        concept_set_fhir_json(fixture_con, ConceptSet(description=description, entries=[entry]), set_id)
+    )
+    assert parsed.compose.include[0].concept[0].code == "J45.20"
