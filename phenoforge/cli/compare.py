@@ -39,7 +39,7 @@ def read_list(con, spec: str) -> tuple[str, list[str]]:  # noqa: ANN001 - a Duck
             raise PhenoforgeError(f"{spec}: the cohort's list cannot be read ({'; '.join(qrels.skipped) or 'empty'})")
         return spec, [*curated.codes, *curated.unresolvable]
     raise PhenoforgeError(
-        f"{spec!r} is neither a file nor LIBRARY/COHORT (e.g. elixhauser-2026.1/elix-CHF; "
+        f"{spec!r} is neither a file nor LIBRARY/COHORT (e.g. elixhauser-2026.1/elix-HF; "
         "`python -m phenoforge library list` names the libraries)"
     )
 
