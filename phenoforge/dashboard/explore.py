@@ -81,7 +81,7 @@ class CohortMembership:
             errors: list[str] = []
             for entry in library.manifest.cohorts:
                 try:
-                    curated = load_curated_concept_set(con, Path(library.path), entry.cohort_id)
+                    curated = load_curated_concept_set(con, library, entry.cohort_id)
                 except PhenoforgeError as error:
                     errors.append(str(error))
                     continue

@@ -178,7 +178,7 @@ def expert_agreement(
                     f"{table.path} line {line}: library {library.library_id!r} has no cohort {cohort_id!r}; "
                     "fix the crosswalk row"
                 ) from None
-            concept_set = load_curated_concept_set(con, library.path, cohort_id, fanout_threshold)
+            concept_set = load_curated_concept_set(con, library, cohort_id, fanout_threshold)
             curated[key] = (concept_set.cohort_name, concept_set.codes)
         return curated[key]
 

@@ -177,7 +177,7 @@ def score_decomposition(
         if library is None:
             skipped.append(_skip_reason(case, by_name, single))
             continue
-        truth = load_curated_concept_set(con, library.path, case.cohort_id, fanout_threshold)
+        truth = load_curated_concept_set(con, library, case.cohort_id, fanout_threshold)
         baseline_codes = hybrid_search(con, truth.cohort_name, k=k, dense=dense).codes
         baseline = score_cohort(con, case.cohort_id, truth.cohort_name, truth.codes, baseline_codes, "baseline")
         common = {

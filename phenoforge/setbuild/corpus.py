@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -123,7 +122,7 @@ def library_examples(
     examples = []
     for position, cohort_id in enumerate(library.cohort_ids):
         progress(position, len(library.cohort_ids), f"{library.library_id} {cohort_id}")
-        curated = load_curated_concept_set(con, Path(library.path), cohort_id)
+        curated = load_curated_concept_set(con, library, cohort_id)  # opened once: no manifest read per cohort
         if not curated.codes:
             continue
         query = query_of(curated.cohort_name) if query_of is not None else curated.cohort_name

@@ -64,3 +64,16 @@ def test_cohorts_loaded_later_come_from_the_same_cache(
     assert list(every.cohorts) == [f"c{i:03d}" for i in range(N_COHORTS)]
     assert every.cohorts["c001"] == first.cohorts["c001"]
     assert len(manifest_reads) == 2  # one per load_qrels call
+
+
+def test_a_librarys_training_examples_read_its_manifest_once_not_per_cohort(
+    fixture_con: duckdb.DuckDBPyConnection, big_library: Path, manifest_reads: list[Path]
+) -> None:
+    """The set builders' examples (every bundled cohort, at every fit) re-read the manifest per cohort."""
+    from phenoforge.engine.curated import load_library
+    from phenoforge.setbuild.corpus import library_examples
+
+    library = load_library(big_library)
+    manifest_reads.clear()
+    examples = library_examples(fixture_con, library, None)
+    assert len(examples) == N_COHORTS and [read for read in manifest_reads if big_library in read.parents] == []
