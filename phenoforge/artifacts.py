@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -283,22 +284,22 @@ def inventory(data_dir: Path) -> tuple[list[Held], list[str]]:
                     unknown.append(f"{folder}/{child.name}" if folder else child.name)
                 continue
             count, size = counts.get(found[0].kind, (0, 0))
-            counts[found[0].kind] = (count + 1, size + _size(child))
+            counts[found[0].kind] = (count + 1, size + entry_size(child))
     held = [Held(a, *counts.get(a.kind, (0, 0))) for a in ARTIFACTS]
     return held, unknown
 
 
-def _size(path: Path) -> int:
-    if not path.is_dir():
-        try:
-            return path.lstat().st_size
-        except OSError:
-            return 0
+def entry_size(path: Path) -> int:
+    """Bytes of a file, or of every file in a folder; links are not followed."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return 0
+    if not path.is_dir() or path.is_symlink():
+        return info.st_size
     total = 0
     for root, _dirs, files in os.walk(path, followlinks=False):
         for file in files:
-            try:
+            with suppress(OSError):
                 total += (Path(root) / file).lstat().st_size
-            except OSError:
-                continue
     return total

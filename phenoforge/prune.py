@@ -31,13 +31,13 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
-from phenoforge.artifacts import MODELS, ONNX_TEMPORARY, Artifact, find_artifact
+from phenoforge.artifacts import MODELS, ONNX_TEMPORARY, Artifact, entry_size, find_artifact
 from phenoforge.config import data_dir
 from phenoforge.storage import process_alive, temporary_owner
 
@@ -229,7 +229,7 @@ def plan_prune(directory: Path, state: CurrentState) -> PrunePlan:
         if verdict == "stale" and entry.lock is not None and lock_is_held(directory / entry.lock):
             entry.reason = _held_reason(entry)
             verdict = "in_use"
-        entry.size = sum(_size(directory / name) for name in [entry.name, *entry.companions])
+        entry.size = sum(entry_size(directory / name) for name in [entry.name, *entry.companions])
         getattr(plan, verdict).append(entry)
     return plan
 
@@ -254,7 +254,7 @@ def _classify(path: Path, state: CurrentState, names: set[str]) -> tuple[Entry, 
         return stale("temporary", f"left by process {pid}, which no longer runs")
     found = find_artifact(MODELS, name, path.is_dir())
     if found is None:  # only what a description names is ever removed
-        return Entry(name, "not recognised", _size(path), "not a file phenoforge makes"), "unknown"
+        return Entry(name, "not recognised", entry_size(path), "not a file phenoforge makes"), "unknown"
     artifact, match = found
     kind = artifact.kind
     if kind in ("node table", "word counts"):
@@ -327,7 +327,7 @@ def _classify(path: Path, state: CurrentState, names: set[str]) -> tuple[Entry, 
             return Entry(name, "lock", 0, f"the lock of {match['stem']}.onnx"), "current"
         return stale("lock", "the lock of an ONNX export that is gone", name)
     # a kind described but not decided here: kept, and said
-    return Entry(name, kind, _size(path), f"{kind}: clean does not decide this kind; left alone"), "unknown"
+    return Entry(name, kind, entry_size(path), f"{kind}: clean does not decide this kind; left alone"), "unknown"
 
 
 def _format_of(artifact: Artifact) -> int | str | None:
@@ -372,22 +372,6 @@ def _folder_names(path: Path) -> set[str] | None:
         return {child.name for child in path.iterdir()}
     except OSError:
         return None
-
-
-def _size(path: Path) -> int:
-    """Bytes of a file, or of every file in a folder; links are not followed."""
-    try:
-        info = path.lstat()
-    except OSError:
-        return 0
-    if not path.is_dir() or path.is_symlink():
-        return info.st_size
-    total = 0
-    for root, _dirs, files in os.walk(path, followlinks=False):
-        for file in files:
-            with suppress(OSError):
-                total += (Path(root) / file).lstat().st_size
-    return total
 
 
 # -- locks and removal -------------------------------------------------------------------------------------

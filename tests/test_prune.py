@@ -21,6 +21,7 @@ import pytest
 
 import phenoforge.setbuild.builders.learned as learned_builder
 from phenoforge import prune
+from phenoforge.artifacts import entry_size
 from phenoforge.config import data_dir, libraries_dir
 from phenoforge.engine.dense.model import onnx_model_file
 from phenoforge.engine.expansion import get_hierarchy
@@ -162,7 +163,7 @@ def _prune(con: duckdb.DuckDBPyConnection, dry_run: bool = False) -> prune.Prune
 def test_stale_files_of_every_kind_go_current_and_unknown_ones_stay(
     fixture_con: duckdb.DuckDBPyConnection, generations: dict
 ) -> None:
-    sizes = {name: prune._size(_models() / name) for name in generations["stale"]}
+    sizes = {name: entry_size(_models() / name) for name in generations["stale"]}
     result = _prune(fixture_con)
     left = _names(_models())
     assert generations["current"] <= left, generations["current"] - left

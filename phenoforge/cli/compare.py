@@ -11,6 +11,7 @@ from phenoforge.cli.common import _connect
 from phenoforge.console import positive_int
 from phenoforge.errors import PhenoforgeError
 from phenoforge.eval.compare import ListComparison
+from phenoforge.storage import read_user_file
 
 MAX_LIST_BYTES = 16 * 1024 * 1024
 
@@ -20,10 +21,8 @@ def read_list(con, spec: str) -> tuple[str, list[str]]:  # noqa: ANN001 - a Duck
     code per line) or ``LIBRARY/COHORT`` (an installed library's curated cohort)."""
     path = Path(spec)
     if path.is_file():
-        if path.stat().st_size > MAX_LIST_BYTES:
-            raise PhenoforgeError(f"{spec}: larger than {MAX_LIST_BYTES // 2**20} MiB; a code list is much smaller")
         try:
-            text = path.read_text(encoding="utf-8-sig")
+            text = read_user_file(path, MAX_LIST_BYTES, "a code list").decode("utf-8-sig")
         except UnicodeDecodeError:
             raise PhenoforgeError(f"{spec}: not UTF-8 text; save the list as UTF-8") from None
         return path.name, _codes_of(text, spec)

@@ -16,11 +16,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import duckdb
 import numpy as np
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from phenoforge.caches import ProcessCache
 from phenoforge.config import ProgressCallback, no_progress
@@ -65,14 +65,24 @@ PARAMS_RECIPE = "3"
 rule builders' scales change: stored tuned parameters of an older recipe are retuned, not reused."""
 
 
-class _StoredParams(BaseModel):
-    vocabulary_build_id: str
-    training_cohorts: list[str]
-    states: dict[str, dict[str, Any]]
-    digest: str = Field(default="", description="SHA-256 of the other fields as written: an edited file is retuned")
+class _Digested(BaseModel):
+    """A stored file that carries the SHA-256 of its other fields as written: an edited one is not trusted."""
+
+    digest: str = ""
 
     def content_digest(self) -> str:
         return hashlib.sha256(self.model_dump_json(exclude={"digest"}).encode("utf-8")).hexdigest()
+
+    def sealed(self) -> Self:
+        """This file with its digest set, as it is written."""
+        self.digest = self.content_digest()
+        return self
+
+
+class _StoredParams(_Digested):
+    vocabulary_build_id: str
+    training_cohorts: list[str]
+    states: dict[str, dict[str, Any]]
 
 
 @dataclass
@@ -349,17 +359,13 @@ def _library_examples_cached(
     return cached
 
 
-class _StoredFit(BaseModel):
+class _StoredFit(_Digested):
     signature: str
     vocabulary_build_id: str
     training_libraries: list[str]
     states: dict[str, dict[str, Any]]
     """each registered builder's fitted state, by name (``SetBuilder.state``)"""
     notes: list[str]
-    digest: str = Field(default="", description="SHA-256 of the other fields as written: an edited bundle is refitted")
-
-    def content_digest(self) -> str:
-        return hashlib.sha256(self.model_dump_json(exclude={"digest"}).encode("utf-8")).hexdigest()
 
 
 def _fit_signature(
@@ -441,8 +447,7 @@ def _save_fitted(signature: str, fitted: FittedBuilders, hierarchy: Hierarchy) -
         states={name: builder.state() for name, builder in fitted.builders.items()},
         notes=[note for builder in fitted.builders.values() for note in builder.training_notes()],
     )
-    stored.digest = stored.content_digest()
-    _store(_fit_path(signature), stored.model_dump_json(indent=1), fitted.notes)
+    _store(_fit_path(signature), stored.sealed().model_dump_json(indent=1), fitted.notes)
 
 
 def _store(path: Path, text: str, notes: list[str]) -> None:
@@ -490,8 +495,9 @@ def _fit_examples_only(training: Training, names: list[str], failed: dict[str, s
         notes.append("no bundled library to tune on: default parameters (untuned)")
         return fitted
     states = {name: builder.state() for name, builder in fitted.items()}
-    params = _StoredParams(vocabulary_build_id=training.hierarchy.build_id, training_cohorts=keys, states=states)
-    params.digest = params.content_digest()
+    params = _StoredParams(
+        vocabulary_build_id=training.hierarchy.build_id, training_cohorts=keys, states=states
+    ).sealed()
     _store(path, params.model_dump_json(indent=1), notes)
     notes.append(f"tuned parameters on {', '.join(training.library_ids)}")
     return fitted
