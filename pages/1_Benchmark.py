@@ -337,9 +337,12 @@ def saved_runs_section() -> None:
             f"{r.finished_at} · {r.library_id} · {', '.join(r.parameters.methods)} · "
             f"k={r.parameters.k} · w={r.parameters.dense_weight}" + (f" · {r.label}" if r.label else "")
         )
+        if r.complete
+        else f"{r.started_at} · {r.library_id} · unfinished: {r.n_results} results stored, then it stopped"
         for r in runs
     }
     ids = list(labels)
+    finished = [r.run_id for r in runs if r.complete]
 
     def reopen() -> None:
         st.session_state["bench_run_id"] = st.session_state["bench_reopen"]
@@ -351,7 +354,7 @@ def saved_runs_section() -> None:
         key="bench_reopen",
         on_change=reopen,
     )
-    compare = st.multiselect("Compare runs", ids, default=[], format_func=labels.get, key="bench_compare")
+    compare = st.multiselect("Compare runs", finished, default=[], format_func=labels.get, key="bench_compare")
     if len(compare) >= 1:
         rows = app_state.compare_benchmark_runs(compare)
         frame = pd.DataFrame([r.model_dump() for r in rows])
@@ -389,7 +392,11 @@ def main() -> None:
     upload_section(library)
     run_id = st.session_state.get("bench_run_id")
     if run_id:
-        run = saved_run(run_id)
+        try:
+            run = saved_run(run_id)
+        except app_state.UnfinishedRunError as error:  # its writer stopped partway: said, not shown as a report
+            st.warning(str(error))
+            return
         st.subheader(f"Run {run.run_id}")
         st.caption(
             f"{plain(run.library_id)} · {len(run.parameters.cohort_ids)} cohorts · methods "

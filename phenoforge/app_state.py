@@ -13,7 +13,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from phenoforge.config import app_state_db_path
 from phenoforge.errors import DiskFullError, PhenoforgeError
-from phenoforge.eval.models import BenchmarkReport
+from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
 from phenoforge.storage import is_disk_full, is_io_error, no_space_left
 
 APP_STATE_SCHEMA = """
@@ -44,7 +44,29 @@ CREATE TABLE IF NOT EXISTS benchmark_run (
     report TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS idx_benchmark_run_finished ON benchmark_run (finished_at);
+CREATE TABLE IF NOT EXISTS benchmark_result (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    method TEXT NOT NULL,
+    cohort_id TEXT NOT NULL,
+    result TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
 """
+_ADDED_COLUMNS = {
+    "status": "TEXT NOT NULL DEFAULT 'complete'",
+    "layout": "TEXT NOT NULL DEFAULT 'document'",
+}
+"""Columns later than the first schema, added to an older database when it is opened (its runs keep the
+defaults: complete, their report one JSON document)."""
+
+LAYOUT_DOCUMENT = "document"
+"""A run saved before reports were streamed: ``report`` is the whole report, results included."""
+LAYOUT_ROWS = "rows"
+"""``report`` holds everything but the results; each result is a row of ``benchmark_result``, in order."""
+STATUS_COMPLETE = "complete"
+STATUS_RUNNING = "running"
+"""Being written, or its writer stopped before the end (killed, crashed): the rows are a partial run."""
 
 
 class AppStateError(PhenoforgeError):
@@ -76,11 +98,24 @@ class BenchmarkRunSummary(BaseModel):
     means: dict[str, dict[str, float]] = Field(
         description="metric -> method -> mean: 'coverage', 'over_inclusion', 'hierarchical'"
     )
+    status: str = Field(
+        default=STATUS_COMPLETE,
+        description="'complete', or 'running': still being written, or stopped before it finished "
+        "(``n_results`` results were stored by then)",
+    )
+
+    @property
+    def complete(self) -> bool:
+        return self.status == STATUS_COMPLETE
 
 
 class SavedBenchmarkRun(BenchmarkRunSummary):
     library_path: str
     report: BenchmarkReport
+
+
+class UnfinishedRunError(AppStateError):
+    """The saved run never finished: its writer stopped partway (or is still writing)."""
 
 
 def now_iso() -> str:
@@ -110,6 +145,7 @@ def connect_app_state(path: Path | None = None) -> Iterator[sqlite3.Connection]:
         con.execute(f"PRAGMA busy_timeout={int(BUSY_SECONDS * 1000)}")
         _use_wal(con)
         con.executescript(APP_STATE_SCHEMA)
+        _add_columns(con)
         yield con
     except (sqlite3.DatabaseError, OSError) as error:
         if _out_of_space(error, path):  # the database is intact: blaming it would send users to delete it
@@ -133,6 +169,20 @@ def connect_app_state(path: Path | None = None) -> Iterator[sqlite3.Connection]:
         ) from error
     finally:
         con.close()
+
+
+def _add_columns(con: sqlite3.Connection) -> None:
+    """Bring a database written by an older phenoforge up to the current columns (once per database)."""
+    present = {row[1] for row in con.execute("PRAGMA table_info(benchmark_run)")}
+    missing = [(name, kind) for name, kind in _ADDED_COLUMNS.items() if name not in present]
+    if missing:
+        with con:
+            for name, kind in missing:
+                try:
+                    con.execute(f"ALTER TABLE benchmark_run ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as error:  # another session added it first
+                    if "duplicate column" not in str(error).lower():
+                        raise
 
 
 BUSY_SECONDS = 30.0
@@ -203,32 +253,134 @@ def save_benchmark_run(
     label: str = "",
     path: Path | None = None,
 ) -> str:
-    """Store one finished run, whole, and return its id."""
-    run_id = uuid.uuid4().hex[:12]
-    row = (
-        run_id,
-        label,
-        started_at,
-        finished_at or now_iso(),
+    """Store one finished run, whole, and return its id (one transaction: all of it or nothing)."""
+    writer = BenchmarkRunWriter(
+        parameters,
         library_id,
-        str(library_path),
+        library_path,
         vocabulary_release,
         vocabulary_build_id,
-        parameters.model_dump_json(),
-        json.dumps(parameters.cohort_ids),
-        json.dumps(parameters.methods),
-        len(report.results),
-        json.dumps(report_means(report)),
-        report.model_dump_json(),
+        label=label,
+        started_at=started_at,
+        path=path,
+        begin=False,
     )
-    with connect_app_state(path) as con, con:
-        con.execute(
-            "INSERT INTO benchmark_run (run_id, label, started_at, finished_at, library_id, "
-            "library_path, vocabulary_release, vocabulary_build_id, parameters, cohort_ids, "
-            "methods, n_results, means, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            row,
+    return writer.finish(report, finished_at=finished_at, results=report.results)
+
+
+_EMPTY_REPORT = BenchmarkReport(
+    results=[], mean_coverage_by_method={}, mean_over_inclusion_by_method={}, mean_hierarchical_score_by_method={}
+).model_dump_json()
+"""What an unfinished run's ``report`` holds until ``finish`` writes the real one."""
+
+RESULTS_PER_TRANSACTION = 512
+"""Results a run writer stores per transaction when handed more at once."""
+
+
+class BenchmarkRunWriter:
+    """A run saved while it is scored: the run's row first (``status`` 'running'), then each chunk of
+    results as rows of ``benchmark_result`` in their own transaction (``sink``), then the report's
+    means, skipped lines and records with ``status`` 'complete' (``finish``). A writer stopped before
+    ``finish`` leaves a run marked 'running' with the results stored so far: listed as unfinished, and
+    opened only as a partial run (``load_benchmark_run(run_id, partial=True)``), never as a complete one.
+    """
+
+    def __init__(
+        self,
+        parameters: BenchmarkParameters,
+        library_id: str,
+        library_path: str | Path,
+        vocabulary_release: str,
+        vocabulary_build_id: str,
+        label: str = "",
+        started_at: str | None = None,
+        path: Path | None = None,
+        begin: bool = True,
+    ) -> None:
+        self.run_id = uuid.uuid4().hex[:12]
+        self.path = path
+        self.count = 0
+        self._row = (
+            self.run_id,
+            label,
+            started_at or now_iso(),
+            library_id,
+            str(library_path),
+            vocabulary_release,
+            vocabulary_build_id,
+            parameters.model_dump_json(),
+            json.dumps(parameters.cohort_ids),
+            json.dumps(parameters.methods),
         )
-    return run_id
+        self._begun = False
+        if begin:
+            with connect_app_state(path) as con, con:
+                self._insert(con, "", 0, "{}", _EMPTY_REPORT, STATUS_RUNNING)
+            self._begun = True
+
+    def _insert(
+        self, con: sqlite3.Connection, finished_at: str, n_results: int, means: str, report: str, status: str
+    ) -> None:
+        con.execute(
+            "INSERT INTO benchmark_run (run_id, label, started_at, library_id, library_path, vocabulary_release, "
+            "vocabulary_build_id, parameters, cohort_ids, methods, finished_at, n_results, means, report, status, "
+            "layout) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*self._row, finished_at, n_results, means, report, status, LAYOUT_ROWS),
+        )
+
+    def _store(self, con: sqlite3.Connection, results: list[CohortEvalResult]) -> None:
+        con.executemany(
+            "INSERT INTO benchmark_result (run_id, seq, method, cohort_id, result) VALUES (?, ?, ?, ?, ?)",
+            [
+                (self.run_id, self.count + position, r.method, r.cohort_id, r.model_dump_json())
+                for position, r in enumerate(results)
+            ],
+        )
+        self.count += len(results)
+
+    def add(self, results: list[CohortEvalResult]) -> None:
+        """Store ``results`` now (after those stored before), one transaction per ``RESULTS_PER_TRANSACTION``."""
+        if not self._begun:
+            raise AppStateError("results added to a run writer that was not begun")
+        for start in range(0, len(results), RESULTS_PER_TRANSACTION):
+            block = results[start : start + RESULTS_PER_TRANSACTION]
+            with connect_app_state(self.path) as con, con:
+                self._store(con, block)
+                con.execute("UPDATE benchmark_run SET n_results = ? WHERE run_id = ?", (self.count, self.run_id))
+
+    def sink(
+        self, then: Callable[[list[CohortEvalResult]], None] | None = None
+    ) -> Callable[[list[CohortEvalResult]], None]:
+        """A harness sink (``run_methods(sink=...)``) storing each chunk, then handing it to ``then``."""
+
+        def store(results: list[CohortEvalResult]) -> None:
+            self.add(results)
+            if then is not None:
+                then(results)
+
+        return store
+
+    def finish(
+        self,
+        report: BenchmarkReport,
+        finished_at: str | None = None,
+        results: Sequence[CohortEvalResult] = (),
+    ) -> str:
+        """Mark the run complete with ``report``'s means, skipped lines and records (its ``results`` are
+        those added, plus ``results`` given here); return the run id."""
+        summary = report.model_copy(update={"results": []})
+        means = json.dumps(report_means(report))
+        with connect_app_state(self.path) as con, con:
+            if not self._begun:
+                self._insert(con, "", 0, "{}", _EMPTY_REPORT, STATUS_RUNNING)
+                self._begun = True
+            self._store(con, list(results))
+            con.execute(
+                "UPDATE benchmark_run SET finished_at = ?, n_results = ?, means = ?, report = ?, status = ? "
+                "WHERE run_id = ?",
+                (finished_at or now_iso(), self.count, means, summary.model_dump_json(), STATUS_COMPLETE, self.run_id),
+            )
+        return self.run_id
 
 
 def _summary(row: sqlite3.Row) -> dict[str, Any]:
@@ -243,20 +395,22 @@ def _summary(row: sqlite3.Row) -> dict[str, Any]:
         "parameters": BenchmarkParameters.model_validate_json(row["parameters"]),
         "n_results": row["n_results"],
         "means": json.loads(row["means"]),
+        "status": row["status"],
     }
 
 
 _SUMMARY_COLUMNS = (
     "run_id, label, started_at, finished_at, library_id, vocabulary_release, "
-    "vocabulary_build_id, parameters, n_results, means"
+    "vocabulary_build_id, parameters, n_results, means, status"
 )
 
 
 def list_benchmark_runs(limit: int = 100, path: Path | None = None) -> list[BenchmarkRunSummary]:
-    """Saved runs, newest first."""
+    """Saved runs, newest first (an unfinished run, ``status`` 'running', by when it started)."""
     with connect_app_state(path) as con:
         rows = con.execute(
-            f"SELECT {_SUMMARY_COLUMNS} FROM benchmark_run ORDER BY finished_at DESC, rowid DESC LIMIT ?",
+            f"SELECT {_SUMMARY_COLUMNS} FROM benchmark_run "
+            "ORDER BY CASE WHEN finished_at = '' THEN started_at ELSE finished_at END DESC, rowid DESC LIMIT ?",
             [limit],
         ).fetchall()
     return [BenchmarkRunSummary(**_summary(row)) for row in rows]
@@ -267,21 +421,101 @@ def latest_benchmark_run(path: Path | None = None) -> BenchmarkRunSummary | None
     return runs[0] if runs else None
 
 
-def load_benchmark_run(run_id: str, path: Path | None = None) -> SavedBenchmarkRun:
-    """One saved run with its full report; ``AppStateError`` if there is none by that id."""
+def _unfinished(row: sqlite3.Row) -> UnfinishedRunError:
+    return UnfinishedRunError(
+        f"saved run {row['run_id']!r} did not finish: {row['n_results']} result(s) were stored before it stopped "
+        "(or it is still running); it is not opened as a report. Run the benchmark again, or delete this run"
+    )
+
+
+def load_benchmark_run(run_id: str, path: Path | None = None, partial: bool = False) -> SavedBenchmarkRun:
+    """One saved run with its full report; ``AppStateError`` if there is none by that id.
+
+    Reads both forms: a run saved as one report document (before reports were streamed) and one saved
+    as rows. A run that never finished raises :class:`UnfinishedRunError`, unless ``partial``: then it
+    comes back with the results stored so far, ``status`` 'running' and no means."""
     with connect_app_state(path) as con:
         rows = con.execute(
-            f"SELECT {_SUMMARY_COLUMNS}, library_path, report FROM benchmark_run WHERE run_id = ?",
+            f"SELECT {_SUMMARY_COLUMNS}, library_path, report, layout FROM benchmark_run WHERE run_id = ?",
             [run_id],
         ).fetchall()
-    if not rows:
-        raise AppStateError(f"no saved benchmark run with id {run_id!r}: pick one from the list")
-    row = rows[0]
-    return SavedBenchmarkRun(
-        **_summary(row),
-        library_path=row["library_path"],
-        report=BenchmarkReport.model_validate_json(row["report"]),
-    )
+        if not rows:
+            raise AppStateError(f"no saved benchmark run with id {run_id!r}: pick one from the list")
+        row = rows[0]
+        if row["status"] != STATUS_COMPLETE and not partial:
+            raise _unfinished(row)
+        report = _read_report(row["report"], run_id)
+        if row["layout"] == LAYOUT_ROWS:
+            results = [
+                _read_result(text, run_id)
+                for (text,) in con.execute(
+                    "SELECT result FROM benchmark_result WHERE run_id = ? ORDER BY seq", [run_id]
+                )
+            ]
+            report = report.model_copy(update={"results": results})
+    summary = _summary(row)
+    summary["n_results"] = len(report.results) if row["status"] != STATUS_COMPLETE else summary["n_results"]
+    return SavedBenchmarkRun(**summary, library_path=row["library_path"], report=report)
+
+
+def _read_report(text: str, run_id: str) -> BenchmarkReport:
+    try:
+        return BenchmarkReport.model_validate_json(text)
+    except ValueError as error:
+        raise AppStateError(f"saved run {run_id!r} has an unreadable report ({str(error).splitlines()[0]})") from None
+
+
+def _read_result(text: str, run_id: str) -> CohortEvalResult:
+    try:
+        return CohortEvalResult.model_validate_json(text)
+    except ValueError as error:
+        raise AppStateError(f"saved run {run_id!r} has an unreadable result ({str(error).splitlines()[0]})") from None
+
+
+def saved_methods(run_id: str, path: Path | None = None) -> list[str]:
+    """The methods with results in a saved (complete) run, in report order, without reading the results."""
+    with connect_app_state(path) as con:
+        rows = con.execute(
+            "SELECT layout, status, n_results, run_id FROM benchmark_run WHERE run_id = ?", [run_id]
+        ).fetchall()
+        if not rows:
+            raise AppStateError(f"no saved benchmark run with id {run_id!r}: pick one from the list")
+        if rows[0]["status"] != STATUS_COMPLETE:
+            raise _unfinished(rows[0])
+        if rows[0]["layout"] == LAYOUT_ROWS:
+            found = con.execute(
+                "SELECT method FROM benchmark_result WHERE run_id = ? GROUP BY method ORDER BY MIN(seq)", [run_id]
+            ).fetchall()
+            return [method for (method,) in found]
+    return list(dict.fromkeys(r.method for r in load_benchmark_run(run_id, path).report.results))
+
+
+def iter_saved_results(run_id: str, method: str | None = None, path: Path | None = None) -> Iterator[CohortEvalResult]:
+    """A saved (complete) run's results in report order, ``method``'s only when given: read row by row
+    from a run saved as rows (never all at once), from the document of one saved before."""
+    with connect_app_state(path) as con:
+        rows = con.execute(
+            "SELECT layout, status, n_results, run_id FROM benchmark_run WHERE run_id = ?", [run_id]
+        ).fetchall()
+        if not rows:
+            raise AppStateError(f"no saved benchmark run with id {run_id!r}: pick one from the list")
+        if rows[0]["status"] != STATUS_COMPLETE:
+            raise _unfinished(rows[0])
+        layout = rows[0]["layout"]
+    if layout != LAYOUT_ROWS:
+        for result in load_benchmark_run(run_id, path).report.results:
+            if method is None or result.method == method:
+                yield result
+        return
+    query = "SELECT result FROM benchmark_result WHERE run_id = ?" + (" AND method = ?" if method is not None else "")
+    with connect_app_state(path) as con:
+        cursor = con.execute(query + " ORDER BY seq", [run_id, *([method] if method is not None else [])])
+        while True:
+            batch = cursor.fetchmany(256)
+            if not batch:
+                return
+            for (text,) in batch:
+                yield _read_result(text, run_id)
 
 
 def rename_benchmark_run(run_id: str, label: str, path: Path | None = None) -> None:
@@ -293,6 +527,7 @@ def rename_benchmark_run(run_id: str, label: str, path: Path | None = None) -> N
 
 def delete_benchmark_run(run_id: str, path: Path | None = None) -> None:
     with connect_app_state(path) as con, con:
+        con.execute("DELETE FROM benchmark_result WHERE run_id = ?", [run_id])
         con.execute("DELETE FROM benchmark_run WHERE run_id = ?", [run_id])
 
 

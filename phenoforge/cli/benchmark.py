@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 from pathlib import Path
 
@@ -16,19 +16,41 @@ from phenoforge.libraries.resolve import resolve_library_dirs
 TABLE_MEASURES = ("coverage", "over_inclusion", "hierarchical", "exact_f1")
 
 
-def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:  # noqa: ANN001
-    """Means per method; column headers are the measures' own labels, with their direction."""
-    from phenoforge.eval.measures import measure
+class _Tally:
+    """What the text table needs from a run's results, gathered chunk by chunk (the results themselves
+    are not kept): per method its count, each table measure's values in order, its empty answers."""
 
-    columns = [measure(key) for key in measures]
+    def __init__(self, measures: tuple[str, ...] = TABLE_MEASURES) -> None:
+        from phenoforge.eval.measures import measure
+
+        self.columns = [measure(key) for key in measures]
+        self.counts: dict[str, int] = {}
+        self.values: dict[str, list[list[float]]] = {}
+        self.empty: dict[str, list[str]] = {}
+
+    def add(self, results) -> None:  # noqa: ANN001 - CohortEvalResult objects
+        for result in results:
+            self.counts[result.method] = self.counts.get(result.method, 0) + 1
+            columns = self.values.setdefault(result.method, [[] for _ in self.columns])
+            for column, m in zip(columns, self.columns, strict=True):
+                column.append(m.value(result))
+            if not result.predicted_codes:
+                self.empty.setdefault(result.method, []).append(result.cohort_id)
+
+
+def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES, tally: _Tally | None = None) -> str:  # noqa: ANN001
+    """Means per method; column headers are the measures' own labels, with their direction. ``tally``:
+    the results as gathered while they streamed (``report.results`` is read when it is None)."""
+    if tally is None:
+        tally = _Tally(measures)
+        tally.add(report.results)
+    columns = tally.columns
     heads = [f"{m.label} {'↑' if m.higher_is_better else '↓'}" for m in columns]
     width = max([20, *(len(method) + 2 for method in report.mean_hierarchical_score_by_method)])
     lines = [f"{'method':<{width}}{'cohorts':>8}" + "".join(f"{h:>{len(h) + 2}}" for h in heads)]
-    counts: dict[str, int] = {}
-    for result in report.results:
-        counts[result.method] = counts.get(result.method, 0) + 1
+    counts = tally.counts
     for method in report.mean_hierarchical_score_by_method:
-        values = [sum(m.value(r) for r in report.results if r.method == method) / counts[method] for m in columns]
+        values = [sum(column) / counts[method] for column in tally.values[method]]
         lines.append(
             f"{method:<{width}}{counts[method]:>8}"
             + "".join(f"{v:>{len(h) + 2}.3f}" for v, h in zip(values, heads, strict=True))
@@ -40,7 +62,7 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES) -> str:
             lines.append(f"  ! {name} {record.status}")
         if record.trained_on:
             lines.append(f"  {name} trained on: {', '.join(record.trained_on)}")
-        empty = [r.cohort_id for r in report.results if r.method == name and not r.predicted_codes]
+        empty = tally.empty.get(name, [])
         if empty:
             # an empty answer scores zero: say which cohorts, and why when the method said so
             lines.append(f"  ! {name} answered {len(empty)} of {counts.get(name, 0)} cohorts with no codes:")
@@ -77,6 +99,7 @@ def _cohorts_in_every_library(library_dirs: list[Path], cohorts: list[str] | Non
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from phenoforge.engine.curated import load_library
     from phenoforge.eval.harness import registered_methods, resolve_methods, run_benchmark
+    from phenoforge.eval.report_stream import JsonReportWriter
 
     con = _connect()
     methods = args.methods or registered_methods()
@@ -90,12 +113,17 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     )
     library_dirs = resolve_library_dirs(args.library, bundled_only=True)
     wanted = _cohorts_in_every_library(library_dirs, args.cohorts)
-    dumped: dict[str, str] = {}  # each library's JSON as soon as it is scored: no report object outlives its library
+    writer = JsonReportWriter(sys.stdout) if args.json else None  # each result printed once it is scored
     with progress_bar(not args.quiet and not args.json) as progress:
         for library_dir in library_dirs:
             library = load_library(library_dir)
             cohort_ids = wanted or library.cohort_ids
             started = time.perf_counter()
+            tally = _Tally()
+            if writer is not None:
+                writer.begin(library.library_id)
+            sink = writer.add if writer is not None else tally.add
+            saver = _saver(args, con, library, methods, cohort_ids) if args.save else None
             report = run_benchmark(
                 con,
                 library_dir,
@@ -109,23 +137,51 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
                 measures=args.measures,
                 dense_problem=dense_problem,
                 method_timeout=args.method_timeout or None,
+                sink=sink if saver is None else saver.sink(sink),
             )
-            if args.json:
-                # the text ``json.dumps({id: report, ...}, indent=1)`` gives for this entry, made now
-                dumped[library.library_id] = json.dumps(report.model_dump(), indent=1).replace("\n", "\n ")
+            if saver is not None:
+                run_id = saver.finish(report)
+                if not args.json:
+                    print(
+                        f"\nsaved as run {run_id} ({saver.count} results; `python -m phenoforge run export {run_id}`)"
+                    )
+            if writer is not None:
+                writer.end(report)
             else:
                 print(
                     f"\n{library.manifest.name} ({library.library_id}): {len(cohort_ids)} cohorts, "
                     f"k={args.k}, dense_weight={args.dense_weight}, {time.perf_counter() - started:.1f} s"
                 )
-                print(_benchmark_table(report))
+                print(_benchmark_table(report, tally=tally))
                 if report.skipped:
                     print(f"skipped: {len(report.skipped)} (e.g. {report.skipped[0]})")
-            del report  # not alive while the next library runs
-    if args.json:
-        entries = [f" {json.dumps(name)}: {text}" for name, text in dumped.items()]
-        print("{\n" + ",\n".join(entries) + "\n}" if entries else "{}")
+            del report, tally  # not alive while the next library runs
+    if writer is not None:
+        writer.close()
     return 0
+
+
+def _saver(args: argparse.Namespace, con, library, methods: list[str], cohort_ids: list[str]):  # noqa: ANN001, ANN202
+    """A saved run being written (``--save``): its results stored as they are scored."""
+    from phenoforge import app_state
+    from phenoforge.engine.db import vocabulary_info
+
+    info = vocabulary_info(con)
+    parameters = app_state.BenchmarkParameters(
+        methods=list(methods),
+        k=args.k,
+        dense_weight=args.dense_weight,
+        fanout_threshold=args.fanout_threshold,
+        cohort_ids=list(cohort_ids),
+    )
+    return app_state.BenchmarkRunWriter(
+        parameters,
+        library_id=library.library_id,
+        library_path=library.path,
+        vocabulary_release=info.vocabulary_release,
+        vocabulary_build_id=info.build_id,
+        label=args.label or "",
+    )
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
@@ -174,6 +230,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"(default {DEFAULT_PLUGIN_TIMEOUT:g}; 0: no limit; built-ins have none)",
     )
     bench.add_argument("--json", action="store_true", help="the full report as JSON")
+    bench.add_argument(
+        "--save",
+        action="store_true",
+        help="also save each library's run (results stored as they are scored): the Benchmark page opens it "
+        "and `run export` reads it",
+    )
+    bench.add_argument("--label", help="the saved run's label (with --save)")
     bench.add_argument("--quiet", action="store_true")
     bench.set_defaults(func=cmd_benchmark)
 

@@ -92,12 +92,11 @@ def cmd_run_export(args: argparse.Namespace) -> int:
 
     # a folder or a missing folder: one line before any work, not a traceback after it
     check_output_path("--output", args.output, f"{args.method or 'run'}.{args.format}")
-    saved = app_state.load_benchmark_run(args.run_id)
-    methods = list(dict.fromkeys(r.method for r in saved.report.results))
+    methods = app_state.saved_methods(args.run_id)  # both saved forms; an unfinished run is refused, saying so
     method = args.method or (methods[0] if len(methods) == 1 else None)
     if method not in methods:
         raise PhenoforgeError(f"run {args.run_id} has methods {', '.join(methods)}: choose one with --method")
-    run = run_from_results(saved.report.results, method)
+    run = run_from_results(app_state.iter_saved_results(args.run_id, method), method)  # its rows only
     text = run_to_json(run) if args.format == "json" else run_to_csv(run)
     if args.output:
         try:

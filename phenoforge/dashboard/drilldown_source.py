@@ -46,7 +46,11 @@ def method_means(library_id: str, run: BenchmarkRun | None = None) -> dict[str, 
     if run is not None:
         sources = [(run.run_id, run.report)]
     else:
-        sources = [(s.run_id, None) for s in app_state.list_benchmark_runs(limit=50) if s.library_id == library_id]
+        sources = [
+            (s.run_id, None)
+            for s in app_state.list_benchmark_runs(limit=50)
+            if s.library_id == library_id and s.complete  # an unfinished run has no means to show
+        ]
     for run_id, report in sources:
         if report is None:
             report = app_state.load_benchmark_run(run_id).report

@@ -121,13 +121,49 @@ def evaluate(
     return results
 
 
-def _means(results: list[CohortEvalResult], read: str) -> dict[str, float]:
-    by_method: dict[str, list[float]] = {}
-    for result in results:
-        value = result.scores.get(read) if read in result.scores else getattr(result, read, None)
-        if value is not None:
-            by_method.setdefault(result.method, []).append(float(value))
-    return {method: sum(values) / len(values) for method, values in by_method.items()}
+_MEAN_FIELDS = ("coverage", "over_inclusion_penalty", "hierarchical_score", "exact_f1")
+
+
+class Aggregator:
+    """The report's means over results added chunk by chunk: each measure's values kept per method in the
+    order added (a float each), so the means are those :func:`aggregate` computes over the whole list,
+    to the last bit, without the results being kept."""
+
+    def __init__(self, measures: Sequence[Measure | str] | None = None) -> None:
+        self.chosen = parse_measures(measures)
+        self._reads = list(dict.fromkeys([*_MEAN_FIELDS, *(m.key for m in self.chosen)]))
+        self._values: dict[str, dict[str, list[float]]] = {read: {} for read in self._reads}
+        self.count = 0
+
+    def add(self, results: Sequence[CohortEvalResult]) -> None:
+        for result in results:
+            self.count += 1
+            for read in self._reads:
+                value = result.scores.get(read) if read in result.scores else getattr(result, read, None)
+                if value is not None:
+                    self._values[read].setdefault(result.method, []).append(float(value))
+
+    def means(self, read: str) -> dict[str, float]:
+        return {method: sum(values) / len(values) for method, values in self._values[read].items()}
+
+    def report(
+        self,
+        results: list[CohortEvalResult],
+        skipped: list[str] | None = None,
+        methods: dict[str, MethodRecord] | None = None,
+    ) -> BenchmarkReport:
+        """The report of everything added; ``results`` is what it lists (``[]`` when they went elsewhere)."""
+        return BenchmarkReport(
+            results=results,
+            mean_coverage_by_method=self.means("coverage"),
+            mean_over_inclusion_by_method=self.means("over_inclusion_penalty"),
+            mean_hierarchical_score_by_method=self.means("hierarchical_score"),
+            mean_exact_f1_by_method=self.means("exact_f1"),
+            skipped=skipped or [],
+            measures=[MeasureRecord(**m.info().model_dump()) for m in self.chosen],
+            methods=methods or {},
+            means={m.key: self.means(m.key) for m in self.chosen},
+        )
 
 
 def aggregate(
@@ -137,15 +173,6 @@ def aggregate(
     methods: dict[str, MethodRecord] | None = None,
 ) -> BenchmarkReport:
     """Means per method over the scored cohorts, with the measures and methods recorded."""
-    chosen = parse_measures(measures)
-    return BenchmarkReport(
-        results=results,
-        mean_coverage_by_method=_means(results, "coverage"),
-        mean_over_inclusion_by_method=_means(results, "over_inclusion_penalty"),
-        mean_hierarchical_score_by_method=_means(results, "hierarchical_score"),
-        mean_exact_f1_by_method=_means(results, "exact_f1"),
-        skipped=skipped or [],
-        measures=[MeasureRecord(**m.info().model_dump()) for m in chosen],
-        methods=methods or {},
-        means={m.key: _means(results, m.key) for m in chosen},
-    )
+    aggregator = Aggregator(measures)
+    aggregator.add(results)
+    return aggregator.report(results, skipped, methods)

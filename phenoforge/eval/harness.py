@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.engine.hybrid import fuse, fusion_depth
 from phenoforge.errors import PhenoforgeError
-from phenoforge.eval.evaluate import TruthIndexes, aggregate, evaluate
+from phenoforge.eval.evaluate import Aggregator, TruthIndexes, aggregate, evaluate
 from phenoforge.eval.matching import NearestIndex
 from phenoforge.eval.measures import Measure
 from phenoforge.eval.metrics import DEFAULT_MAX_DISTANCE, distance_weighted_score
@@ -113,70 +113,121 @@ def build_run(
     only that cohort's answer (a failing ``setup``: every cohort's), listed in ``skipped`` and in
     ``record.status``; it is given its own copy of each task.
     """
-    record = MethodRecord(
-        name=declared.name,
-        label=declared.label or declared.name,
-        source=declared.source,
-        needs=sorted(declared.needs | declared.uses),
-    )
-    plugin = declared.source != "built-in"
-    limit = method_timeout if plugin else None
-    problem = declared.unmet(context)
-    if problem is None and declared.setup is not None:
+    running = _MethodRun.start(declared, context, qrels, skipped, method_timeout)
+    if running.run is None:
+        return None, running.record
+    running.answer(context, list(qrels.cohorts.values()), progress or no_progress)
+    running.finish(context, skipped)
+    return running.run, running.record
+
+
+class _MethodRun:
+    """One method's run over a run's cohorts, answered chunk by chunk (:func:`run_methods`)."""
+
+    def __init__(self, declared: Method, record: MethodRecord, limit: float | None, total: int) -> None:
+        self.declared = declared
+        self.record = record
+        self.limit = limit
+        self.total = total
+        self.run: Run | None = None
+        self.failed: list[str] = []
+        self.timed_out = False
+
+    @classmethod
+    def start(
+        cls,
+        declared: Method,
+        context: MethodContext,
+        qrels: Qrels,
+        skipped: list[str],
+        method_timeout: float | None,
+    ) -> _MethodRun:
+        """Its record and setup; ``run`` stays None when the method is skipped or its setup failed (the
+        lines for every cohort are in ``skipped`` then)."""
+        record = MethodRecord(
+            name=declared.name,
+            label=declared.label or declared.name,
+            source=declared.source,
+            needs=sorted(declared.needs | declared.uses),
+        )
+        plugin = declared.source != "built-in"
+        running = cls(declared, record, method_timeout if plugin else None, len(qrels.cohorts))
+        problem = declared.unmet(context)
+        if problem is None and declared.setup is not None:
+            try:
+                setup = _setup(declared, context, plugin, running.limit)
+            except SkipMethod as error:
+                problem = str(error)
+            except MethodFailed as error:
+                skipped += [f"{cohort_id}/{declared.name}: {error}" for cohort_id in qrels.cohorts]
+                record.status = f"failed: {error}"
+                record.notes.append(record.status)
+                log.warning("method %s failed: %s", declared.name, error)
+                return running
+            else:
+                record.trained_on, record.notes = list(setup.trained_on), list(setup.notes)
+                record.degraded = setup.degraded
+                context.setups[declared.name] = setup.state
+        if problem is not None:
+            skipped += [f"{cohort_id}/{declared.name}: {problem}" for cohort_id in qrels.cohorts]
+            record.notes.append(f"skipped: {problem}")
+            record.status = f"skipped: {problem}"
+            return running
+        degradation = declared.degradation(context)
+        if degradation:
+            record.degraded = "; ".join(filter(None, [record.degraded, degradation]))
+        running.run = Run(name=declared.name, source=declared.source)
+        return running
+
+    def answer(
+        self, context: MethodContext, cohorts: Sequence[CuratedSet], progress: ProgressCallback, offset: int = 0
+    ) -> None:
+        """Answer ``cohorts`` (the run's cohorts from position ``offset``) into ``run.cohorts``."""
+        declared, run, limit = self.declared, self.run, self.limit
+        assert run is not None
+        plugin = declared.source != "built-in"
+        tasks = [
+            CohortTask(cohort_id=cohort.cohort_id, query=cohort.cohort_name, seed_code=expansion_seed(cohort.codes))
+            for cohort in cohorts
+        ]
+        if self.timed_out:  # its batch ran past its time limit once: asking again would hang as long again
+            self.failed += [f"{task.cohort_id}: {self.timed_out}" for task in tasks]
+            return
         try:
-            setup = _setup(declared, context, plugin, limit)
-        except SkipMethod as error:
-            problem = str(error)
-        except MethodFailed as error:
-            skipped += [f"{cohort_id}/{declared.name}: {error}" for cohort_id in qrels.cohorts]
-            record.status = f"failed: {error}"
-            record.notes.append(record.status)
-            log.warning("method %s failed: %s", declared.name, error)
-            return None, record
-        else:
-            record.trained_on, record.notes = list(setup.trained_on), list(setup.notes)
-            record.degraded = setup.degraded
-            context.setups[declared.name] = setup.state
-    if problem is not None:
-        skipped += [f"{cohort_id}/{declared.name}: {problem}" for cohort_id in qrels.cohorts]
-        record.notes.append(f"skipped: {problem}")
-        record.status = f"skipped: {problem}"
-        return None, record
-    degradation = declared.degradation(context)
-    if degradation:
-        record.degraded = "; ".join(filter(None, [record.degraded, degradation]))
-    progress = progress or no_progress
-    run = Run(name=declared.name, source=declared.source)
-    total = len(qrels.cohorts)
-    tasks = [
-        CohortTask(cohort_id=cohort.cohort_id, query=cohort.cohort_name, seed_code=expansion_seed(cohort.codes))
-        for cohort in qrels.cohorts.values()
-    ]
-    failed: list[str] = []
-    try:
-        answers = _batch_answers(declared, context, tasks, record, progress, limit)
-    except MethodTimedOut as error:  # asking one cohort at a time would hang as long again, per cohort
-        answers, failed = None, [f"{task.cohort_id}: {error}" for task in tasks]
-        tasks = []
-    for position, task in enumerate(tasks):
-        if answers is not None:
-            run.cohorts[task.cohort_id] = _run_entries(declared, answers[position])
-            continue
-        progress(position, total, f"{declared.name}: {task.cohort_id}")
-        if not plugin:
-            run.cohorts[task.cohort_id] = _run_entries(declared, declared.predict(context, task))
-            continue
-        try:
-            run.cohorts[task.cohort_id] = guarded(partial(_plugin_answer, declared, context, task), limit)
-        except MethodFailed as error:
-            failed.append(f"{task.cohort_id}: {error}")
-            log.warning("method %s failed on cohort %s: %s", declared.name, task.cohort_id, error)
-    if failed:
-        skipped += [f"{line.split(': ', 1)[0]}/{declared.name}: {line.split(': ', 1)[1]}" for line in failed]
-        record.notes += [f"failed on cohort {line}" for line in failed]
-        record.status = f"failed on {len(failed)} of {total} cohorts ({failed[0]})"
-    record.notes += context.notes_of(declared.name)
-    return run, record
+            answers = _batch_answers(declared, context, tasks, self.record, progress, limit, offset, self.total)
+        except MethodTimedOut as error:  # asking one cohort at a time would hang as long again, per cohort
+            answers, self.timed_out = None, error  # type: ignore[assignment]
+            self.failed += [f"{task.cohort_id}: {error}" for task in tasks]
+            tasks = []
+        for position, task in enumerate(tasks):
+            if answers is not None:
+                run.cohorts[task.cohort_id] = _run_entries(declared, answers[position])
+                continue
+            progress(offset + position, self.total, f"{declared.name}: {task.cohort_id}")
+            if not plugin:
+                run.cohorts[task.cohort_id] = _run_entries(declared, declared.predict(context, task))
+                continue
+            try:
+                run.cohorts[task.cohort_id] = guarded(partial(_plugin_answer, declared, context, task), limit)
+            except MethodFailed as error:
+                self.failed.append(f"{task.cohort_id}: {error}")
+                log.warning("method %s failed on cohort %s: %s", declared.name, task.cohort_id, error)
+
+    def take(self) -> Run:
+        """The chunk's answers, handed over; the run starts the next chunk empty."""
+        assert self.run is not None
+        answered, self.run = self.run, Run(name=self.run.name, source=self.run.source)
+        return answered
+
+    def finish(self, context: MethodContext, skipped: list[str]) -> None:
+        """Its failures into ``skipped`` and its record, and the notes it made per cohort."""
+        record, failed = self.record, self.failed
+        if failed:
+            name = self.declared.name
+            skipped += [f"{line.split(': ', 1)[0]}/{name}: {line.split(': ', 1)[1]}" for line in failed]
+            record.notes += [f"failed on cohort {line}" for line in failed]
+            record.status = f"failed on {len(failed)} of {self.total} cohorts ({failed[0]})"
+        record.notes += context.notes_of(self.declared.name)
 
 
 def _setup(declared: Method, context: MethodContext, plugin: bool, limit: float | None) -> MethodSetup:
@@ -211,6 +262,8 @@ def _batch_answers(
     record: MethodRecord,
     progress: ProgressCallback,
     limit: float | None = None,
+    offset: int = 0,
+    total: int | None = None,
 ) -> list[Sequence[RunEntry | str]] | None:
     """Every task's answer from the method's ``predict_batch``, or None to ask one task at a time.
 
@@ -220,7 +273,9 @@ def _batch_answers(
     """
     if declared.predict_batch is None or not tasks:
         return None
-    progress(0, len(tasks), f"{declared.name}: {len(tasks)} cohorts")
+    total = len(tasks) if total is None else total
+    shown = f"{len(tasks)} cohorts" if total == len(tasks) else f"cohorts {offset + 1}-{offset + len(tasks)} of {total}"
+    progress(offset, total, f"{declared.name}: {shown}")
     batch = declared.predict_batch
     if declared.source == "built-in":
         answers = list(batch(context, tasks))
@@ -239,7 +294,8 @@ def _batch_answers(
     except MethodTimedOut:
         raise
     except MethodFailed as error:
-        record.notes.append(f"{error}; asked one cohort at a time")
+        if f"{error}; asked one cohort at a time" not in record.notes:  # once, not once per chunk
+            record.notes.append(f"{error}; asked one cohort at a time")
         log.warning("method %s: %s; one cohort at a time", declared.name, error)
         return None
 
@@ -273,6 +329,16 @@ def score_runs(
     return aggregate(results, skipped, measures, methods)
 
 
+RESULT_CHUNK = 256
+"""Cohorts answered and scored together by :func:`run_methods`: every method answers a chunk, the chunk
+is scored, its results are handed to the sink (or kept), and its runs are dropped before the next one,
+so a large library never holds every method's answers at once. A multiple of the dense scan's query
+block (64) and of the set builders' block (32), so the blocks, and every score, are those of one pass."""
+
+ResultSink = Callable[[list[CohortEvalResult]], None]
+"""Receives each chunk's results, in report order (cohort by cohort, each cohort's methods in order)."""
+
+
 @collections_paused()
 def run_methods(
     con: duckdb.DuckDBPyConnection,
@@ -286,12 +352,18 @@ def run_methods(
     dense_problem: str | None = None,
     extra_runs: Sequence[Run] = (),
     method_timeout: float | None = DEFAULT_PLUGIN_TIMEOUT,
+    sink: ResultSink | None = None,
 ) -> BenchmarkReport:
     """Run ``methods`` over ``qrels`` and score them (plus any ``extra_runs``, e.g. imported).
 
     A run named like one of the methods would be scored as that method (their results merged):
     refused before any work, as is a second run of one name. A plug-in may take ``method_timeout``
     seconds per cohort (None: no limit; built-ins have none); see :func:`build_run`.
+
+    The cohorts are answered and scored ``RESULT_CHUNK`` at a time. With a ``sink``, each chunk's
+    results go to it as soon as they are scored and the report returned lists none (``results == []``;
+    its means, skipped lines and method records are the whole run's); without one the report holds them
+    all. Either way the results, their order and every mean are the same.
     """
     _check_parameters(k, dense_weight)
     if method_timeout is not None and not (isinstance(method_timeout, int | float) and 0 < method_timeout < math.inf):
@@ -314,6 +386,8 @@ def run_methods(
         names[name_key(extra.name)] = extra.name
     hierarchy = get_hierarchy(con)
     retrieval = Retrieval(con, dense, fusion_depth(k))
+    cohorts = list(qrels.cohorts.values())
+    queries = [cohort.cohort_name for cohort in cohorts]
     context = MethodContext(
         con=con,
         hierarchy=hierarchy,
@@ -326,27 +400,83 @@ def run_methods(
         dense_problem=dense_problem if dense is None else None,
         progress=progress,
         methods=tuple(m.name for m in chosen),
+        queries=tuple(queries) if len(cohorts) > RESULT_CHUNK else (),
     )
     if any(m.retrieves for m in chosen):
-        queries = [cohort.cohort_name for cohort in qrels.cohorts.values()]
         deepest = max((m.depth or 0 for m in chosen if m.retrieves), default=0)
         retrieval.prefetch(
             queries, dense=any(m.retrieves_dense for m in chosen), depth=deepest or None, progress=progress
         )
-    skipped: list[str] = []
-    runs: list[Run] = []
+    method_lines: dict[str, list[str]] = {}  # per method, its skipped lines (kept in method order, as one pass)
+    running: list[_MethodRun] = []
     records: dict[str, MethodRecord] = {}
     for declared in chosen:
-        run, record = build_run(declared, context, qrels, skipped, progress, method_timeout)
-        records[declared.name] = record
-        if run is not None:
-            runs.append(run)
+        lines = method_lines.setdefault(declared.name, [])
+        started = _MethodRun.start(declared, context, qrels, lines, method_timeout)
+        records[declared.name] = started.record
+        if started.run is not None:
+            running.append(started)
     for run in extra_runs:
-        runs.append(run)
         records[run.name] = MethodRecord(name=run.name, label=run.name, source=run.source, notes=list(run.notes))
-    report = score_runs(hierarchy, qrels, runs, measures, records, skipped)
-    (progress or no_progress)(len(qrels.cohorts), len(qrels.cohorts), "done")
+    aggregator = Aggregator(measures)
+    kept: list[CohortEvalResult] = []
+    unanswered: dict[str, list[str]] = {}  # per run, the cohorts it has no rows for (its "no rows" lines)
+    chunk_progress = progress or no_progress
+    for offset in range(0, len(cohorts), RESULT_CHUNK):
+        chunk = cohorts[offset : offset + RESULT_CHUNK]
+        chunk_ids = [cohort.cohort_id for cohort in chunk]
+        runs: list[Run] = []
+        for method in running:
+            method.answer(context, chunk, chunk_progress, offset)
+            runs.append(method.take())
+        for extra in extra_runs:
+            runs.append(
+                Run(
+                    name=extra.name,
+                    source=extra.source,
+                    cohorts={cid: extra.cohorts[cid] for cid in chunk_ids if cid in extra.cohorts},
+                )
+            )
+        part = qrels.model_copy(update={"cohorts": {cohort.cohort_id: cohort for cohort in chunk}})
+        results = _score_chunk(hierarchy, part, runs, measures)
+        for run in runs:
+            unanswered.setdefault(run.name, []).extend(cid for cid in chunk_ids if cid not in run.cohorts)
+        del runs
+        aggregator.add(results)
+        if sink is not None:
+            sink(results)
+        else:
+            kept += results
+        del results
+        context.shared.end_chunk()
+    for method in running:
+        method.finish(context, method_lines[method.declared.name])
+    skipped = [*qrels.skipped_lines(), *(line for lines in method_lines.values() for line in lines)]
+    for name in [*(m.declared.name for m in running), *(run.name for run in extra_runs)]:
+        already = {line.split(":", 1)[0] for line in skipped}
+        skipped += [
+            f"{cohort_id}/{name}: no rows in the run"
+            for cohort_id in unanswered.get(name, [])
+            if f"{cohort_id}/{name}" not in already
+        ]
+    report = aggregator.report(kept, skipped, records)
+    chunk_progress(len(qrels.cohorts), len(qrels.cohorts), "done")
     return report
+
+
+def _score_chunk(
+    hierarchy: Hierarchy, qrels: Qrels, runs: Sequence[Run], measures: Sequence[Measure | str] | None
+) -> list[CohortEvalResult]:
+    """``score_runs``' results for one chunk: every run against the chunk's cohorts it answered, in
+    report order (ground-truth tables built once for the chunk)."""
+    indexes = TruthIndexes(hierarchy)
+    results: list[CohortEvalResult] = []
+    for run in runs:
+        answered = qrels.model_copy(update={"cohorts": {c: s for c, s in qrels.cohorts.items() if c in run.cohorts}})
+        results += evaluate(hierarchy, answered, run, measures, indexes)
+    by_cohort = {cohort_id: position for position, cohort_id in enumerate(qrels.cohorts)}
+    results.sort(key=lambda r: by_cohort.get(r.cohort_id, len(by_cohort)))
+    return results
 
 
 def run_benchmark(
@@ -362,6 +492,7 @@ def run_benchmark(
     measures: Sequence[Measure | str] | None = None,
     dense_problem: str | None = None,
     method_timeout: float | None = DEFAULT_PLUGIN_TIMEOUT,
+    sink: ResultSink | None = None,
 ) -> BenchmarkReport:
     """Run every requested method against every cohort and aggregate the results.
 
@@ -371,12 +502,23 @@ def run_benchmark(
     in ``skipped``; ``hybrid`` without one runs on BM25 alone and the report marks it degraded
     (``methods["hybrid"].degraded``, with ``dense_problem`` when the caller knows why). A plug-in
     that fails or runs past ``method_timeout`` seconds on a cohort costs only its own answers
-    (``methods[name].status``); built-ins have no time limit.
+    (``methods[name].status``); built-ins have no time limit. With a ``sink``, the results go to it chunk
+    by chunk as they are scored and the report lists none (see :func:`run_methods`).
     """
     _check_parameters(k, dense_weight)
     qrels = load_qrels(con, library_dir, cohort_ids, fanout_threshold, progress)
     return run_methods(
-        con, qrels, methods, dense, k, dense_weight, measures, progress, dense_problem, method_timeout=method_timeout
+        con,
+        qrels,
+        methods,
+        dense,
+        k,
+        dense_weight,
+        measures,
+        progress,
+        dense_problem,
+        method_timeout=method_timeout,
+        sink=sink,
     )
 
 

@@ -63,6 +63,14 @@ class RunState:
     def clear(self) -> None:
         self._kinds.clear()
 
+    def end_chunk(self) -> None:
+        """The harness answered and scored a chunk of the run's cohorts: each kind with an ``end_chunk``
+        method drops what only that chunk's answers needed."""
+        for state in list(self._kinds.values()):
+            end = getattr(state, "end_chunk", None)
+            if callable(end):
+                end()
+
 
 @dataclass
 class MethodContext:
@@ -82,6 +90,11 @@ class MethodContext:
     methods: tuple[str, ...] = ()
     """The names of every method this run will ask for, in order (empty: not known). Methods that
     share work (the set builders' candidate tables) compute it once for all of them."""
+    queries: tuple[str, ...] = ()
+    """Every query of the run, in cohort order, when the run answers its cohorts in several chunks (the
+    harness scores a large library chunk by chunk): a method that batches work over the whole run (the
+    set builders rank the typo-corrected forms in one call) can do it on the first chunk. Empty: only
+    the tasks a call is given are known."""
     progress: ProgressCallback | None = None
     """Where long work inside a method (a fit, a batched pass) reports how far it is."""
     setups: dict[str, Any] = field(default_factory=dict)

@@ -183,7 +183,10 @@ def _build_pass(context: MethodContext, builders: list[str], queries: list[str],
     sets: dict[str, dict[str, BuiltSet]] = {name: {} for name in builders}
     memo = run.prepared
     prepared_queries: list[str] = []
-    _prefetch_corrected(context, [q for q in queries if q not in memo and not _handled_before_retrieval(context, q)])
+    # the run's every query when it is answered in chunks: the corrected forms are ranked in one call, as
+    # when the whole run is one pass (the exact dense scan's rounding depends on which queries share a call)
+    every = list(dict.fromkeys([*queries, *context.queries])) if context.queries else queries
+    _prefetch_corrected(context, [q for q in every if q not in memo and not _handled_before_retrieval(context, q)])
     library_context = library_context_of(context, queries, fitted) if needs_learned else None
     for start in range(0, len(queries), BATCH_QUERIES):
         block = queries[start : start + BATCH_QUERIES]

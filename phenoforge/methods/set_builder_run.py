@@ -48,6 +48,11 @@ class SetBuildingRun:
     failed: dict[str, Exception] = field(default_factory=dict)
     """plug-in builders whose build failed in the shared pass, with the error their own method raises"""
 
+    def end_chunk(self) -> None:
+        """A chunk of the run is answered: the learned sets' entries kept for curated_transfer are let go
+        (each is handed over within its chunk; the rest would live until the run ends)."""
+        self.entries.clear()
+
 
 def _run(context: MethodContext) -> SetBuildingRun:
     return context.shared.get(SetBuildingRun)
