@@ -42,9 +42,20 @@ class _Packed:
 
     @classmethod
     def of_rows(cls, depth: int, rows: np.ndarray, scores: np.ndarray, source: list[str]) -> _Packed:
-        """From rows of the retriever's code list ``source`` (``rankings_rows``) and their scores."""
+        """From rows of the retriever's code list ``source`` (``rankings_rows``) and their scores.
+
+        Kept in half the bytes where that loses nothing: rows as int32 (a code list is far shorter than
+        2**31), scores as float32 when every one is a float32 value (the dense scan's cosines are; a
+        float64 BM25 score that is not stays float64). Read back as int64 and float64, the same values:
+        a library's 5,000-deep rankings of both retrievers were ~300 MB of a 2,000-cohort run."""
         packed = cls(depth, [])
-        packed.rows, packed.scores, packed.source = rows, np.asarray(scores, dtype=np.float64), source
+        rows = np.asarray(rows)
+        if len(source) < 2**31 and rows.dtype != np.int32:
+            rows = rows.astype(np.int32)
+        values = np.asarray(scores, dtype=np.float64)
+        narrow = values.astype(np.float32)
+        kept: np.ndarray = narrow if np.array_equal(narrow.astype(np.float64), values, equal_nan=True) else values
+        packed.rows, packed.scores, packed.source = rows, kept, source
         return packed
 
     def __init__(self, depth: int, ranking: Ranking) -> None:
@@ -180,4 +191,4 @@ class Retrieval:
         packed = self._dense_entry(query, depth) if dense else self._bm25_entry(query, depth)
         if packed.rows is None or packed.source is None or packed.scores is None:
             return None
-        return packed.rows[:depth], packed.scores[:depth], packed.source
+        return packed.rows[:depth].astype(np.int64), packed.scores[:depth].astype(np.float64), packed.source

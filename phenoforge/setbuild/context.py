@@ -128,6 +128,17 @@ class LibraryContext:
                 self._bits[np.asarray(worded, dtype=np.int64), j // 64] |= np.uint64(1 << (j % 64))
         self._bits_known = nodes.worded.copy()
         """rows whose words were read into ``_bits`` (a node table filled later gains rows: read on first use)"""
+        # which names hold each word (word j's names: ``_word_names[_word_names_start[j]:_word_names_start[j + 1]]``)
+        holders: list[list[int]] = [[] for _ in words]
+        for i, signature in enumerate(self.signatures):
+            for token in set(signature.tokens):
+                holders[self._word[token]].append(i)
+        self._word_names = np.array([i for names in holders for i in names], dtype=np.int64)
+        self._word_names_start = np.concatenate([[0], np.cumsum([len(names) for names in holders])]).astype(np.int64)
+        # bits past the last word (the mask's width is whole 64-bit words) are never set: no name to look up
+        self._word_names_start = np.concatenate(
+            [self._word_names_start, np.full(width * 64 - len(words), self._word_names_start[-1], np.int64)]
+        )
 
     def __len__(self) -> int:
         return len(self.signatures)
@@ -137,32 +148,40 @@ class LibraryContext:
         return query in self.index and len(self.signatures) >= 2
 
     def features(self, table: CandidateTable) -> np.ndarray:
-        """One row of ``CONTEXT_FEATURES`` per candidate of ``table`` (built for one of the names)."""
+        """One row of ``CONTEXT_FEATURES`` per candidate of ``table`` (built for one of the names).
+
+        Each margin needs the own name's value and the best among the others, never every other name's
+        value side by side: the others' maxima are read from slices around the own row (no copy of the
+        names x candidates block) and from the categories' per-column maxima, and the word shares from an
+        index of which names hold each word (a candidate's path holds few words). On a 1,918-name library
+        the all-pairs word-share block was ~1.8 GB and ~0.4 s per name, and two copies of the names x
+        candidates block ~50 MB per name. The values are the same, to the bit
+        (``tests/setbuild/test_context.py`` keeps the all-pairs computation as the definition)."""
         if not self.applies_to(table.query):
             raise ValueError(f"{table.query!r} has no library context: build it with the model fitted without one")
         out = np.zeros((len(table), len(CONTEXT_FEATURES)), dtype=np.float64)
         if not len(table):
             return out
         own = self.index[table.query]
-        others = np.array([i for i in range(len(self.signatures)) if i != own], dtype=np.int64)
         nodes = self._nodes
         rows = nodes.rows(np.asarray(table.ids, dtype=np.int64))
         nodes.fill(rows)
         cosine = self._cosine[:, rows]
-        own_cos, other_cos = cosine[own], cosine[others]
+        own_cos = cosine[own]
+        other_cos = _max_but(cosine, own)
         own_category = nodes.own_category[rows]
         # a candidate without a category, or in one no name reached, compares the floors (the last column)
         columns = np.where(own_category >= 0, self._category_column[own_category], -1)
-        category = self._category_best[:, columns]
-        shares = self._path_shares(rows)
-        out[:, 0] = own_cos - other_cos.max(axis=0)
-        out[:, 1] = np.log1p((other_cos > own_cos).sum(axis=0))
-        out[:, 2] = category[own] - category[others].max(axis=0)
-        out[:, 3] = shares[:, own] - shares[:, others].max(axis=1)
+        own_share, other_share = self._path_shares(rows, own)
+        out[:, 0] = own_cos - other_cos
+        out[:, 1] = np.log1p((cosine > own_cos).sum(axis=0))  # the own row is never above itself
+        out[:, 2] = self._category_best[own, columns] - _max_but(self._category_best, own)[columns]
+        out[:, 3] = own_share - other_share
         return out
 
-    def _path_shares(self, rows: np.ndarray) -> np.ndarray:
-        """Per candidate row and name, the share of the name's words its own name or an ancestor's holds."""
+    def _path_shares(self, rows: np.ndarray, own: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per candidate row, the share of the own name's words its own name or an ancestor's holds, and
+        the best such share among the other names (0 where none shares a word: a name's share is 0 then)."""
         nodes = self._nodes
         chains = nodes.chain[rows]
         valid = chains >= 0
@@ -175,8 +194,38 @@ class LibraryContext:
                     self._bits[row, j // 64] |= np.uint64(1 << (j % 64))
             self._bits_known[row] = True
         path = np.bitwise_or.reduce(np.where(valid[..., None], self._bits[np.where(valid, chains, 0)], 0), axis=1)
-        held = np.bitwise_count(path[:, None, :] & self._masks[None, :, :]).sum(axis=-1)
-        return np.where(self._has_words, held / self._lengths, 0.0)
+        held_own = np.bitwise_count(path & self._masks[own]).sum(axis=-1)
+        own_share = held_own / self._lengths[own] if self._has_words[own] else np.zeros(len(rows))
+        # the other names' shares from the words on each path: (candidate, word) -> the names with that word
+        bits = np.unpackbits(np.ascontiguousarray(path, dtype="<u8").view(np.uint8), axis=1, bitorder="little")
+        candidate, word = np.nonzero(bits)
+        starts, ends = self._word_names_start[word], self._word_names_start[word + 1]
+        counts = ends - starts
+        n = len(self.signatures)
+        hits = np.repeat(candidate, counts) * n + self._word_names[_ranges(starts, counts)]
+        held = np.bincount(hits, minlength=len(rows) * n).reshape(len(rows), n)
+        shares = np.where(self._has_words, held / self._lengths, 0.0)
+        return own_share, _max_but(shares.T, own)
+
+
+def _max_but(values: np.ndarray, row: int) -> np.ndarray:
+    """``values[rows other than row].max(axis=0)`` from the slices on either side (no copy of the rest)."""
+    before, after = values[:row], values[row + 1 :]
+    if not len(before):
+        return after.max(axis=0)
+    if not len(after):
+        return before.max(axis=0)
+    return np.maximum(before.max(axis=0), after.max(axis=0))
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``np.concatenate([np.arange(s, s + c) for s, c in zip(starts, counts)])`` without the loop."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(counts)
+    offsets = np.repeat(ends - counts, counts)
+    return np.repeat(starts, counts) + (np.arange(total, dtype=np.int64) - offsets)
 
 
 def with_context_features(hierarchy: Hierarchy, examples: Sequence[Example]) -> list[Example]:

@@ -241,3 +241,33 @@ def test_typo_corrected_names_are_ranked_in_one_batch_and_corrected_once(
     assert any(corrected <= set(batch) for batch in batches)  # ranked together, up front
     assert sorted(corrections) == sorted(name for name, _c, _b in typos.values())  # each corrected once
     assert {cohort for _method, cohort, codes, _p in answers if codes} == {"t1", "t2"}
+
+
+@pytest.mark.usefixtures("small_models")
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_a_run_scored_in_chunks_gives_the_one_pass_sets_and_notes(
+    fixture_con: duckdb.DuckDBPyConnection,
+    installed: dict[str, Path],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    chunk: int,
+) -> None:
+    """The harness answers a large library ``RESULT_CHUNK`` cohorts at a time: the set builders (their
+    shared pass, the library context, curated_transfer's hand-over of the learned set) give what one
+    pass gives, with the same notes, and the corrected names are ranked in one call for the whole run."""
+    from phenoforge.eval import harness
+
+    for library_id in (ELIX_ID, HCC_ID):
+        expected = _results(fixture_con, installed[library_id], ["hybrid", *BUILDERS])
+        with monkeypatch.context() as patch:
+            patch.setattr(harness, "RESULT_CHUNK", chunk)
+            calls: list[int] = []
+            original = set_builder_pass._prefetch_corrected
+
+            def counting(context: MethodContext, queries: list[str]) -> None:
+                calls.append(len(queries))
+                original(context, queries)
+
+            patch.setattr(set_builder_pass, "_prefetch_corrected", counting)
+            assert _results(fixture_con, installed[library_id], ["hybrid", *BUILDERS]) == expected, library_id
+        cohorts = len(load_library(installed[library_id]).cohort_ids)
+        assert cohorts > chunk and calls and calls[0] >= cohorts - 1, (calls, cohorts)  # the whole run at first

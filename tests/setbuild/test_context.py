@@ -134,3 +134,51 @@ def test_word_shares_equal_the_definition_on_every_fixture_cohort(
             assert got[i] == pytest.approx(expected), (ex.key, hierarchy.code[node])
             checked += 1
     assert checked > 40
+
+
+def _all_pairs_features(context: LibraryContext, table) -> np.ndarray:  # noqa: ANN001
+    """The context features as first written: every other name's value side by side (the definition the
+    per-margin computation must equal bit for bit)."""
+    out = np.zeros((len(table), len(CONTEXT_FEATURES)), dtype=np.float64)
+    if not len(table):
+        return out
+    own = context.index[table.query]
+    others = np.array([i for i in range(len(context.signatures)) if i != own], dtype=np.int64)
+    nodes = context._nodes
+    rows = nodes.rows(np.asarray(table.ids, dtype=np.int64))
+    nodes.fill(rows)
+    cosine = context._cosine[:, rows]
+    own_cos, other_cos = cosine[own], cosine[others]
+    own_category = nodes.own_category[rows]
+    columns = np.where(own_category >= 0, context._category_column[own_category], -1)
+    category = context._category_best[:, columns]
+    context._path_shares(rows, own)  # fills the bits of rows the node table gained
+    chains = nodes.chain[rows]
+    valid = chains >= 0
+    path = np.bitwise_or.reduce(np.where(valid[..., None], context._bits[np.where(valid, chains, 0)], 0), axis=1)
+    held = np.bitwise_count(path[:, None, :] & context._masks[None, :, :]).sum(axis=-1)
+    shares = np.where(context._has_words, held / context._lengths, 0.0)
+    out[:, 0] = own_cos - other_cos.max(axis=0)
+    out[:, 1] = np.log1p((other_cos > own_cos).sum(axis=0))
+    out[:, 2] = category[own] - category[others].max(axis=0)
+    out[:, 3] = shares[:, own] - shares[:, others].max(axis=1)
+    return out
+
+
+def test_the_features_equal_the_all_pairs_definition_bit_for_bit(
+    hierarchy: Hierarchy, train_examples: list[Example]
+) -> None:
+    """Computed per margin (the others' maxima, word shares through the names holding each word), as a
+    1,918-name library needs; every value equals the all-pairs computation exactly, own name first, last
+    or in between."""
+    context = LibraryContext(hierarchy, [signature_of(ex.table) for ex in train_examples])
+    tables = [ex.table for ex in train_examples if len(ex.table)]
+    positions = {context.index[t.query] for t in tables}
+    assert len(tables) > 5 and {0, len(context) - 1} <= positions, positions
+    for table in tables:
+        got, expected = context.features(table), _all_pairs_features(context, table)
+        assert np.array_equal(got, expected), table.query
+    small = LibraryContext(hierarchy, [signature_of(build_candidates(hierarchy, r)) for r in (HF, AF)])
+    for retrieval in (HF, AF):
+        table = build_candidates(hierarchy, retrieval)
+        assert np.array_equal(small.features(table), _all_pairs_features(small, table))
