@@ -23,6 +23,7 @@ import argparse
 import filecmp
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -127,6 +128,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="fresh CLI processes per tree")
     parser.add_argument("--warm-runs", type=int, default=2, help="timed runs in the warm process (after a warm-up)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["cli", "warm"])
+    parser.add_argument("--keep", type=Path, help="copy each tree's CLI report here (for bench/compare_reports.py)")
     parser.add_argument(
         "--warm-trees",
         nargs="*",
@@ -150,6 +152,9 @@ def main() -> int:
                     print(f"    {name}: {figures[name][-1]}", flush=True)
             for name in trees:
                 show(name, figures[name])
+                if args.keep is not None:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(reports[name], args.keep / f"{name}.json")
             names = list(trees)
             for other in names[1:]:
                 same = filecmp.cmp(reports[names[0]], reports[other], shallow=False)

@@ -76,7 +76,7 @@ def name_signature(
 class LibraryContext:
     """The distinct names of a run's cohorts, ready to compare a candidate table against the others.
 
-    Holds one float32 row over the node table per name (a 100-name library: ~40 MB while it runs).
+    Holds each name's cosines where its dense ranking reached (5,000 a name: a 1,918-name library ~80 MB).
     """
 
     def __init__(self, hierarchy: Hierarchy, signatures: Sequence[NameSignature]) -> None:
@@ -91,13 +91,28 @@ class LibraryContext:
         size = len(nodes.ids)
         n = len(self.signatures)
         self._floor = np.array([s.floor for s in self.signatures], dtype=np.float32)
-        self._cosine = np.repeat(self._floor[:, None], size, axis=1)
+        # each name's cosine to a node is its floor but where its ranking reached the node: those cosines
+        # are kept by node (a names x nodes matrix was 750 MB for a 1,918-name library; this ~80 MB)
         hit_rows = []
+        reached: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for i, signature in enumerate(self.signatures):
             rows = nodes.rows(signature.dense_ids) if len(signature.dense_ids) else np.zeros(0, np.int64)
             nodes.fill(rows)
-            self._cosine[i, rows] = signature.dense_scores
             hit_rows.append(rows)
+            if len(rows):
+                _unique, first = np.unique(rows[::-1], return_index=True)
+                last = len(rows) - 1 - first  # a node reached twice keeps its last cosine, as an assignment does
+                scores = np.asarray(signature.dense_scores, dtype=np.float64)[last].astype(np.float32)
+                reached.append((rows[last], np.full(len(last), i, dtype=np.int64), scores))
+        reached_rows = np.concatenate([r for r, _n, _s in reached]) if reached else np.zeros(0, np.int64)
+        order = np.argsort(reached_rows, kind="stable")
+        self._reached_name = (np.concatenate([n for _r, n, _s in reached]) if reached else np.zeros(0, np.int64))[order]
+        self._reached_cosine = (np.concatenate([c for _r, _n, c in reached]) if reached else np.zeros(0, np.float32))[
+            order
+        ]
+        self._reached_start = np.concatenate([[0], np.cumsum(np.bincount(reached_rows, minlength=size))]).astype(
+            np.int64
+        )
         # each name's best cosine within each 3-character category (its floor where it reaches none)
         categories = np.unique(np.concatenate([nodes.own_category[rows] for rows in hit_rows] or [np.zeros(0, int)]))
         categories = categories[categories >= 0]
@@ -166,7 +181,7 @@ class LibraryContext:
         nodes = self._nodes
         rows = nodes.rows(np.asarray(table.ids, dtype=np.int64))
         nodes.fill(rows)
-        cosine = self._cosine[:, rows]
+        cosine = self._cosines(rows)
         own_cos = cosine[own]
         other_cos = _max_but(cosine, own)
         own_category = nodes.own_category[rows]
@@ -178,6 +193,17 @@ class LibraryContext:
         out[:, 2] = self._category_best[own, columns] - _max_but(self._category_best, own)[columns]
         out[:, 3] = own_share - other_share
         return out
+
+    def _cosines(self, rows: np.ndarray) -> np.ndarray:
+        """Every name's dense cosine to each node of ``rows``, names x rows (float32): its floor, or the cosine
+        its ranking gave the node."""
+        block = np.empty((len(self.signatures), len(rows)), dtype=np.float32)
+        block[:] = self._floor[:, None]
+        starts = self._reached_start[rows]
+        counts = self._reached_start[rows + 1] - starts
+        reached = _ranges(starts, counts)
+        block[self._reached_name[reached], np.repeat(np.arange(len(rows)), counts)] = self._reached_cosine[reached]
+        return block
 
     def _path_shares(self, rows: np.ndarray, own: int) -> tuple[np.ndarray, np.ndarray]:
         """Per candidate row, the share of the own name's words its own name or an ancestor's holds, and

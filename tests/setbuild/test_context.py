@@ -147,7 +147,12 @@ def _all_pairs_features(context: LibraryContext, table) -> np.ndarray:  # noqa: 
     nodes = context._nodes
     rows = nodes.rows(np.asarray(table.ids, dtype=np.int64))
     nodes.fill(rows)
-    cosine = context._cosine[:, rows]
+    # the names x nodes cosine matrix as it was first built: floors, then each name's ranking assigned
+    dense = np.repeat(context._floor[:, None], len(nodes.ids), axis=1)
+    for i, signature in enumerate(context.signatures):
+        if len(signature.dense_ids):
+            dense[i, nodes.rows(signature.dense_ids)] = signature.dense_scores
+    cosine = dense[:, rows]
     own_cos, other_cos = cosine[own], cosine[others]
     own_category = nodes.own_category[rows]
     columns = np.where(own_category >= 0, context._category_column[own_category], -1)
@@ -182,3 +187,23 @@ def test_the_features_equal_the_all_pairs_definition_bit_for_bit(
     for retrieval in (HF, AF):
         table = build_candidates(hierarchy, retrieval)
         assert np.array_equal(small.features(table), _all_pairs_features(small, table))
+
+
+def test_a_node_reached_twice_keeps_its_last_cosine_as_the_matrix_did(hierarchy: Hierarchy) -> None:
+    from phenoforge.setbuild.context import NameSignature
+
+    ids = [hierarchy.resolve(code) for code in ("I50.21", "I48", "I50.21")]
+    twice = NameSignature(
+        query="heart failure",
+        tokens=("heart", "failure"),
+        dense_ids=np.array(ids),
+        dense_scores=np.array([0.9, 0.5, 0.2]),
+        floor=0.1,
+    )
+    other = signature_of(build_candidates(hierarchy, AF))
+    context = LibraryContext(hierarchy, [twice, other])
+    rows = context._nodes.rows(np.array(ids[:2]))
+    block = context._cosines(rows)
+    assert block[0].tolist() == pytest.approx([0.2, 0.5])  # the last of I50.21's two cosines
+    table = build_candidates(hierarchy, HF)
+    assert np.array_equal(context.features(table), _all_pairs_features(context, table))
