@@ -224,8 +224,8 @@ class LibraryContext:
         own_share = held_own / self._lengths[own] if self._has_words[own] else np.zeros(len(rows))
         # the other names' shares from the words on each path: (candidate, word) -> the names with that word
         bits = np.unpackbits(np.ascontiguousarray(path, dtype="<u8").view(np.uint8), axis=1, bitorder="little")
-        candidate, word = np.nonzero(bits)
-        starts, ends = self._word_names_start[word], self._word_names_start[word + 1]
+        candidate, word_bit = np.nonzero(bits)
+        starts, ends = self._word_names_start[word_bit], self._word_names_start[word_bit + 1]
         counts = ends - starts
         n = len(self.signatures)
         hits = np.repeat(candidate, counts) * n + self._word_names[_ranges(starts, counts)]

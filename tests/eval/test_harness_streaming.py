@@ -118,7 +118,7 @@ def test_the_streamed_json_is_the_document_printed_before_byte_for_byte(
 ) -> None:
     report = _full(fixture_con, library)
     empty = report.model_copy(update={"results": []})
-    for reports in ({}, {"a": report}, {"a": report, "b\u00e9 \"q\"": empty}, {"e": empty}):
+    for reports in ({}, {"a": report}, {"a": report, 'b\u00e9 "q"': empty}, {"e": empty}):
         text = _streamed(reports, chunk=3)
         assert text == _old_print(reports)
         assert json.loads(text) == {name: r.model_dump() for name, r in reports.items()}

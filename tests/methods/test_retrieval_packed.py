@@ -16,7 +16,8 @@ def test_float32_scores_and_rows_are_kept_narrow_and_read_back_as_the_same_value
     assert packed.rows is not None and packed.rows.dtype == np.int32
     assert packed.scores is not None and packed.scores.dtype == np.float32
     assert packed.rows.nbytes + packed.scores.nbytes == (rows.nbytes + scores.astype(np.float64).nbytes) // 2
-    expected = list(zip([source[r] for r in rows[:100].tolist()], scores[:100].astype(np.float64).tolist(), strict=True))
+    codes = [source[r] for r in rows[:100].tolist()]
+    expected = list(zip(codes, scores[:100].astype(np.float64).tolist(), strict=True))
     assert packed.ranking(100) == expected
     assert all(type(score) is float for _code, score in packed.ranking(3))
 

@@ -263,7 +263,12 @@ def test_a_run_scored_in_chunks_gives_the_one_pass_sets_and_notes(
             calls: list[int] = []
             original = set_builder_pass._prefetch_corrected
 
-            def counting(context: MethodContext, queries: list[str]) -> None:
+            def counting(
+                context: MethodContext,
+                queries: list[str],
+                calls: list[int] = calls,
+                original=original,  # noqa: ANN001
+            ) -> None:
                 calls.append(len(queries))
                 original(context, queries)
 
