@@ -27,8 +27,8 @@ def test_a_saved_benchmark_opens_as_the_report_printed_and_exports(
     argv = ["benchmark", "--library", "cli-lib", "--library", "cli-two", "--methods", "bm25", "expand_descendants"]
     code, out, err = run(capsys, *argv, "--no-dense", "--json", "--save", "--label", "mine")
     assert code == 0, err
-    printed = json.loads(out)
-    assert list(printed) == ["cli-lib", "cli-two"]
+    printed = json.loads(out)  # the saved runs are named on standard error: standard output is only the JSON
+    assert list(printed) == ["cli-lib", "cli-two"] and err.count("saved as run ") == 2
     runs = {saved.library_id: saved for saved in app_state.list_benchmark_runs()}
     assert set(runs) == {"cli-lib", "cli-two"} and all(r.complete and r.label == "mine" for r in runs.values())
     saved = app_state.load_benchmark_run(runs["cli-lib"].run_id)

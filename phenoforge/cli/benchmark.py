@@ -141,10 +141,11 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
             )
             if saver is not None:
                 run_id = saver.finish(report)
-                if not args.json:
-                    print(
-                        f"\nsaved as run {run_id} ({saver.count} results; `python -m phenoforge run export {run_id}`)"
-                    )
+                said = f"saved as run {run_id} ({saver.count} results; `python -m phenoforge run export {run_id}`)"
+                if args.json:
+                    print(said, file=sys.stderr)  # standard output holds only the JSON document
+                else:
+                    print(f"\n{said}")
             if writer is not None:
                 writer.end(report)
             else:
