@@ -338,7 +338,7 @@ def saved_runs_section() -> None:
             f"k={r.parameters.k} · w={r.parameters.dense_weight}" + (f" · {r.label}" if r.label else "")
         )
         if r.complete
-        else f"{r.started_at} · {r.library_id} · unfinished: {r.n_results} results stored, then it stopped"
+        else f"{r.started_at} · {r.library_id} · unfinished: {r.n_results} results stored (stopped, or still running)"
         for r in runs
     }
     ids = list(labels)

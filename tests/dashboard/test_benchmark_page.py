@@ -276,3 +276,24 @@ def test_every_built_in_method_is_selected_by_default() -> None:
     chosen = default_methods(options)
     assert {"curated_transfer", "subtree", "bm25", "hybrid"} <= set(chosen)
     assert "someone_elses_plugin" not in chosen
+
+
+def test_an_unfinished_run_is_listed_as_such_and_reopening_it_says_why(app: Callable[[str], AppTest]) -> None:
+    """A run whose writer stopped (killed, crashed) is listed as unfinished, left out of the comparison and,
+    reopened, says how many results were stored instead of showing a report with results missing."""
+    writer = app_state.BenchmarkRunWriter(
+        app_state.BenchmarkParameters(methods=["bm25"], k=10, dense_weight=0.5, cohort_ids=COHORTS),
+        "ohdsi-fixture",
+        "/x",
+        "rel",
+        "b1",
+    )  # begun, never finished
+    at = app("pages/1_Benchmark.py").run()
+    assert not at.exception
+    reopen = at.selectbox(key="bench_reopen")
+    assert any("ohdsi-fixture · unfinished: 0 results stored" in str(o) for o in reopen.options), reopen.options
+    assert not any("unfinished" in str(o) for o in at.multiselect(key="bench_compare").options)
+    reopen.set_value(writer.run_id).run()
+    assert not at.exception
+    assert any("did not finish: 0 result(s) were stored" in w.value for w in at.warning)
+    assert not any(h.value.startswith("Run ") for h in at.subheader)
