@@ -114,7 +114,7 @@ def read_reference(con: duckdb.DuckDBPyConnection, spec: str) -> CodeList:
     if library and cohort:
         return cohort_list(con, library, cohort)
     raise PhenoforgeError(
-        f"{spec!r} is neither a file, LIBRARY/COHORT (e.g. elixhauser-2026.1/elix-HF), version:LIST@N nor "
+        f"{spec!r} is neither a file nor LIBRARY/COHORT (e.g. elixhauser-2026.1/elix-HF), version:LIST@N or "
         "run:RUN_ID/METHOD/COHORT (`python -m phenoforge library list`, `version list` and the Benchmark page's "
         "saved runs name them)"
     )

@@ -77,5 +77,5 @@ def test_an_upload_keeps_unknown_and_non_billable_codes_and_names_them(fixture_c
 
 
 def test_a_reference_that_names_nothing_says_what_to_write(tmp_path: Path) -> None:
-    with pytest.raises(PhenoforgeError, match="version:LIST@N nor run:RUN_ID/METHOD/COHORT"):
+    with pytest.raises(PhenoforgeError, match="version:LIST@N or run:RUN_ID/METHOD/COHORT"):
         sources.read_reference(None, "no-such-thing")  # type: ignore[arg-type]
