@@ -220,7 +220,11 @@ def save_version(draft: VersionDraft, root: Path | None = None) -> SaveResult:
             number = (latest or 0) + 1
             while True:
                 version = ListVersion(
-                    **{**draft.model_dump(), "list_id": list_id, "reviewer": reviewer},
+                    **{
+                        **draft.model_dump(include=set(VersionDraft.model_fields)),
+                        "list_id": list_id,
+                        "reviewer": reviewer,
+                    },
                     number=number,
                     saved_at=now_iso(),
                 )
