@@ -144,9 +144,7 @@ def version_list(ref: str) -> CodeList:
         name=f"version:{version.ref}",
         kind="version",
         codes=version.code_list,
-        notes=[
-            f"version {version.number} of {version.list_id}, signed off by {version.reviewer} at {version.saved_at}"
-        ],
+        notes=[f"Signed off by {version.reviewer} at {version.saved_at}."],
     )
 
 
