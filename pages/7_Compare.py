@@ -71,10 +71,19 @@ def side(container: st.delta_generator.DeltaGenerator, title: str, key: str, def
     return picked
 
 
-def table(container: st.delta_generator.DeltaGenerator, title: str, rows: list[dict[str, object]]) -> None:
+def table(
+    container: st.delta_generator.DeltaGenerator,
+    title: str,
+    rows: list[dict[str, object]],
+    widths: dict[str, int] | None = None,
+) -> None:
+    """A titled table whose columns fit its box at 1,280 px (a long description is cut, not scrolled to)."""
     container.markdown(f"**{title}** ({len(rows)})")
     if rows:
-        container.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        frame = pd.DataFrame(rows)
+        sizes = widths or {"code": 75, "description": 180}
+        config = {name: st.column_config.Column(name, width=sizes[name]) for name in frame.columns if name in sizes}
+        container.dataframe(frame, hide_index=True, width="stretch", column_config=config)
 
 
 def main() -> None:
@@ -109,9 +118,11 @@ def main() -> None:
         table(lists[0], "Shared", views.code_rows(con, result.shared))
         table(lists[1], "Only left", views.code_rows(con, result.only_first))
         table(lists[2], "Only right", views.code_rows(con, result.only_second))
-        near = st.columns(2)
-        table(near[0], "Near misses, only left", views.near_rows(con, result.near_first, "left", "right"))
-        table(near[1], "Near misses, only right", views.near_rows(con, result.near_second, "right", "left"))
+        for title, rows in (
+            ("Near misses, only left", views.near_rows(con, result.near_first, "left", "right")),
+            ("Near misses, only right", views.near_rows(con, result.near_second, "right", "left")),
+        ):
+            table(st, title, rows, dict(zip(rows[0], views.NEAR_WIDTHS, strict=True)) if rows else None)
 
 
 ui.run_page(main)

@@ -13,6 +13,11 @@ from phenoforge.lists import store
 from phenoforge.lists.export import version_csv, version_fhir_json
 
 
+def codes_table(rows: list[dict[str, object]]) -> None:
+    config = {name: st.column_config.TextColumn(name, width=width) for name, width in views.CODE_COLUMNS.items()}
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config=config)
+
+
 def edit_section(version: store.ListVersion) -> None:
     latest = views.latest_number(version.list_id)
     with st.expander("Edit as a new version"):
@@ -71,10 +76,10 @@ def version_section(list_id: str) -> None:
     for message in check.messages():
         (st.warning if check.changed else st.info)(plain(message))
     st.markdown(f"**Codes ({len(version.codes)})**")
-    st.dataframe(pd.DataFrame(views.code_rows(version.codes)), hide_index=True, width="stretch")
+    codes_table(views.code_rows(version.codes))
     if version.excluded:
         with st.expander(f"Left out ({len(version.excluded)}: rejected or removed)"):
-            st.dataframe(pd.DataFrame(views.code_rows(version.excluded)), hide_index=True, width="stretch")
+            codes_table(views.code_rows(version.excluded))
     for note in version.notes:
         st.caption(plain(note))
     cols = st.columns(2)

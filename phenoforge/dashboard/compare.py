@@ -11,6 +11,8 @@ from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.eval.compare import ListComparison, NearMiss, compare_lists
 from phenoforge.lists.sources import CodeList, check_codes
 
+NEAR_WIDTHS = (80, 270, 110, 260, 70)
+"""Widths (px) of a near-miss table's five columns: the code, its title, the nearest code, its title, distance."""
 SOURCES = ["Signed-off version", "Curated cohort", "Saved run", "Uploaded CSV"]
 EMPTY_BOTH = "Both lists are empty: there is nothing to compare. Pick a list with codes on at least one side."
 

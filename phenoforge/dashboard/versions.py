@@ -84,11 +84,14 @@ def code_rows(entries: list[store.VersionCode]) -> list[dict[str, Any]]:
             "decision": e.decision,
             "provenance": e.provenance,
             "reason": e.reason,
-            "decided by": e.decided_by,
-            "decided at": e.decided_at,
         }
         for e in entries
     ]
+
+
+CODE_COLUMNS = {"code": 80, "description": 230, "decision": 70, "provenance": 170, "reason": 220}
+"""Column widths (px) that keep a version's code table inside a 1,280 px window; a long cell is cut, not
+scrolled to (the CSV export and ``version show`` have every word; who decided and when are in the reason)."""
 
 
 def header(version: ListVersion) -> list[str]:

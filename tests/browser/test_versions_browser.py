@@ -89,6 +89,7 @@ def test_save_a_version_list_it_and_compare_it_with_a_curated_cohort(server: str
     curated = {entry.code for entry in saved.codes if entry.decision == "curated"}
     assert {"J45.20", "J45.909"} <= curated
 
+    driver.set_window_size(*web.NARROW)  # the two new pages at 1,280 px: nothing scrolls sideways
     driver.get(f"{server}/Versions")
     web.wait_text(driver, "Lists (1)", f"Versions of {LIST}", f"{LIST}@1", f"signed off by {REVIEWER}")
     web.wait_idle(driver)
@@ -98,6 +99,8 @@ def test_save_a_version_list_it_and_compare_it_with_a_curated_cohort(server: str
     WebDriverWait(driver, web.WAIT, poll_frequency=0.2).until(lambda d: web.grid_rows(d, 0))  # drawn after the run
     grid = web.grid_rows(driver, 0)
     assert grid[0][0] == LIST and grid[0][1] == "1" and grid[0][2] == REVIEWER, grid
+    web.wait_text(driver, "Codes (")
+    web.assert_fits(driver)
     _shot(driver, "versions-list")
 
     driver.get(f"{server}/Compare")
@@ -111,4 +114,5 @@ def test_save_a_version_list_it_and_compare_it_with_a_curated_cohort(server: str
     web.wait_text(driver, "Shared (2)", f"Only left ({n - 2})", "Only right (0)")
     assert float(metrics["coverage"]) < 1.0 and float(metrics["over-inclusion"]) == 0.0
     web.no_exception(driver)
+    web.assert_fits(driver)
     _shot(driver, "versions-compare")
