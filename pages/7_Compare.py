@@ -113,7 +113,12 @@ def main() -> None:
         for column, (label, value) in zip(metrics, views.score_metrics(result), strict=True):
             column.metric(label, value)
         if result.unknown:
-            st.caption(plain(f"Not in this vocabulary (not scored): {', '.join(result.unknown)}"))
+            st.caption(
+                plain(
+                    f"Not in this vocabulary: {', '.join(result.unknown)}. As in the benchmark, such a code of the "
+                    "right list counts as a miss, and one of the left list (the ground truth) is left out of the scores."
+                )
+            )
         lists = st.columns(3)
         table(lists[0], "Shared", views.code_rows(con, result.shared))
         table(lists[1], "Only left", views.code_rows(con, result.only_first))

@@ -97,7 +97,7 @@ def test_compare_a_version_with_a_cohort_and_a_run(
     out = capsys.readouterr().out
     assert "version:hf-adults@1 (3 known codes) against ohdsi-fixture/519 (3)" in out
     assert "shared: 2; only in version:hf-adults@1: 1; only in ohdsi-fixture/519: 1" in out
-    assert "version:hf-adults@1: 1 codes are not billable" in out and "I50.2" in out
+    assert "version:hf-adults@1: not billable (1;" in out and "I50.2" in out
     run_id = _saved_run()
     assert main(["compare", f"run:{run_id}/hybrid/519", "version:hf-adults", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

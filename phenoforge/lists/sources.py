@@ -49,11 +49,11 @@ class CodeCheck(BaseModel):
     def messages(self, name: str) -> list[str]:
         out = []
         if self.unknown:
-            out.append(f"{name}: {len(self.unknown)} codes not in this vocabulary: {', '.join(self.unknown)}")
+            out.append(f"{name}: not in this vocabulary ({len(self.unknown)}): {', '.join(self.unknown)}")
         if self.not_billable:
             out.append(
-                f"{name}: {len(self.not_billable)} codes are not billable (a category or block, not a code a claim "
-                f"carries): {', '.join(self.not_billable)}"
+                f"{name}: not billable ({len(self.not_billable)}; a category or block, not a code a claim carries): "
+                f"{', '.join(self.not_billable)}"
             )
         return out
 

@@ -379,7 +379,7 @@ class VocabularyCheck(BaseModel):
                 f"{self.current_release})" + ("" if self.changed else ": every code still exists with the same title")
             )
         if self.missing:
-            out.append(f"{len(self.missing)} codes no longer exist: {', '.join(self.missing)}")
+            out.append(f"no longer in the vocabulary ({len(self.missing)}): {', '.join(self.missing)}")
         out += [f"{code} changed title: '{then}' -> '{now}'" for code, then, now in self.renamed]
         if self.not_billable:
             out.append(f"not billable in this vocabulary: {', '.join(self.not_billable)}")
@@ -499,7 +499,11 @@ def amend(
             "excluded": [*base.excluded, *removed],
         }
     )
-    return save_version(draft, root)
+    result = save_version(draft, root)
+    gone = [code for code in check_vocabulary(base, con).missing if code in current]
+    if gone:  # kept as signed off: dropping them is the reviewer's call, made with --remove
+        result.notes.append(f"kept, though this vocabulary no longer has them: {', '.join(gone)}")
+    return result
 
 
 def _display(hierarchy: Hierarchy, raw: str) -> str:

@@ -65,7 +65,11 @@ def _shot(driver: Any, name: str) -> None:
     shutil.copy(web.shot(driver, name), SHOTS / f"{name}.png")
 
 
-def test_save_a_version_list_it_and_compare_it_with_a_curated_cohort(server: str, data_dir: Path, driver: Any) -> None:
+def test_save_a_version_list_it_and_compare_it_with_a_curated_cohort(
+    server: str, data_dir: Path, driver: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
     driver.get(f"{server}/Assemble")
     web.wait_text(driver, "Reviewer name", "Population description", "Decompose and search")
     _type(driver, "as_reviewer", REVIEWER)
@@ -116,3 +120,22 @@ def test_save_a_version_list_it_and_compare_it_with_a_curated_cohort(server: str
     web.no_exception(driver)
     web.assert_fits(driver)
     _shot(driver, "versions-compare")
+
+    # an uploaded list with an unknown and a non-billable code: both named, neither dropped
+    upload = tmp_path / "mine.csv"
+    upload.write_text("code,name\nJ45.20,a\nJ45,b\nZZ9.99,c\n", encoding="utf-8")
+    option = '//label[@data-testid="stRadioOption"][normalize-space()="Uploaded CSV"]'
+    web.click(driver, f"{_keyed('cmp_right_source')}{option}")
+    web.wait_element(driver, '.st-key-cmp_right_upload input[type="file"]')
+    driver.find_element(By.CSS_SELECTOR, '.st-key-cmp_right_upload input[type="file"]').send_keys(str(upload))
+    web.wait_text(
+        driver,
+        "mine.csv: 3 codes",
+        "mine.csv: not in this vocabulary (1): ZZ9.99",
+        "mine.csv: not billable (1; a category or block",
+        "): J45",
+    )
+    metrics = web.wait_metrics(driver, "shared", "only right")
+    assert metrics["shared"] == "2" and metrics["only right"] == "0", metrics  # J45.20 and J45: both in the version
+    web.no_exception(driver)
+    _shot(driver, "versions-compare-upload")

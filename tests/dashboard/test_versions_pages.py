@@ -83,7 +83,7 @@ def test_the_compare_page_sets_a_version_against_a_curated_cohort(
     metrics = {metric.label: metric.value for metric in at.metric}
     assert metrics["shared"] == "2" and metrics["only left"] == "2" and metrics["only right"] == "1"
     warnings = [shown(w.value) for w in at.warning]
-    assert any("version:hf-adults@1: 1 codes are not billable" in w and w.endswith("I50.2") for w in warnings)
+    assert any("version:hf-adults@1: not billable (1;" in w and w.endswith("I50.2") for w in warnings)
     assert set(frame_with(at, "only in left")["only in left"]) <= {"I50.2", "E11.9"}
 
 

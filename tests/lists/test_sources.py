@@ -68,7 +68,7 @@ def test_an_upload_keeps_unknown_and_non_billable_codes_and_names_them(fixture_c
     check = sources.check_codes(fixture_con, upload.codes)
     assert check.unknown == ["ZZ9.99"] and check.not_billable == ["I50"]
     text = "\n".join(check.messages("mine.csv"))
-    assert "1 codes not in this vocabulary: ZZ9.99" in text and "1 codes are not billable" in text
+    assert "not in this vocabulary (1): ZZ9.99" in text and "not billable (1; a category" in text
     with pytest.raises(PhenoforgeError, match="not UTF-8"):
         sources.read_upload("bad.csv", b"\xff\xfe\x00code")
     with pytest.raises(PhenoforgeError, match="named 'code'"):

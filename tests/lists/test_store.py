@@ -275,5 +275,13 @@ def test_a_version_reopened_after_the_vocabulary_was_rebuilt_says_what_changed(
     assert check.renamed == [("I50.9", "Heart failure, unspecified", "Heart failure, not otherwise specified")]
     text = "\n".join(check.messages())
     assert "then phenoforge test fixture, now phenoforge test fixture, next release" in text
-    assert "1 codes no longer exist: I50.22" in text and "I50.9 changed title" in text
+    assert "no longer in the vocabulary (1): I50.22" in text and "I50.9 changed title" in text
     assert store.load_version("hf-adults", 1, tmp_path).code_list == HF  # the version itself is unchanged
+    con = duckdb.connect(str(tmp_path / "rebuilt.duckdb"), read_only=True)
+    try:  # an edit made with the new vocabulary keeps the gone code, and says so
+        edited = store.amend(saved.version, con, "Bo", "drop acute", remove=["I50.21"], root=tmp_path)
+    finally:
+        con.close()
+    assert edited.version.code_list == ["I50.22", "I50.9"]
+    assert edited.version.vocabulary_release == "phenoforge test fixture, next release"
+    assert edited.notes == ["kept, though this vocabulary no longer has them: I50.22"]
