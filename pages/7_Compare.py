@@ -116,7 +116,7 @@ def main() -> None:
             st.caption(
                 plain(
                     f"Not in this vocabulary: {', '.join(result.unknown)}. As in the benchmark, such a code of the "
-                    "right list counts as a miss, and one of the left list (the ground truth) is left out of the scores."
+                    "right list counts as a miss; one of the left list (the ground truth) is left out of the scores."
                 )
             )
         lists = st.columns(3)
