@@ -288,7 +288,7 @@ def save_as_version() -> None:
     st.subheader("Save as version")
     saved, notes, problem = st.session_state.pop("as_vs_saved", (None, [], None))
     if saved:
-        st.success(f"Saved {saved}: signed off, it never changes. Open it on the Versions page.")
+        st.success(plain(f"Saved {saved}: signed off, it never changes. Open it on the Versions page."))
     if problem:
         st.error(plain(problem))
     for note in notes:

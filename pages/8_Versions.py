@@ -70,7 +70,7 @@ def version_section(list_id: str) -> None:
     number = st.selectbox("Open version", numbers, index=index, key=f"vs_open_{list_id}")
     version = store.load_version(list_id, number)
     for line in views.header(version):
-        st.markdown(plain(line) if not line.startswith("**") else line)
+        st.markdown(line)  # escaped by views.header
     with ui.cursor() as con:
         check = store.check_vocabulary(version, con)
     for message in check.messages():
@@ -105,7 +105,7 @@ def main() -> None:
     ui.require_vocabulary()
     saved = st.session_state.pop("vs_saved", None)
     if saved:
-        st.success(f"Saved {saved[0]}.")
+        st.success(plain(f"Saved {saved[0]}."))
         for note in saved[1]:
             st.warning(plain(note))
     rows = views.list_rows()

@@ -8,6 +8,7 @@ from typing import Any
 import duckdb
 
 from phenoforge.agent.state import AssemblyState
+from phenoforge.dashboard.markdown import plain
 from phenoforge.lists import store
 from phenoforge.lists.session import default_list_id, not_ready, save_session
 from phenoforge.lists.store import ListVersion, SaveResult, VersionDiff
@@ -95,15 +96,17 @@ scrolled to (the CSV export and ``version show`` have every word; who decided an
 
 
 def header(version: ListVersion) -> list[str]:
+    """Markdown lines about a version; every supplied piece (reviewer, note, method, list) escaped with ``plain``."""
     lines = [
-        f"**{version.ref}** · signed off by {version.reviewer} at {version.saved_at} · {len(version.codes)} codes",
-        f"method: {version.method}",
-        f"vocabulary: {version.vocabulary_release} (build {version.vocabulary_build_id[:12]})",
+        f"**{plain(version.ref)}** · "
+        + plain(f"signed off by {version.reviewer} at {version.saved_at} · {len(version.codes)} codes"),
+        plain(f"method: {version.method}"),
+        plain(f"vocabulary: {version.vocabulary_release} (build {version.vocabulary_build_id[:12]})"),
     ]
     if version.based_on is not None:
-        lines.append(f"based on version {version.based_on}")
+        lines.append(plain(f"based on version {version.based_on}"))
     if version.note:
-        lines.append(f"note: {version.note}")
+        lines.append(plain(f"note: {version.note}"))
     return lines
 
 

@@ -142,11 +142,13 @@ def check_list_id(list_id: str) -> str:
 
 def check_reviewer(reviewer: str) -> str:
     """The reviewer's name with blanks collapsed; a name of only spaces (or with control characters) refused."""
-    name = " ".join(str(reviewer).split())
-    if not name:
-        raise VersionError("the reviewer name is empty (only spaces): type your name to sign off the version")
+    from phenoforge.eval.runs import clean_name
+
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in str(reviewer).strip(" \t")):
         raise VersionError("the reviewer name holds control characters (a line break?): type it on one line")
+    name = clean_name(str(reviewer))  # NFKC, zero-width and other format characters dropped, blanks collapsed
+    if not name:
+        raise VersionError("the reviewer name is empty (only spaces): type your name to sign off the version")
     if len(name) > 200:
         raise VersionError("the reviewer name is longer than 200 characters: shorten it")
     return name

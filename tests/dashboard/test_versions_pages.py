@@ -66,7 +66,7 @@ def test_the_versions_page_lists_reopens_edits_and_diffs(
     assert not at.exception, at.exception
     assert store.version_numbers("hf-adults") == [1, 2]
     assert store.load_version("hf-adults", 1).code_list == ["I50.21", "I50.9"]  # signed off: unchanged
-    assert any("Saved hf-adults@2" in s.value for s in at.success)
+    assert any("Saved hf-adults@2" in shown(s.value) for s in at.success)
     assert list(frame_with(at, "decision")["code"]) == ["I50.21"]  # the new version is open
     assert any("hf-adults@1 -> hf-adults@2" in m.value and "1 removed" in m.value for m in at.markdown)
 
@@ -95,3 +95,18 @@ def test_two_empty_lists_are_a_message(dash_con: duckdb.DuckDBPyConnection) -> N
     )
     assert one.result is not None and one.result.only_first == ["I50.9"]
     assert any("b is empty" in message for message in one.messages)
+
+
+def test_a_version_with_markup_everywhere_is_shown_as_text(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    from tests.dashboard.test_supplied_text import HOSTILE, assert_text_only
+
+    hostile = draft(dash_con, ["I50.9"], reviewer=HOSTILE, note=HOSTILE)
+    hostile.description = hostile.method = HOSTILE
+    store.save_version(hostile)
+    at = app("pages/8_Versions.py").run()
+    assert_text_only(at)
+    assert any("signed off by" in shown(m.value) and "**bold**" in shown(m.value) for m in at.markdown)
+    compare = app("pages/7_Compare.py").run()
+    assert_text_only(compare)

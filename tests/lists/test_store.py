@@ -84,7 +84,7 @@ def test_a_version_edited_on_disk_is_not_shown_as_signed_off(
         store.list_versions("hf-adults", tmp_path)  # a listing hides nothing either
 
 
-@pytest.mark.parametrize("reviewer", ["", "   ", "\t \u00a0 "])
+@pytest.mark.parametrize("reviewer", ["", "   ", "\t \u00a0 ", "\u200b \u2060", " \ufeff "])
 def test_a_reviewer_name_of_only_spaces_is_refused(
     fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path, reviewer: str
 ) -> None:
