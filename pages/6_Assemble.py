@@ -35,12 +35,24 @@ def _session() -> AssemblyState | None:
 
 
 def _open(state: AssemblyState) -> None:
-    """Make ``state`` the open session; per-code widgets re-read their values from it."""
+    """Make ``state`` the open session; per-code widgets show its decisions on the next run."""
     widgets = ("as_dec_", "as_exp_", "as_pick_", "as_reason_", "as_change_")
     for key in [key for key in st.session_state if str(key).startswith(widgets)]:
         del st.session_state[key]
     st.session_state["as_state"] = state
+    st.session_state["as_sync"] = True
     st.query_params["session"] = state.session_id
+
+
+def _sync_widgets(state: AssemblyState) -> None:
+    """Write the saved decisions into the review widgets before they are drawn. Deleting a widget's value
+    was not enough: the browser kept showing the old choice ("pending" after "Reject all pending")."""
+    sync = st.session_state.pop("as_sync", False)
+    for candidate in state.candidates:
+        if sync or f"as_dec_{candidate.code}" not in st.session_state:
+            st.session_state[f"as_dec_{candidate.code}"] = candidate.decision or views.PENDING
+        if candidate.n_descendants and (sync or f"as_exp_{candidate.code}" not in st.session_state):
+            st.session_state[f"as_exp_{candidate.code}"] = candidate.expand_descendants
 
 
 def start_section(reviewer: str) -> None:
@@ -186,26 +198,21 @@ def gate_section(state: AssemblyState, reviewer: str) -> None:
     if cols[1].button("Reject all pending", key="as_reject_all", disabled=not reviewer):
         _open(workflow.decide(state, views.bulk(state, "reject"), reviewer))
         st.rerun()
+    _sync_widgets(state)
     choices: dict[str, tuple[str, bool]] = {}
     for candidate in state.candidates:
         row = st.columns([6, 3, 2])
         row[0].markdown(views.candidate_label(state, candidate.code))
-        current = candidate.decision or views.PENDING
-        choice = row[1].radio(
+        choice = row[1].radio(  # its value: session state, set from the saved decision by _sync_widgets
             "decision",
             views.CHOICES,
-            index=views.CHOICES.index(current),
             horizontal=True,
             key=f"as_dec_{candidate.code}",
             label_visibility="collapsed",
         )
         expand = False
         if candidate.n_descendants:
-            expand = row[2].checkbox(
-                f"expand to {candidate.n_descendants} descendants",
-                value=candidate.expand_descendants,
-                key=f"as_exp_{candidate.code}",
-            )
+            expand = row[2].checkbox(f"expand to {candidate.n_descendants} descendants", key=f"as_exp_{candidate.code}")
         choices[candidate.code] = (choice, expand)
     changed = views.changed_decisions(state, choices)
     if st.button(f"Save {len(changed)} decisions", key="as_save", type="primary", disabled=not changed or not reviewer):
