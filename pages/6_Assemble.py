@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import dashboard_ui as ui
-from phenoforge.agent import audit, workflow
+from phenoforge.agent import audit, review, workflow
 from phenoforge.agent.export import (
     circe_unavailable,
     concept_set_circe_json,
@@ -36,7 +36,7 @@ def _session() -> AssemblyState | None:
 
 def _open(state: AssemblyState) -> None:
     """Make ``state`` the open session; per-code widgets show its decisions on the next run."""
-    widgets = ("as_dec_", "as_exp_", "as_pick_", "as_reason_", "as_change_")
+    widgets = ("as_dec_", "as_exp_", "as_pick_", "as_reason_", "as_change_", "as_why")
     for key in [key for key in st.session_state if str(key).startswith(widgets)]:
         del st.session_state[key]
     st.session_state["as_state"] = state
@@ -191,16 +191,54 @@ def gate_section(state: AssemblyState, reviewer: str) -> None:
     if not state.candidates:
         st.caption("Nothing to review: every term matched a curated cohort or found nothing.")
         return
-    cols = st.columns(3)
-    if cols[0].button("Accept all pending", key="as_accept_all", disabled=not reviewer):
-        _open(workflow.decide(state, views.bulk(state, "accept"), reviewer))
+    with ui.cursor() as con:
+        found = review.branches(state, con)
+        flagged = review.conflicts(state, con, found)
+    if flagged:
+        st.warning("**Conflicts to look at:**\n" + "\n".join(f"- {plain(text)}" for text in flagged))
+    st.dataframe(
+        pd.DataFrame(views.branch_rows(found)),
+        hide_index=True,
+        width="stretch",
+        height=min(36 + 35 * len(found), 320),
+        key="as_branches",
+    )
+    by_code = {branch.code: branch for branch in found}
+    cols = st.columns([5, 3])
+    picked = cols[0].selectbox(
+        "Branch to review (block > category, most relevant first)",
+        list(by_code),
+        format_func=lambda code: by_code[code].label(),
+        key="as_branch",
+    )
+    reason = cols[1].text_input("Reason for the next action (kept in the audit trail and exports)", key="as_why")
+    branch = by_code[picked]
+    actions = st.columns(4)
+    if actions[0].button("Include branch with descendants", key="as_include", type="primary", disabled=not reviewer):
+        _open(workflow.decide(state, review.branch_decisions(branch, "accept"), reviewer, reason=reason))
         st.rerun()
-    if cols[1].button("Reject all pending", key="as_reject_all", disabled=not reviewer):
-        _open(workflow.decide(state, views.bulk(state, "reject"), reviewer))
+    if actions[1].button("Exclude branch", key="as_exclude", disabled=not reviewer):
+        _open(workflow.decide(state, review.branch_decisions(branch, "reject"), reviewer, reason=reason))
+        st.rerun()
+    if actions[2].button("Accept all pending", key="as_accept_all", disabled=not reviewer):
+        _open(workflow.decide(state, views.bulk(state, "accept"), reviewer, reason=reason))
+        st.rerun()
+    if actions[3].button("Reject all pending", key="as_reject_all", disabled=not reviewer):
+        _open(workflow.decide(state, views.bulk(state, "reject"), reviewer, reason=reason))
         st.rerun()
     _sync_widgets(state)
+    shown = branch.candidates[: views.MAX_ROWS]
+    st.caption(
+        f"{branch.kind.capitalize()} {plain(branch.code)}: {len(branch.candidates)} candidates, {branch.status}"
+        + (
+            f"; the first {len(shown)} shown: pick a category to see the rest"
+            if len(shown) < len(branch.candidates)
+            else ""
+        )
+        + ". Save code decisions before picking another branch."
+    )
     choices: dict[str, tuple[str, bool]] = {}
-    for candidate in state.candidates:
+    for candidate in shown:
         row = st.columns([6, 3, 2])
         row[0].markdown(views.candidate_label(state, candidate.code))
         choice = row[1].radio(  # its value: session state, set from the saved decision by _sync_widgets
@@ -216,7 +254,7 @@ def gate_section(state: AssemblyState, reviewer: str) -> None:
         choices[candidate.code] = (choice, expand)
     changed = views.changed_decisions(state, choices)
     if st.button(f"Save {len(changed)} decisions", key="as_save", type="primary", disabled=not changed or not reviewer):
-        _open(workflow.decide(state, changed, reviewer))
+        _open(workflow.decide(state, changed, reviewer, reason=reason))
         st.rerun()
 
 

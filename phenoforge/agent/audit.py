@@ -167,7 +167,7 @@ def save_state(
                 raise AppStateError(f"decision for {code} is not applied to the session state")
             con.execute(
                 "INSERT INTO assembly_decision (session_id, decided_at, reviewer, code, decision, "
-                "expand_descendants, terms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "expand_descendants, terms, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     state.session_id,
                     candidate.decided_at,
@@ -176,6 +176,7 @@ def save_state(
                     decision,
                     int(bool(expand) and candidate.expand_descendants),
                     "; ".join(candidate.terms),
+                    candidate.reason,
                 ],
             )
         for event in events or []:

@@ -46,7 +46,18 @@ def circe_unavailable(con: duckdb.DuckDBPyConnection) -> str | None:
     )
 
 
-CSV_FIELDS = ["code", "name", "tier", "source", "evidence", "terms", "via_descendants_of", "reviewer", "reason"]
+CSV_FIELDS = [
+    "code",
+    "name",
+    "tier",
+    "source",
+    "evidence",
+    "terms",
+    "via_descendants_of",
+    "reviewer",
+    "decision",
+    "reason",
+]
 
 
 def require_reviewer(concept_set: ConceptSet) -> str:
@@ -77,13 +88,14 @@ def concept_set_csv(concept_set: ConceptSet) -> str:
                 "; ".join(entry.terms),
                 entry.via_descendants_of or "",
                 reviewer,
+                entry.decision,
                 entry.reason,
             ]
         )
     for item in concept_set.unmappable:
-        writer.writerow(["", "", "unmappable", "", item.reason, item.term, "", reviewer, ""])
+        writer.writerow(["", "", "unmappable", "", item.reason, item.term, "", reviewer, "", ""])
     for qualifier in concept_set.qualifiers:
-        writer.writerow(["", "", "qualifier", qualifier.kind, QUALIFIER_ADVICE, qualifier.text, "", reviewer, ""])
+        writer.writerow(["", "", "qualifier", qualifier.kind, QUALIFIER_ADVICE, qualifier.text, "", reviewer, "", ""])
     return out.getvalue()
 
 

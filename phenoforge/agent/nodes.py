@@ -458,8 +458,10 @@ def confirm(
     decisions: list[tuple[str, Decision, bool]],
     reviewer: str,
     when: str | None = None,
+    reason: str = "",
 ) -> AssemblyState:
-    """Apply reviewer decisions ``(code, 'accept'|'reject', expand_descendants)`` to candidates."""
+    """Apply reviewer decisions ``(code, 'accept'|'reject', expand_descendants)`` to candidates, each with
+    ``reason`` (one action, one reason; kept in the audit trail and the exports)."""
     reviewer = check_reviewer(reviewer)
     when = when or _now()
     wanted = {code: (decision, expand) for code, decision, expand in decisions}
@@ -476,6 +478,7 @@ def confirm(
                     "expand_descendants": bool(expand) and decision == "accept" and candidate.n_descendants > 0,
                     "reviewer": reviewer.strip(),
                     "decided_at": when,
+                    "reason": " ".join(reason.split()),
                 }
             )
         candidates.append(candidate)
@@ -537,6 +540,7 @@ def settle_proposal(
             else f"replaced the proposed {first.key} '{first.cohort_name}' with {picked.key} '{picked.cohort_name}'"
         )
         update = {"status": "curated", "curated": picked, "settled_by": reviewer, "settlement": said + because}
+    update["settle_reason"] = reason
     terms = [t.model_copy(update=update) if t.term == term else t for t in state.terms]
     candidates = state.candidates
     if cohort is not None:  # settled: its undecided candidates leave the gate unless another term shares them
@@ -596,6 +600,7 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
             )
             if term_state.settled_by:
                 evidence += f"; {term_state.settled_by} {term_state.settlement}"
+            decision = "replace-cohort" if (term_state.settlement or "").startswith("replaced") else "confirm-cohort"
             for code in cohort_codes(con, match.library_path, match.cohort_id):
                 add(
                     ConceptEntry(
@@ -605,6 +610,8 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
                         source=f"{match.library_id}/{match.cohort_id}",
                         evidence=evidence,
                         terms=[term_state.term],
+                        decision=decision,
+                        reason=term_state.settle_reason,
                     )
                 )
     for candidate in state.candidates:
@@ -622,6 +629,8 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
                 source=f"{best.retriever} rank {best.rank} for '{best.term}'",
                 evidence=evidence,
                 terms=candidate.terms,
+                decision="accept with descendants" if candidate.expand_descendants else "accept",
+                reason=candidate.reason,
             )
         )
         if candidate.expand_descendants:
@@ -639,6 +648,8 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
                             evidence=f"{evidence}, with all codes below {candidate.code}",
                             terms=candidate.terms,
                             via_descendants_of=candidate.code,
+                            decision=f"accept {candidate.code} with descendants",
+                            reason=candidate.reason,
                         )
                     )
     for term_state in state.terms:

@@ -62,6 +62,7 @@ class TermState(BaseModel):
     )
     settled_by: str | None = Field(default=None, description="the reviewer who confirmed, replaced or declined")
     settlement: str | None = Field(default=None, description="what the reviewer did with the proposal, and why")
+    settle_reason: str = Field(default="", description="the reviewer's reason for that choice, as typed")
     near_misses: list[CohortMatch] = Field(default_factory=list)
     candidate_codes: list[str] = Field(default_factory=list)
     search_reason: str | None = None
@@ -93,6 +94,7 @@ class Candidate(BaseModel):
     expand_descendants: bool = False
     reviewer: str | None = None
     decided_at: str | None = None
+    reason: str = ""
 
     @property
     def terms(self) -> list[str]:
@@ -113,7 +115,8 @@ class ConceptEntry(BaseModel):
     evidence: str
     terms: list[str] = Field(default_factory=list)
     via_descendants_of: str | None = None
-    reason: str = Field(default="", description="the reviewer's reason for the decision that put it here")
+    decision: str = Field(default="", description="the reviewer's decision that put it here")
+    reason: str = Field(default="", description="the reviewer's reason for that decision")
 
 
 class Qualifier(BaseModel):

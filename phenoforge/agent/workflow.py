@@ -160,12 +160,13 @@ def decide(
     decisions: list[tuple[str, Decision, bool]],
     reviewer: str,
     app_state_path: Path | None = None,
+    reason: str = "",
 ) -> AssemblyState:
-    """Apply and record decisions atomically (state and audit rows in one transaction)."""
+    """Apply and record decisions atomically (state and audit rows in one transaction), each with ``reason``."""
     if not decisions:
         return state
     reviewer = nodes.check_reviewer(reviewer)
-    new = nodes.confirm(state, decisions, reviewer)
+    new = nodes.confirm(state, decisions, reviewer, reason=reason)
     new = new.model_copy(update={"reviewer": reviewer})
     audit.save_state(
         new, decisions=[(code, decision, expand) for code, decision, expand in decisions], path=app_state_path

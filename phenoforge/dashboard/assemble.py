@@ -9,6 +9,7 @@ import duckdb
 
 from phenoforge.agent import nodes, workflow
 from phenoforge.agent.offline import offline_decomposer
+from phenoforge.agent.review import Branch
 from phenoforge.agent.scope import categories_summary, chapter_range
 from phenoforge.agent.state import AssemblyState, ConceptSet, Decision, TermState
 from phenoforge.dashboard.markdown import plain
@@ -16,6 +17,28 @@ from phenoforge.engine.dense import DenseRetriever
 
 PENDING = "pending"
 CHOICES = [PENDING, "accept", "reject"]
+MAX_ROWS = 60
+"""Per-code rows drawn for one branch: a page of 500 radios took seconds per action; a branch is a screenful."""
+
+
+def branch_rows(found: list[Branch]) -> list[dict[str, Any]]:
+    """The review overview: every block, then its categories, most relevant first, with where each stands."""
+    rows = []
+    for branch in found:
+        accepted, rejected, pending = branch.counts
+        rows.append(
+            {
+                "branch": ("" if branch.kind == "block" else "  └ ") + f"{branch.code} {branch.name}",
+                "level": branch.kind,
+                "candidates": len(branch.candidates),
+                "included": accepted,
+                "excluded": rejected,
+                "pending": pending,
+                "status": branch.status,
+                "best rank": branch.best_rank,
+            }
+        )
+    return rows
 
 
 def decomposer_for(
