@@ -17,7 +17,7 @@ from phenoforge.engine.dense import DenseRetriever
 
 PENDING = "pending"
 CHOICES = [PENDING, "accept", "reject"]
-MAX_ROWS = 60
+MAX_ROWS = 30
 """Per-code rows drawn for one branch: a page of 500 radios took seconds per action; a branch is a screenful."""
 
 

@@ -171,3 +171,23 @@ def test_session_description_is_shown_as_text_not_markdown(app: Callable[[str], 
     header = next(m.value for m in at.markdown if m.value.startswith("**Session "))
     assert "\\*\\*asthma\\*\\*" in header and "\\!\\[\\]\\(http" in header  # escaped, the URL broken (plain())
     assert "**asthma**" not in header and "![](" not in header
+
+
+def test_review_by_branch_with_a_reason_and_conflicts_flagged(app: Callable[[str], AppTest], dash: Path) -> None:
+    at = start(app(PAGE).run(), "adults with a femur fracture")
+    overview = frame_with(at, "included")
+    assert overview["level"].iloc[0] == "block" and overview["pending"].iloc[0] > 0
+    branches = at.selectbox(key="as_branch").options
+    assert branches[0].startswith("S70-S79")  # the most relevant block first, its categories under it
+    at.text_input(key="as_why").input("hip fractures are the population")
+    at.button(key="as_include").click().run()
+    assert not at.exception
+    state = at.session_state["as_state"]
+    assert all(c.decision == "accept" and c.reason == "hip fractures are the population" for c in state.candidates
+               if c.code.startswith("S7"))  # fmt: skip
+    assert all(radio.value == "accept" for radio in at.radio if radio.key and radio.key.startswith("as_dec_S7"))
+    inner = next(c.code for c in state.candidates if c.code.startswith("S72.") and c.n_descendants == 0)
+    at.radio(key=f"as_dec_{inner}").set_value("reject").run()
+    at.button(key="as_save").click().run()
+    assert any("enters the set anyway" in warning.value for warning in at.warning)  # flagged above the rows
+    assert any("partly included" in warning.value for warning in at.warning)

@@ -158,8 +158,9 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     web.wait_idle(driver)
     web.no_exception(driver)
 
-    codes = _candidate_codes(driver)
+    codes = _candidate_codes(driver)  # the rows of the branch in review (the most relevant block)
     assert ACCEPTED in codes, codes
+    total = int(re.findall(r"Generated candidates \((\d+) of \1 pending\)", web.body(driver))[0])
     rejected = next(code for code in codes if code != ACCEPTED)
     assert _chosen(driver, ACCEPTED) == "pending" and _chosen(driver, rejected) == "pending"
     _choose(driver, ACCEPTED, "accept")
@@ -167,9 +168,7 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     _choose(driver, rejected, "reject")
     web.wait_idle(driver)
     web.click_button(driver, "Save 2 decisions")
-    web.wait_text(
-        driver, f"Generated candidates ({len(codes) - 2} of {len(codes)} pending)", "Audit trail (3 decisions)"
-    )
+    web.wait_text(driver, f"Generated candidates ({total - 2} of {total} pending)", "Audit trail (3 decisions)")
     web.wait_idle(driver)
     web.no_exception(driver)
     session_id = _session_id(driver)
@@ -191,7 +190,7 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
         driver,
         f"Session {session_id}",
         DESCRIPTION,
-        f"Generated candidates ({len(codes) - 2} of {len(codes)} pending)",
+        f"Generated candidates ({total - 2} of {total} pending)",
         "Audit trail (3 decisions)",
     )
     web.wait_idle(driver)

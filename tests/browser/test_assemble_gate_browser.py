@@ -18,7 +18,7 @@ import pytest
 
 from phenoforge.agent import audit
 from tests.browser import support as web
-from tests.browser.test_assemble_browser import _candidate_codes, _choose, _keyed, _session_id, _settled_choice
+from tests.browser.test_assemble_browser import _candidate_codes, _keyed, _session_id, _settled_choice
 from tests.dashboard.fixture_data import build_dashboard_data
 
 pytestmark = [pytest.mark.browser, web.requires_browser]
@@ -72,6 +72,7 @@ def _downloaded(folder: Path, pattern: str) -> Path:
 
 def test_description_to_a_reviewed_export_through_the_gate(tmp_path: Path, driver: Any) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     data_dir = build_dashboard_data(tmp_path / "data")
     server = web.start_server(data_dir, tmp_path / "streamlit.log")
@@ -105,7 +106,7 @@ def test_description_to_a_reviewed_export_through_the_gate(tmp_path: Path, drive
         web.shot(driver, "assemble-gate-blank-reviewer")
         _type(driver, "as_reviewer", REVIEWER)
         web.wait_text(driver, "Confirm the proposed cohort")
-        assert not _disabled(driver, "as_settle_0")
+        WebDriverWait(driver, web.WAIT, poll_frequency=0.2).until(lambda d: not _disabled(d, "as_settle_0"))
         assert "only spaces" not in web.body(driver)
 
         # replace the proposed cohort with the second one, with a reason
@@ -118,20 +119,21 @@ def test_description_to_a_reviewed_export_through_the_gate(tmp_path: Path, drive
         web.no_exception(driver)
         session_id = _session_id(driver)
 
-        # review: accept the femur fracture category with its codes, reject the rest
+        # review by branch: the most relevant block (the femur fractures) included in one action, with a reason
         codes = _candidate_codes(driver)
         assert "S72" in codes, codes
-        _choose(driver, "S72", "accept")
+        assert "Include branch with descendants" in web.body(driver)
+        _type(driver, "as_why", "femur fractures are in scope")
+        web.click_button(driver, "Include branch with descendants")
+        web.wait_text(driver, "candidates, included.")
         web.wait_idle(driver)
-        web.click_button(driver, "Save 1 decisions")
-        web.wait_text(driver, f"Generated candidates ({len(codes) - 1} of {len(codes)} pending)")
-        web.wait_idle(driver)
+        assert all(_settled_choice(driver, code, "accept") == "accept" for code in codes if code.startswith("S7"))
+        web.shot(driver, "assemble-gate-branch-included")
         web.click_button(driver, "Reject all pending")
-        web.wait_text(driver, f"Generated candidates (0 of {len(codes)} pending)")
+        web.wait_text(driver, "Generated candidates (0 of ")
         web.wait_idle(driver)
         # the radios show what was saved (they kept showing "pending" after a bulk action)
         assert _settled_choice(driver, "S72", "accept") == "accept"
-        assert all(_settled_choice(driver, code, "reject") == "reject" for code in codes if code != "S72")
         assert not _disabled(driver, "as_assemble")
         assert "Before the list can leave Assemble" not in web.body(driver)
 
@@ -145,7 +147,12 @@ def test_description_to_a_reviewed_export_through_the_gate(tmp_path: Path, drive
         rows = list(csv.DictReader(io.StringIO(exported)))
         assert {row["reviewer"] for row in rows} == {REVIEWER}
         assert {row["source"] for row in rows if row["tier"] == "curated"} == {"ohdsi-fixture/503"}
-        assert any(row["code"] == "S72" and row["tier"] == "generated" for row in rows)
+        s72 = next(row for row in rows if row["code"] == "S72")
+        assert (s72["tier"], s72["decision"], s72["reason"]) == (
+            "generated",
+            "accept with descendants",
+            "femur fractures are in scope",
+        )
         assert [(row["source"], row["terms"]) for row in rows if row["tier"] == "qualifier"] == [
             tuple(q.split(": ")) for q in QUALIFIERS
         ]
