@@ -48,6 +48,12 @@ def _sync_widgets(state: AssemblyState) -> None:
     """Write the saved decisions into the review widgets before they are drawn. Deleting a widget's value
     was not enough: the browser kept showing the old choice ("pending" after "Reject all pending")."""
     sync = st.session_state.pop("as_sync", False)
+    if sync:  # the last action's reason and the proposal pickers start afresh
+        st.session_state["as_why"] = ""
+        for index, term in enumerate(state.terms):
+            if term.proposals:
+                st.session_state[f"as_reason_{index}"] = ""
+                st.session_state[f"as_change_{index}"] = False
     for candidate in state.candidates:
         if sync or f"as_dec_{candidate.code}" not in st.session_state:
             st.session_state[f"as_dec_{candidate.code}"] = candidate.decision or views.PENDING
@@ -226,7 +232,6 @@ def gate_section(state: AssemblyState, reviewer: str) -> None:
     if actions[3].button("Reject all pending", key="as_reject_all", disabled=not reviewer):
         _open(workflow.decide(state, views.bulk(state, "reject"), reviewer, reason=reason))
         st.rerun()
-    _sync_widgets(state)
     shown = branch.candidates[: views.MAX_ROWS]
     st.caption(
         f"{branch.kind.capitalize()} {plain(branch.code)}: {len(branch.candidates)} candidates, {branch.status}"
@@ -348,6 +353,7 @@ def main() -> None:
             st.session_state.pop("as_state", None)
             st.query_params.clear()
             st.rerun()
+    _sync_widgets(state)
     gate_status_section(state, reviewer)
     terms_section(state)
     proposals_section(state, reviewer)

@@ -57,12 +57,9 @@ class Branch:
         return "pending"
 
     def label(self) -> str:
-        accepted, rejected, pending = self.counts
-        indent = "" if self.kind == "block" else "    "
-        return (
-            f"{indent}{self.code} {self.name} · {len(self.candidates)} candidates: "
-            f"{accepted} included, {rejected} excluded, {pending} pending"
-        )
+        """What the branch picker shows: stable across decisions (where it stands is in the overview)."""
+        indent = "" if self.kind == "block" else "└ "
+        return f"{indent}{self.code} {self.name} · {len(self.candidates)} candidates"
 
 
 def _branch_of(hierarchy, code: str, kind: str) -> tuple[str, str] | None:  # noqa: ANN001
