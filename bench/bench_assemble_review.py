@@ -132,7 +132,6 @@ def main() -> None:
                 )
             )
             wait_for(driver, lambda d: "Enter your name" not in body(d))
-            driver.save_screenshot("/tmp/bench-assemble-review.png")
 
             def click(key: str) -> None:
                 def once() -> None:
