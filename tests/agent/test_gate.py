@@ -172,3 +172,18 @@ def test_a_session_saved_before_the_gate_gets_its_cohort_back_as_a_proposal(fixt
     upgraded = workflow.upgrade(old)
     assert upgraded.terms[0].status == "proposed" and upgraded.terms[0].proposals[0].key == proposal.key
     assert [problem for problem in nodes.gate_problems(upgraded) if "asthma" in problem]
+
+
+def test_a_description_of_only_qualifiers_is_listed_back_and_still_needs_a_reviewer(
+    fixture_con: duckdb.DuckDBPyConnection, fixture_library: Path
+) -> None:
+    state = workflow.start(
+        fixture_con, "adults over 65 in the ICU within 30 days", fixed([]), library_paths=[fixture_library]
+    )
+    assert state.terms == [] and "the decomposer found no clinical condition in the description" in state.notes
+    assert [q.kind for q in state.qualifiers] == ["age or sex", "setting", "time"]
+    with pytest.raises(nodes.GateError, match="name the reviewer"):
+        workflow.finish(state, fixture_con)
+    done = workflow.finish(workflow.with_reviewer(state, "ann"), fixture_con)
+    rows = list(csv.DictReader(io.StringIO(concept_set_csv(done.concept_set))))
+    assert [row["tier"] for row in rows] == ["unmappable", "qualifier", "qualifier", "qualifier"]
