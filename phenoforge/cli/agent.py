@@ -137,6 +137,7 @@ def settle_proposals(
     out: TextIO,
     dense=None,  # noqa: ANN001
     app_state_path: Path | None = None,
+    reason: str = "",
 ) -> tuple[AssemblyState, bool]:
     """For each term with curated proposals: Enter confirms the first, a number replaces it with another, g
     declines them all (generated candidates instead); ``(state, finished)``. Each answer is saved at once."""
@@ -167,7 +168,9 @@ def settle_proposals(
                 print(f"  {text!r} is not a choice; press Enter, type 1 to {count}, g or q", file=out)
                 continue
             break
-        state = workflow.settle(state, con, term.term, cohort, reviewer, dense=dense, app_state_path=app_state_path)
+        state = workflow.settle(
+            state, con, term.term, cohort, reviewer, reason=reason, dense=dense, app_state_path=app_state_path
+        )
         settled = state.term_state(term.term)
         if settled is not None:
             print(f"  {settled.settlement}", file=out)
@@ -180,6 +183,7 @@ def review(
     read: Callable[[str], str],
     out: TextIO,
     app_state_path: Path | None = None,
+    reason: str = "",
 ) -> tuple[AssemblyState, bool]:
     """Prompt for every pending candidate; ``(state, finished)``. Each answer is saved at once."""
     from phenoforge.agent import workflow
@@ -206,11 +210,13 @@ def review(
         if answer in ("accept-rest", "reject-rest"):
             decision: Decision = "accept" if answer == "accept-rest" else "reject"
             rest = [(c.code, decision, False) for c in state.pending]
-            return workflow.decide(state, rest, reviewer, app_state_path), True
+            return workflow.decide(state, rest, reviewer, app_state_path, reason=reason), True
         if answer == "expand" and candidate.n_descendants == 0:
             print("  no codes below this one: accepted as is", file=out)
         decision = "reject" if answer == "reject" else "accept"
-        state = workflow.decide(state, [(candidate.code, decision, answer == "expand")], reviewer, app_state_path)
+        state = workflow.decide(
+            state, [(candidate.code, decision, answer == "expand")], reviewer, app_state_path, reason=reason
+        )
     return state, not state.pending
 
 
@@ -344,18 +350,21 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     if args.yes or args.no_input:
         flag = "--yes" if args.yes else "--no-input"
         for term in [t for t in state.terms if t.status == "proposed"]:
-            state = workflow.settle(state, con, term.term, term.proposals[0].key, reviewer, reason=f"{flag}, no prompt")
+            said = f"no prompt ({flag})" + (f": {args.reason}" if args.reason else "")
+            state = workflow.settle(state, con, term.term, term.proposals[0].key, reviewer, reason=said)
             print(f"{reviewer} confirmed {term.proposals[0].key} for '{term.term}' ({flag})", file=out)
         if state.pending:
             decision: Decision = "accept" if args.yes else "reject"
-            state = workflow.decide(state, [(c.code, decision, False) for c in state.pending], reviewer)
+            state = workflow.decide(
+                state, [(c.code, decision, False) for c in state.pending], reviewer, reason=args.reason or ""
+            )
             print(f"{decision}ed {len(state.candidates)} generated candidates as {reviewer}", file=out)
     else:
-        state, finished = settle_proposals(state, con, reviewer, read, out, dense=dense)
+        state, finished = settle_proposals(state, con, reviewer, read, out, dense=dense, reason=args.reason or "")
         if not finished:
             return 0
         if state.pending:
-            state, finished = review(state, reviewer, read, out)
+            state, finished = review(state, reviewer, read, out, reason=args.reason or "")
             if not finished:
                 return 0
     state = workflow.finish(state, con)
@@ -528,6 +537,9 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     assemble.add_argument("description", nargs="?", help='e.g. "adults hospitalized with heart failure"')
     assemble.add_argument("--reviewer", help="your name, recorded with every decision")
+    assemble.add_argument(
+        "--reason", help="why: recorded with every decision of this run (audit trail and the CSV's reason column)"
+    )
     assemble.add_argument("--decomposer", choices=["offline", "claude"], default="offline")
     assemble.add_argument("--model", help="Claude model id (default: $PHENOFORGE_CLAUDE_MODEL or built-in)")
     assemble.add_argument(

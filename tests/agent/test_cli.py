@@ -199,8 +199,12 @@ def test_the_cli_refuses_to_export_without_a_reviewer_and_prints_the_qualifiers(
     assert not out_csv.exists()
     assert main([*args, "--yes", "--reviewer", "   "]) == 2  # only spaces: refused before any work
     assert "only spaces" in capsys.readouterr().err and not out_csv.exists()
-    assert main([*args, "--yes", "--reviewer", "dee"]) == 0
+    assert main([*args, "--yes", "--reviewer", "dee", "--reason", "protocol v2"]) == 0
     rows = list(csv.DictReader(out_csv.open()))
+    assert {row["reason"] for row in rows if row["tier"] == "curated"} == {"no prompt (--yes): protocol v2"}
+    assert {r.reason for r in audit.decisions(audit.list_sessions()[0].session_id) if r.decision == "accept"} <= {
+        "protocol v2"
+    }
     assert [(r["tier"], r["terms"]) for r in rows if r["tier"] == "qualifier"] == [
         ("qualifier", "adults"),
         ("qualifier", "hospitalized"),
