@@ -23,9 +23,10 @@ and share none of its words. When no cohort passes both signals, a cohort holdin
 reach it with one hit) is a match on retrieval alone, if it is the only such cohort; it is marked
 ``by_retrieval_only`` and the term's note says so.
 
-One matching cohort is a curated match. Several matching cohorts are *ambiguous*: reported with
-all of them, never guessed, unless exactly one cohort's name is the term itself (same word set),
-which is taken. Ambiguous and unmatched terms fall through to generated retrieval.
+No match is taken by itself: a term with matches is *proposed*, its matches and the cohorts named for
+it (``name_alternatives``) ranked by scope (``agent/scope.py``), and the reviewer confirms the first,
+replaces it or declines them all (``settle_proposal``). Unmatched and declined terms go to generated
+retrieval; ``workflow.finish`` refuses until every proposal is settled and a reviewer is named.
 """
 
 from __future__ import annotations
