@@ -39,6 +39,7 @@ def version_fhir(version: ListVersion) -> dict[str, object]:
     the vocabulary release it was signed off with, status ``active`` (a signed-off list)."""
     concept_set = ConceptSet(
         description=version.description,
+        reviewer=version.reviewer,
         entries=[
             ConceptEntry(code=e.code, name=e.name, tier="curated", source=e.provenance, evidence=e.reason)
             for e in version.codes

@@ -76,6 +76,10 @@ def test_save_a_version_list_it_and_compare_it_with_a_curated_cohort(
     _type(driver, "as_description", DESCRIPTION, tag="textarea")
     web.click_button(driver, "Decompose and search")
     web.wait_text(driver, "Seed terms", "Generated candidates", "femur fracture")
+    if "Confirm the proposed cohort" in web.body(driver):  # the gate: a curated match is only a proposal
+        web.click_button(driver, "Confirm the proposed cohort")
+        web.wait_text(driver, "confirmed the proposed")
+        web.wait_idle(driver)
     web.click_button(driver, "Accept all pending")
     web.wait_text(driver, "(0 of")
     web.click_button(driver, "Assemble concept set")

@@ -18,9 +18,9 @@ from tests.lists.conftest import draft
 
 def test_save_as_version_from_the_assemble_page(app: Callable[[str], AppTest], dash: Path) -> None:
     at = start(app("pages/6_Assemble.py").run())
-    at.button(key="as_assemble").click().run()  # candidates still pending: not yet
-    assert any("candidates are still pending" in caption.value for caption in at.caption)
+    assert at.button(key="as_assemble").disabled  # the proposal unsettled, candidates pending: not yet
     assert not [button for button in at.button if button.key == "as_vs_save"]
+    at.button(key="as_settle_0").click().run()  # the reviewer confirms the proposed asthma cohort
     session_id = at.session_state["as_state"].session_id
     at = app("pages/6_Assemble.py")
     at.query_params["session"] = session_id

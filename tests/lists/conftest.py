@@ -59,6 +59,7 @@ def reviewed_session(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> 
     state = nodes.new_state("adults with asthma or a femur fracture", "s42", reviewer="ann", library_paths=[library])
     state = nodes.decompose(state, lambda description: ["asthma", "fracture of femur"])
     state = nodes.check_curated(state, fixture_con, libraries=[load_library(library)])
+    state = nodes.settle_proposal(state, "asthma", state.term_state("asthma").proposals[0].key, "ann")  # type: ignore[union-attr]
     state = nodes.generate(state, fixture_con)
     others = [c.code for c in state.candidates if c.code != "S72"]
     state = nodes.confirm(state, [("S72", "accept", False)] + [(code, "reject", False) for code in others], "ann")

@@ -32,7 +32,7 @@ def test_a_session_becomes_a_version_with_provenance_decision_and_reason(
     assert set(by_code) == set(reviewed_session.concept_set.codes)  # type: ignore[union-attr]
     for code in expand_descendants(fixture_con, "J45"):
         assert by_code[code].decision == "curated" and by_code[code].provenance == "fixlib/fix-ASTHMA"
-        assert "matched 'Asthma'" in by_code[code].reason
+        assert "ann confirmed the proposed cohort fixlib/fix-ASTHMA" in by_code[code].reason
     assert by_code["S72"].decision == "accept" and by_code["S72"].decided_by == "ann" and by_code["S72"].decided_at
     rejected = {c.code for c in reviewed_session.candidates if c.decision == "reject"}
     assert rejected and {e.code for e in version.excluded} == rejected
