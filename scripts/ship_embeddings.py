@@ -30,8 +30,8 @@ from phenoforge.engine.dense.shipped import (  # noqa: E402
     ShippedManifest,
     installed_model_version,
     quantize,
-    write_vectors,
     text_key,
+    write_vectors,
 )
 from phenoforge.engine.dense.texts import DEFAULT_BUILD_MODE, TEXT_RECIPE_VERSION, compute_index, concept_texts  # noqa: E402
 from phenoforge.storage import sha256_file  # noqa: E402

@@ -2,8 +2,9 @@
 
 Embedding the ~48k texts of a dense index takes minutes on two cores (about three times longer on a
 CPU without AVX-512). ``scripts/ship_embeddings.py`` embeds them once with the pinned model (ONNX
-fp32) and stores each text's vector in 11 bits per component (a scale per dimension; cosine to the fp32
-vector >= 0.99999; the two bytes of each component apart, then LZMA: 22 MB for 48k texts) beside a manifest: model package and version, text recipe, count, checksum. A build whose
+fp32) and stores each text's vector in 11 bits per component (a scale per dimension; cosine to the
+fp32 vector >= 0.99999; the two bytes of each component apart, then LZMA: 23 MB for 48k texts) beside a
+manifest: model package and version, text recipe, count, checksum. A build whose
 embed function is that model in fp32 looks each text up here and embeds only the texts not found
 (another vocabulary release, another recipe): never a vector of another model or recipe. A shipped
 file that is missing, truncated, edited or of another model version is not used, and the build says
