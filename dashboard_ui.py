@@ -202,6 +202,12 @@ def builders_wait_text(state: FitState | None) -> str:
         return f"The set builders are still being fitted on Home ({state.percent}%)."
     if state.state == "waiting":
         return "The set builders are fitted on Home once the dense index is ready."
+    if state.state == "ready":  # every first-run fit is stored: this one is another (a library copying a bundled one)
+        return (
+            "This library's set-builder fit is not one the first-run build makes (an imported library that copies a "
+            "bundled one's lists is fitted without them): run `python -m phenoforge benchmark --library <id> "
+            "--methods learned` once, which fits it."
+        )
     return state.error or "Fitting the set builders failed: see Home."
 
 

@@ -29,7 +29,7 @@ BUNDLED_SOURCE = "simple-icd-10-cm"
 def first_run_vocabulary() -> None:
     if vocabulary_present():
         return
-    ui.first_run_clock().building()
+    ui.first_run_clock().building("vocabulary")
     st.info("First run: building the ICD-10-CM vocabulary database from the embedded release.")
     bar = st.progress(0.0, text="starting")
     build_vocabulary(ui.progress_callback(bar, "vocabulary "))
@@ -42,7 +42,7 @@ def first_run_libraries(source: str) -> None:
 
     if source != BUNDLED_SOURCE or bundled_libraries_current():
         return
-    ui.first_run_clock().building()
+    ui.first_run_clock().building("libraries")
     st.info(
         "Building the bundled cohort libraries (Elixhauser, CMS-HCC V28 and V24, Quan 2005 Charlson and "
         "Elixhauser): missing, or from an older release."
@@ -54,8 +54,9 @@ def first_run_libraries(source: str) -> None:
 
 
 def seconds_text(seconds: float | None) -> str:
-    """`` (built in 12 s)`` for a step this process built; empty for one that was already there."""
-    return f" (built in {seconds:.0f} s)" if seconds is not None else ""
+    """`` (ready after 12 s)``: when a step this process built was ready, counted from the start of its first-run
+    build; empty for a step that was there already."""
+    return f" (ready after {seconds:.0f} s)" if seconds is not None else ""
 
 
 @st.fragment(run_every=2.0)
@@ -89,7 +90,7 @@ def dense_section() -> None:
     ):
         st.session_state["dense_autostart_tried"] = True
         if status.state == "missing":
-            ui.first_run_clock().building()
+            ui.first_run_clock().building("dense index")
             manager.start_build()
             status = manager.status()
     if status.state == "ready":
@@ -109,6 +110,7 @@ def dense_section() -> None:
     else:
         st.info("Dense index: not built. Dense and hybrid methods need it; BM25 works without.")
     if st.button("Build the dense index now", key="build_dense"):
+        ui.first_run_clock().building("dense index")
         manager.start_build()
         st.rerun()
 
@@ -134,7 +136,7 @@ def builders_section() -> None:
     fits = ui.set_builder_fits()
     state = fits.status()
     if state.state in ("missing", "waiting"):
-        ui.first_run_clock().building()
+        ui.first_run_clock().building("set builders")
         fits.start()
         state = fits.status()
     names = ", ".join(builder_names())

@@ -198,14 +198,17 @@ class SetBuilderFits:
 
     def start(self) -> bool:
         """Start the background fitting unless it runs or the fits are stored; while the dense index is still
-        coming, the thread waits for it first (so the fits follow it whether or not a page is open)."""
+        coming, the thread waits for it first (so the fits follow it whether or not a page is open); while
+        another process fits, it waits for that one's lock, then finds its fits (or fits what a killed one left)."""
         state = self.status()
-        if state.state not in ("missing", "failed", "waiting"):
+        if state.state not in ("missing", "failed", "waiting") and not state.elsewhere:
             return False
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return False
-            self._state = FitState(state="waiting" if state.state == "waiting" else "fitting", message=state.message)
+            self._state = (
+                state if state.elsewhere else FitState(state="fitting" if state.state != "waiting" else "waiting")
+            )
             self._started = time.monotonic()
             self._finished_seconds = None
             self._thread = threading.Thread(target=self._run, name="phenoforge-first-run-fits", daemon=True)
@@ -396,28 +399,33 @@ def _failure_text(error: BaseException) -> str:
 
 
 class FirstRunClock:
-    """When this process's first-run build began (the first Home visit that found something to build) and
-    when every built-in method was first seen ready: Home's "All methods ready" line says how long it took."""
+    """When this process's first-run build began (the first Home visit that found a step to build), when each
+    step it built was first seen ready, and when every built-in method was: Home's timings."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.began: float | None = None
         self.ready_after: float | None = None
-        self.steps: dict[str, float] = {}
-        """seconds after ``began`` at which each step was first seen ready"""
+        self.built: dict[str, float | None] = {}
+        """each step this process builds: the seconds after ``began`` it was first seen ready (None: not yet)"""
 
-    def building(self) -> None:
-        """Something is missing: the clock starts (once)."""
+    def building(self, step: str) -> None:
+        """``step`` is built by this process: the clock starts (once), and the step's readiness will be timed."""
         with self._lock:
             if self.began is None and self.ready_after is None:
                 self.began = time.monotonic()
+            if self.began is not None:
+                self.built.setdefault(step, None)
 
     def step_ready(self, step: str) -> float | None:
-        """Note ``step`` ready; the seconds after the start it was first seen so (None: nothing was built)."""
+        """Note ``step`` ready: the seconds after the start it was first seen so; None for a step this process
+        did not build (it was there already)."""
         with self._lock:
-            if self.began is None:
+            if self.began is None or step not in self.built:
                 return None
-            return self.steps.setdefault(step, time.monotonic() - self.began)
+            if self.built[step] is None:
+                self.built[step] = time.monotonic() - self.began
+            return self.built[step]
 
     def all_ready(self) -> float | None:
         """Every step ready: the first-run build's total seconds (None when it was all there already)."""
