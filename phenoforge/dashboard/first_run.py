@@ -91,7 +91,8 @@ class FitState(BaseModel):
         """``2/4 fits · <step> · 12 s, about 30 s left``: what a progress bar says."""
         left = f", about {self.remaining:.0f} s left" if self.remaining is not None else ""
         where = " (in another phenoforge process; this one waits for it)" if self.elsewhere else ""
-        return f"{self.done}/{self.total} fits · {self.step}{where} · {self.seconds:.0f} s{left}"
+        counted = f"{self.done}/{self.total} fits · " if self.total else ""
+        return f"{counted}{self.step or 'starting'}{where} · {self.seconds:.0f} s{left}"
 
 
 class _Progress(BaseModel):
@@ -312,7 +313,9 @@ class SetBuilderFits:
 
     def _set(self, done: int, total: int, fraction: float, step: str) -> None:
         with self._lock:
-            self._state = FitState(state="fitting", done=done, total=total, fraction=min(1.0, fraction), step=step)
+            # never backwards: a fit's first stage reports each training library's cohorts from 0 again
+            fraction = min(1.0, max(fraction, self._state.fraction if self._state.state == "fitting" else 0.0))
+            self._state = FitState(state="fitting", done=done, total=total, fraction=fraction, step=step)
             started = time.time() - (time.monotonic() - self._started)
             write = time.monotonic() - self._written >= PROGRESS_WRITE_SECONDS or done == total
             if write:
@@ -354,8 +357,11 @@ class SetBuilderFits:
                         what = f"without {', '.join([held, *extra])}" if held else "on every library"
 
                         def progress(done: int, steps: int, message: str, index: int = index, what: str = what) -> None:
-                            share = min(1.0, done / steps) if steps else 0.0
-                            self._set(index, total, (index + share) / total, message or f"set builders {what}")
+                            if message.startswith("set builders"):  # a stage of the fit
+                                share = min(1.0, done / steps) if steps else 0.0
+                            else:  # reading a training library's cohorts (once per process): the first stage
+                                share, message = 0.0, f"set builders {what}: reading training cohorts ({message})"
+                            self._set(index, total, (index + share) / total, message)
 
                         progress(0, 1, f"set builders {what}")
                         fitted = fit(con, dense, held, libraries, progress, also_held_out=extra)
