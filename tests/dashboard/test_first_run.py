@@ -85,7 +85,8 @@ def test_the_fits_run_in_the_background_with_progress_every_session_sees(
 
     def slow_fit(con, dense_, held, libraries, progress, also_held_out=()):  # type: ignore[no-untyped-def]
         calls.append(held)
-        progress(1, 2, f"fitting {held or 'everything'}")
+        progress(1, 2, f"set builders {held or 'everything'}: step 1")
+        progress(0, 6, "ohdsi-fixture 503")  # a training library's cohorts, counted from 0: not a step back
         assert release.wait(30)
         return fit_builders(con, dense_, held, libraries, progress, also_held_out)
 
@@ -94,7 +95,8 @@ def test_the_fits_run_in_the_background_with_progress_every_session_sees(
     assert fits.start() is True
     assert fits.start() is False  # one fitting per process
     deadline = time.monotonic() + 30
-    while fits.status().step != "fitting ohdsi-fixture" and time.monotonic() < deadline:
+    reading = "set builders without ohdsi-fixture: reading training cohorts (ohdsi-fixture 503)"
+    while fits.status().step != reading and time.monotonic() < deadline:
         time.sleep(0.05)
     seen: list[Any] = []
     other = threading.Thread(target=lambda: seen.append(fits.status()))  # a second session's script thread
@@ -104,9 +106,9 @@ def test_the_fits_run_in_the_background_with_progress_every_session_sees(
     assert state.state == "fitting" and seen[0].state == "fitting"
     assert (state.done, state.total) == (0, 2) and seen[0].total == 2  # one fit per library group, one on all
     assert state.fraction == pytest.approx(0.25) and state.percent == 25
-    assert seen[0].step == state.step == "fitting ohdsi-fixture"
+    assert seen[0].step == state.step == reading
     assert state.seconds > 0 and state.remaining is not None
-    assert "0/2 fits · fitting ohdsi-fixture" in state.progress_text()
+    assert f"0/2 fits · {reading}" in state.progress_text()
     assert (data / "models" / PROGRESS_NAME).exists()  # for another process
     release.set()
     final = fits.wait(30)
