@@ -33,7 +33,10 @@ from phenoforge.storage import is_disk_full, process_alive, write_atomically
 LOCK_NAME = ".first-run-fits.lock"
 PROGRESS_NAME = ".first-run-fits.json"
 RECHECK_SECONDS = 5.0
-"""How often whether every fit is stored is looked at again (another process may have fitted them)."""
+"""How often fits found missing are looked for again (another process may have fitted them)."""
+READY_RECHECK_SECONDS = 60.0
+"""How often fits found stored are looked at again while no library manifest changed (a look reads every cohort
+file: about 0.2 s on the bundled libraries, too much for every page run)."""
 PROGRESS_WRITE_SECONDS = 0.5
 """How often the fitter writes its progress file for other processes."""
 DENSE_POLL_SECONDS = 1.0
@@ -148,6 +151,21 @@ def fits_stored(con: duckdb.DuckDBPyConnection, dense: object | None) -> tuple[b
     return not missing, missing
 
 
+def _manifests() -> tuple[tuple[str, int, int], ...]:
+    """Every installed library's manifest (folder, modification time, size): a library imported, rebuilt or
+    removed changes it, and with it which fits are needed."""
+    from phenoforge.config import libraries_dir
+
+    found = []
+    for manifest in libraries_dir().glob("*/manifest.json"):
+        try:
+            stat = manifest.stat()
+        except OSError:
+            continue
+        found.append((manifest.parent.name, stat.st_mtime_ns, stat.st_size))
+    return tuple(sorted(found))
+
+
 class SetBuilderFits:
     """Fits the set builders in a thread once the dense index allows; every method is thread-safe."""
 
@@ -171,7 +189,7 @@ class SetBuilderFits:
         self._state = FitState(state="missing")
         self._started = 0.0
         self._finished_seconds: float | None = None
-        self._checked: tuple[int, float, bool] | None = None
+        self._checked: tuple[object, float, bool] | None = None
         self._written = 0.0
 
     # -- what the pages ask -------------------------------------------------------------------------------
@@ -255,16 +273,19 @@ class SetBuilderFits:
 
     def _stored(self, dense: object | None) -> bool:
         now = time.monotonic()
+        key = (id(dense), _manifests())
         with self._lock:
-            if self._checked is not None and self._checked[0] == id(dense) and now - self._checked[1] < RECHECK_SECONDS:
-                return self._checked[2]
+            if self._checked is not None and self._checked[0] == key:
+                interval = READY_RECHECK_SECONDS if self._checked[2] else RECHECK_SECONDS
+                if now - self._checked[1] < interval:
+                    return self._checked[2]
         try:
             with self.pool.cursor() as con:
                 stored, _missing = fits_stored(con, dense)
         except (OSError, PhenoforgeError):
             stored = False
         with self._lock:
-            self._checked = (id(dense), now, stored)
+            self._checked = (key, now, stored)
         return stored
 
     def _other_process(self) -> FitState | None:

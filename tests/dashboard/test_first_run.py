@@ -65,6 +65,7 @@ def unfitted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
     for key, value in dashboard_env(data).items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(first_run, "RECHECK_SECONDS", 0.0)
+    monkeypatch.setattr(first_run, "READY_RECHECK_SECONDS", 0.0)
     con = duckdb.connect(str(data / "vocab.duckdb"), read_only=True)
     dense = load_dense_if_ready(con, index_dir=data / "dense", embed_fn=FakeEmbedder())
     assert dense is not None
@@ -346,3 +347,22 @@ def test_the_refusal_reaches_a_plugin_worker_thread() -> None:
     with fits_refused("no"):
         seen = guarded(lambda: api._FITS_REFUSED.get(), timeout=5.0)
     assert seen == "no" and api._FITS_REFUSED.get() is None
+
+
+def test_stored_fits_are_looked_at_again_when_a_library_is_added(
+    unfitted: tuple[Path, CursorPool, ReadyDense], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found ready, the fits are not re-read on every page run, but a library imported since is noticed at once."""
+    from tests.fixture_library import write_icd_library
+
+    data, pool, dense = unfitted
+    monkeypatch.setattr(first_run, "READY_RECHECK_SECONDS", 3600.0)
+    fits = SetBuilderFits(pool, dense, models_dir=data / "models")
+    fits.start()
+    assert fits.wait(30).state == "ready"
+    reads: list[object] = []
+    real = first_run.fits_stored
+    monkeypatch.setattr(first_run, "fits_stored", lambda con, d: reads.append(d) or real(con, d))
+    assert fits.status().state == "ready" and reads == []  # from the last look
+    write_icd_library(data / "libraries" / "added", {"hf": ("Heart failure", ["I50.9"], False)}, "added")
+    assert fits.status().state == "missing" and len(reads) == 1  # its group's fit is not there
