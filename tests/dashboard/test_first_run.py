@@ -22,7 +22,14 @@ from streamlit.testing.v1 import AppTest
 
 from phenoforge.config import REPO_ROOT
 from phenoforge.dashboard import first_run
-from phenoforge.dashboard.first_run import LOCK_NAME, PROGRESS_NAME, SetBuilderFits, fits_stored
+from phenoforge.dashboard.first_run import (
+    LOCK_NAME,
+    PROGRESS_NAME,
+    READ_SHARE,
+    FitTally,
+    SetBuilderFits,
+    fits_stored,
+)
 from phenoforge.dashboard.resources import CursorPool
 from phenoforge.engine.dense import load_dense_if_ready
 from phenoforge.eval.harness import run_benchmark
@@ -106,7 +113,8 @@ def test_the_fits_run_in_the_background_with_progress_every_session_sees(
     state = fits.status()
     assert state.state == "fitting" and seen[0].state == "fitting"
     assert (state.done, state.total) == (0, 2) and seen[0].total == 2  # one fit per library group, one on all
-    assert state.fraction == pytest.approx(0.25) and state.percent == 25
+    # fit 0 of 2 half through its stages (0.25 of the stages), its share of the reading done (0.5 of it)
+    assert state.fraction == pytest.approx(READ_SHARE * 0.5 + (1 - READ_SHARE) * 0.25)
     assert seen[0].step == state.step == reading
     assert state.seconds > 0 and state.remaining is not None
     assert f"0/2 fits · {reading}" in state.progress_text()
@@ -366,3 +374,21 @@ def test_stored_fits_are_looked_at_again_when_a_library_is_added(
     assert fits.status().state == "ready" and reads == []  # from the last look
     write_icd_library(data / "libraries" / "added", {"hf": ("Heart failure", ["I50.9"], False)}, "added")
     assert fits.status().state == "missing" and len(reads) == 1  # its group's fit is not there
+
+
+def test_the_fitting_fraction_counts_the_libraries_read_and_never_goes_back() -> None:
+    """Reading each training library's cohorts restarts its count at 0: the whole stays monotonic and moves."""
+    tally = FitTally(4, ["a", "b", "c", "d"])
+    seen = [
+        tally.report(0, 0, 1, "set builders without x", "without x")[0],
+        tally.report(0, 5, 10, "a a-1", "without x")[0],
+        tally.report(0, 10, 10, "a a-9", "without x")[0],
+        tally.report(0, 0, 10, "b b-1", "without x")[0],  # the next library, counted from 0
+        tally.report(0, 10, 10, "b b-9", "without x")[0],
+        tally.report(0, 1, 4, "set builders without x: the membership model", "without x")[0],
+        tally.report(3, 4, 4, "set builders on every library: fitted", "on every library")[0],
+    ]
+    assert seen[0] == 0.0 and seen == sorted(seen) and seen[1] > seen[0] and seen[3] == seen[2] and seen[4] > seen[3]
+    assert seen[2] == pytest.approx(READ_SHARE * 0.25)  # one library of four read, no stage done
+    assert seen[-1] == pytest.approx(1.0)
+    assert tally.report(0, 0, 10, "c c-1", "without x")[1] == "set builders without x: reading training cohorts (c c-1)"
