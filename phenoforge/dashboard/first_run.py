@@ -322,7 +322,7 @@ class SetBuilderFits:
         try:
             with self.pool.cursor() as con:
                 stored, _missing = fits_stored(con, dense)
-        except (OSError, PhenoforgeError):
+        except (OSError, PhenoforgeError, duckdb.Error):  # unreadable: not ready, and a fit says why
             stored = False
         with self._lock:
             self._checked = (key, now, stored)

@@ -35,6 +35,7 @@ from phenoforge.engine.dense import load_dense_if_ready
 from phenoforge.eval.harness import run_benchmark
 from phenoforge.setbuild.api import FitRefused, fit_builders, fits_refused
 from phenoforge.setbuild.builders import builder_names
+from tests.dashboard.conftest import shown
 from tests.dashboard.fixture_data import LIBRARY_DIR, build_dashboard_data, dashboard_env
 from tests.engine.fake_embedder import FakeEmbedder
 
@@ -326,6 +327,30 @@ def test_the_sweep_and_the_drilldown_offer_no_set_builder_until_fitted(no_fit_ap
     assert not at.exception
     assert "subtree" not in at.multiselect(key="dd_methods").options
     assert at.multiselect(key="dd_methods").value != ["subtree"]
+
+
+def _page_that_fits() -> None:
+    """A page whose action asks for a fit (as a plug-in method or a new page could): run as the pages are."""
+    import dashboard_ui as ui
+    from phenoforge.engine.dense import load_dense_if_ready
+    from phenoforge.setbuild.api import fit_builders
+    from tests.engine.fake_embedder import FakeEmbedder
+
+    def main() -> None:
+        with ui.cursor() as con:
+            dense = load_dense_if_ready(con, embed_fn=FakeEmbedder())
+            fit_builders(con, dense, None, None)
+        st.success("fitted")
+
+    ui.run_page(main)
+
+
+def test_a_page_that_asks_for_a_fit_gets_the_refusal_not_a_fit(no_fit_app: Callable[[str], AppTest]) -> None:
+    at = AppTest.from_function(_page_that_fits, default_timeout=60).run()
+    assert not at.exception and not at.success  # the patched fit would have raised: nothing was fitted
+    (error,) = at.error
+    assert "The set builders are not fitted yet: open Home" in shown(error.value)
+    assert "A page never starts a fit" in shown(error.value)
 
 
 def test_a_set_builder_asked_for_under_the_refusal_is_skipped_saying_why(
