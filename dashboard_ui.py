@@ -188,10 +188,15 @@ def builder_fits_state() -> FitState | None:
     return set_builder_fits().status()
 
 
-def builders_ready() -> bool:
-    """Whether every set builder's fit is stored, so the set-building methods may be offered."""
+def builders_ready(library: Library | None = None, *, every: bool = False) -> bool:
+    """Whether the set-building methods may be offered: the fit a benchmark of ``library`` reads is stored, or
+    (``library`` None) the fit on every library a description is built with; ``every``: every first-run fit."""
     state = builder_fits_state()
-    return state is not None and state.state == "ready"
+    if state is None:
+        return False
+    if state.state == "ready":
+        return True
+    return not every and set_builder_fits().ready_for(library)
 
 
 def builders_wait_text(state: FitState | None) -> str:
@@ -211,10 +216,10 @@ def builders_wait_text(state: FitState | None) -> str:
     return state.error or "Fitting the set builders failed: see Home."
 
 
-def builders_notice(what: str = "the set-building methods") -> None:
-    """Say, when the set builders are not ready, that ``what`` waits for them and what works now."""
+def builders_notice(what: str = "the set-building methods", ready: bool = False) -> None:
+    """Say, unless the set builders are ``ready`` for the page, that ``what`` waits for them and what works now."""
     state = builder_fits_state()
-    if state is not None and state.state == "ready":
+    if ready or (state is not None and state.state == "ready"):
         return
     text = f"{builders_wait_text(state)} Until then {what} are not offered; BM25, dense and hybrid work now."
     if state is not None and state.state == "failed":

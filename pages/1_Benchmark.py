@@ -45,9 +45,9 @@ from phenoforge.errors import PhenoforgeError
 
 def controls(libraries: list) -> tuple[object, BenchmarkParameters, str, bool]:
     dense_ready = ui.dense_retriever() is not None
-    builders_ready = ui.builders_ready()
     library = ui.library_picker(libraries, key="bench_library")
-    ui.builders_notice()
+    builders_ready = ui.builders_ready(library)
+    ui.builders_notice(ready=builders_ready)
     with st.form("benchmark_form"):
         entries = library.manifest.cohorts
         names = {e.cohort_id: e.cohort_name for e in entries}
@@ -131,7 +131,7 @@ def upload_section(library: object) -> None:
             name = st.text_input("Run name (default: the file name)", key="bench_upload_name")
             compare = st.multiselect(
                 "Compare with",
-                available_methods(ui.dense_retriever() is not None, ui.builders_ready()),
+                available_methods(ui.dense_retriever() is not None, ui.builders_ready(library)),  # type: ignore[arg-type]
                 default=["hybrid"],
                 key="bench_upload_compare",
             )

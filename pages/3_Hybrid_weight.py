@@ -220,7 +220,7 @@ def main() -> None:
         ui.dense_notice()
         st.info("The slider needs the dense index: without it every weight is BM25 alone.")
         return
-    ready = ui.builders_ready()
+    ready = ui.builders_ready(every=True)  # the method is chosen before the library
     if not ready:
         ui.builders_notice("set-builder sweeps")
     method = st.selectbox(

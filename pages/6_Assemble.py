@@ -44,7 +44,7 @@ def _open(state: AssemblyState) -> None:
 
 def start_section(reviewer: str) -> None:
     libraries = ui.libraries()
-    ready = ui.builders_ready()
+    ready = ui.builders_ready(None)  # a description is built with the fit on every library (fitted first)
     if not ready:
         ui.builders_notice("the set-builder generators")
     with st.form("as_new"):

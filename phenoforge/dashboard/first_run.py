@@ -129,26 +129,45 @@ def _default_fit() -> Fit:
     return fit_builders
 
 
-def fit_keys(libraries: Sequence[Library]) -> list[tuple[str | None, tuple[str, ...]]]:
-    """The (held-out group, further held-out groups) of every fit the installed libraries need."""
+FitKey = tuple[str | None, tuple[str, ...]]
+FREE_QUERIES: FitKey = (None, ())
+"""The fit on every library: what a researcher's own description (Assemble) is built with."""
+
+
+def fit_keys(libraries: Sequence[Library]) -> list[FitKey]:
+    """The (held-out group, further held-out groups) of every fit the installed libraries need, the fit on every
+    library first (a description is built with it; the held-out ones only score the bundled libraries)."""
     from phenoforge.methods.set_building import installed_fit_keys
 
-    return installed_fit_keys(libraries)
+    keys = installed_fit_keys(libraries)
+    return [FREE_QUERIES, *(key for key in keys if key != FREE_QUERIES)]
 
 
-def fits_stored(con: duckdb.DuckDBPyConnection, dense: object | None) -> tuple[bool, list[str]]:
-    """Whether every fit the installed libraries need is stored (found without fitting), and the missing ones."""
+def library_fit_key(library: Library) -> FitKey:
+    """The fit a benchmark of ``library`` reads (held out with its declared group, else its id, and its family)."""
+    from phenoforge.methods.set_building import scoring_fit_groups
+
+    group = str(getattr(library.manifest, "group", None) or library.library_id)
+    held, extra = scoring_fit_groups(library.library_id, group)
+    return held, tuple(extra)
+
+
+def fits_found(con: duckdb.DuckDBPyConnection, dense: object | None) -> dict[FitKey, bool]:
+    """Whether each fit the installed libraries need is stored (found without fitting)."""
     from phenoforge.engine.expansion import get_hierarchy
     from phenoforge.setbuild.api import stored_fit_files
 
     hierarchy = get_hierarchy(con)
     libraries = list_libraries(errors=[])
-    missing = []
-    for held, extra in fit_keys(libraries):
-        found = stored_fit_files(hierarchy, dense, libraries, held, extra)
-        if not found.found:
-            missing.append(found.held_out or "every library")
-    return not missing, missing
+    return {
+        (held, extra): stored_fit_files(hierarchy, dense, libraries, held, extra).found
+        for held, extra in fit_keys(libraries)
+    }
+
+
+def fits_stored(con: duckdb.DuckDBPyConnection, dense: object | None) -> bool:
+    """Whether every fit the installed libraries need is stored."""
+    return all(fits_found(con, dense).values())
 
 
 def _manifests() -> tuple[tuple[str, int, int], ...]:
@@ -229,7 +248,7 @@ class SetBuilderFits:
         self._state = FitState(state="missing")
         self._started = 0.0
         self._finished_seconds: float | None = None
-        self._checked: tuple[object, float, bool] | None = None
+        self._checked: tuple[object, float, dict[FitKey, bool]] | None = None
         self._written = 0.0
 
     # -- what the pages ask -------------------------------------------------------------------------------
@@ -312,21 +331,39 @@ class SetBuilderFits:
         return None, None
 
     def _stored(self, dense: object | None) -> bool:
+        found = self._found(dense)
+        return bool(found) and all(found.values())
+
+    def _found(self, dense: object | None) -> dict[FitKey, bool]:
+        """Which fits are stored, looked at again after :data:`RECHECK_SECONDS` while one is missing, after
+        :data:`READY_RECHECK_SECONDS` once all are there, and at once when a library manifest changes."""
         now = time.monotonic()
         key = (id(dense), _manifests())
         with self._lock:
             if self._checked is not None and self._checked[0] == key:
-                interval = READY_RECHECK_SECONDS if self._checked[2] else RECHECK_SECONDS
-                if now - self._checked[1] < interval:
+                complete = bool(self._checked[2]) and all(self._checked[2].values())
+                if now - self._checked[1] < (READY_RECHECK_SECONDS if complete else RECHECK_SECONDS):
                     return self._checked[2]
         try:
             with self.pool.cursor() as con:
-                stored, _missing = fits_stored(con, dense)
+                found = fits_found(con, dense)
         except (OSError, PhenoforgeError, duckdb.Error):  # unreadable: not ready, and a fit says why
-            stored = False
+            found = {}
         with self._lock:
-            self._checked = (key, now, stored)
-        return stored
+            self._checked = (key, now, found)
+        return found
+
+    def ready_for(self, library: Library | None) -> bool:
+        """Whether the fit a page needs is stored: ``library``'s (a benchmark of it), or the one on every library
+        (``None``: a description, as Assemble builds it). The fit on every library comes first."""
+        state = self.status()
+        if state.state == "ready":
+            return True
+        if state.state == "waiting":
+            return False
+        _pending, dense = self._dense_input()
+        wanted = FREE_QUERIES if library is None else library_fit_key(library)
+        return self._found(dense).get(wanted, False)
 
     def _other_process(self) -> FitState | None:
         """Another process's fitting, from its progress file while it holds the lock; None when none runs."""

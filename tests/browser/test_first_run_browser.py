@@ -42,7 +42,7 @@ def test_two_sessions_watch_one_first_run_build_until_every_method_is_ready(tmp_
         started = time.monotonic()
         first.get(server.url)
         second.get(server.url)
-        web.wait_text(first, "First-run build", "dense index:")  # the build's progress bar
+        web.wait_text(first, "First-run build", "dense index:", timeout=120)  # the build's progress bar
         web.wait_text(second, "First-run build", "dense index:")  # the same build, seen from the other session
         _save(first, "first-run-building")
         web.wait_text(first, "All methods ready", timeout=120)

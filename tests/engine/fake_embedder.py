@@ -47,9 +47,9 @@ class FakeEmbedder:
 
 
 class SlowFakeEmbedder(FakeEmbedder):
-    """``FakeEmbedder`` at about 20 texts a second: a first-run dense build of the fixture vocabulary lasts a few
+    """``FakeEmbedder`` at about 7 texts a second: a first-run dense build of the fixture vocabulary lasts some
     seconds, long enough for a browser test to watch its progress (``PHENOFORGE_EMBEDDER`` names it)."""
 
     def __call__(self, texts: list[str]) -> np.ndarray:
-        time.sleep(0.05 * len(texts))
+        time.sleep(0.15 * len(texts))
         return super().__call__(texts)
