@@ -256,3 +256,66 @@ def main() -> None:
 
 
 ui.run_page(main)
+
+
+# --- "Save as version": the reviewed list signed off as an immutable version (phenoforge.lists; Versions page) ---
+
+
+def _sign_off(state: AssemblyState, drawn_list: str, seen: int | None) -> None:
+    """The button's callback: name, note and reviewer as typed (read now: typing then clicking at once loses
+    nothing); ``seen`` is the latest version of ``drawn_list`` the page showed when the reviewer clicked."""
+    from phenoforge.dashboard import versions as version_views
+
+    list_id = str(st.session_state.get("as_vs_list", ""))
+    try:
+        with ui.cursor() as con:
+            result = version_views.save_state(
+                state,
+                con,
+                str(st.session_state.get("as_reviewer", "")),
+                list_id,
+                str(st.session_state.get("as_vs_note", "")),
+                seen if list_id.strip() == drawn_list.strip() else None,  # another list: none of it was seen
+            )
+        st.session_state["as_vs_saved"] = (result.version.ref, result.notes, None)
+    except PhenoforgeError as error:
+        st.session_state["as_vs_saved"] = (None, [], str(error))
+
+
+def save_as_version() -> None:
+    from phenoforge.dashboard import versions as version_views
+
+    state = st.session_state.get("as_state")
+    if state is None or state.concept_set is None:
+        return
+    st.subheader("Save as version")
+    saved, notes, problem = st.session_state.pop("as_vs_saved", (None, [], None))
+    if saved:
+        st.success(plain(f"Saved {saved}: signed off, it never changes. Open it on the Versions page."))
+    if problem:
+        st.error(plain(problem))
+    for note in notes:
+        st.warning(plain(note))
+    blocker = version_views.save_blocker(state)
+    if blocker:
+        st.caption(plain(f"Not yet: {blocker}."))
+        return
+    reviewer = str(st.session_state.get("as_reviewer", ""))
+    cols = st.columns([2, 3, 1])
+    list_id = cols[0].text_input("List name", value=version_views.suggested_list_id(state), key="as_vs_list")
+    cols[1].text_input("What this version changes (optional)", key="as_vs_note")
+    seen = version_views.latest_number(list_id)
+    cols[0].caption(f"{list_id} has {seen} versions: this is version {seen + 1}" if seen else "the list's first one")
+    cols[2].button(
+        "Save as version",
+        key="as_vs_save",
+        type="primary",
+        disabled=not reviewer.strip(),
+        on_click=_sign_off,
+        args=(state, list_id, seen),
+    )
+    if not reviewer.strip():
+        st.caption("Enter your name above (the reviewer) to sign the list off.")
+
+
+ui.run_page(save_as_version)

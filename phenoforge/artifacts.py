@@ -83,6 +83,12 @@ def _vocabulary_schema() -> str:
     return SCHEMA_VERSION
 
 
+def _versions_format() -> int:
+    from phenoforge.lists.store import VERSION_FORMAT
+
+    return VERSION_FORMAT
+
+
 MODELS = "models"
 
 ARTIFACTS: tuple[Artifact, ...] = (
@@ -148,6 +154,16 @@ ARTIFACTS: tuple[Artifact, ...] = (
         True,
         "phenoforge.agent.cache",
         "answers of the Claude decomposer, one JSON file per request",
+        removable=False,
+    ),
+    Artifact(
+        "code list versions",
+        "",
+        re.compile(r"^versions$"),
+        True,
+        "phenoforge.lists.store",
+        "signed-off code lists: a folder per list, a read-only JSON file per version, never rewritten",
+        _versions_format,
         removable=False,
     ),
     Artifact(

@@ -17,6 +17,7 @@ EXAMPLES = {
     "vocabulary lock": ("", ".vocab.duckdb.lock", False),
     "BM25 index": ("", "bm25", True),
     "models folder": ("", "models", True),
+    "code list versions": ("", "versions", True),
     "node table": (MODELS, "node-table-abc123-v1.npz", False),
     "word counts": (MODELS, "word-counts-abc123-v1.json", False),
     "curated knowledge": (MODELS, "curated-knowledge-abc123-0123456789abcdef-v1.npz", False),

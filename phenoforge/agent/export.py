@@ -137,14 +137,24 @@ ICD10CM_SYSTEM = "http://hl7.org/fhir/sid/icd-10-cm"
 
 
 def concept_set_fhir_valueset(
-    con: duckdb.DuckDBPyConnection, concept_set: ConceptSet, set_id: str = "concept-set", status: str = "draft"
+    con: duckdb.DuckDBPyConnection | None,
+    concept_set: ConceptSet,
+    set_id: str = "concept-set",
+    status: str = "draft",
+    release: str | None = None,
+    version: str | None = None,
 ) -> dict[str, Any]:
     """A FHIR R4 ``ValueSet``: every code of the set in ``compose.include``, with its display name, the
-    ICD-10-CM system and the vocabulary release as the system's version; the description as title."""
+    ICD-10-CM system and the vocabulary release as the system's version; the description as title.
+
+    ``release`` (the release the list was made with) replaces the open vocabulary's, and ``version`` (a signed-off
+    version's number) becomes the ValueSet's own ``version``; ``con`` is read only when ``release`` is None."""
     if not concept_set.entries:  # an include of the system without concepts would mean every ICD-10-CM code
         raise ExportUnavailable("the concept set is empty: a FHIR ValueSet of no codes is not written")
-    metadata = read_metadata(con)
-    release = metadata.get("vocabulary_release", "") or "unknown"
+    if release is None:
+        if con is None:
+            raise ValueError("a FHIR export needs the vocabulary or the release it was made with")
+        release = read_metadata(con).get("vocabulary_release", "") or "unknown"
     slug = "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-." else "-" for ch in set_id)[:64].strip("-.")
     slug = slug or "concept-set"  # FHIR ids: ASCII letters, digits, - and ., at most 64
     concepts = [{"code": entry.code, "display": entry.name} for entry in concept_set.entries]
@@ -159,6 +169,8 @@ def concept_set_fhir_valueset(
         "description": f"Assembled by phenoforge from: {concept_set.description}",
         "compose": {"include": [{"system": ICD10CM_SYSTEM, "version": release, "concept": concepts}]},
     }
+    if version is not None:
+        value_set["version"] = version
     return value_set
 
 

@@ -29,7 +29,7 @@ from phenoforge.setbuild.features import FEATURE_NAMES, candidate_features
 from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.models import BuiltSet
 from phenoforge.setbuild.transfer import TRANSFER_FEATURES, KnowledgeView, top_match_note, transfer_features
-from phenoforge.setbuild.trees import TreeEnsemble
+from phenoforge.setbuild.trees import TreeEnsemble, bin_edges, bin_rows
 
 if TYPE_CHECKING:  # scikit-learn (with scipy and pandas, a second to import) loads only when a model is fitted
     from sklearn.ensemble import HistGradientBoostingClassifier
@@ -84,7 +84,8 @@ MATRIX_COLUMNS: list[str] = [*ALL_FEATURE_NAMES, *CONTEXT_FEATURES]
 """Every column a feature matrix may hold: ``ALL_FEATURE_NAMES``, then the library context
 (:mod:`~phenoforge.setbuild.context`) when the query is built with its library's other names. A model
 fitted without the context reads a prefix, so it answers either matrix."""
-RECIPE = "5"
+RECIPE = "6"
+# 6: trees fitted on bin numbers from ``trees.bin_edges`` (one sort per column), splits mapped back to raw values
 """Bumped whenever training changes (estimator, rule grid, stacking): a stored model of an older
 recipe is then retrained instead of reused."""
 
@@ -219,25 +220,36 @@ def _sklearn_version() -> str:
     return str(sklearn.__version__)
 
 
-def _fit(
-    x: np.ndarray, y: np.ndarray, w: np.ndarray, monotonic_cst: list[int] | None = None
-) -> HistGradientBoostingClassifier:
+class _Fitted:
+    """Trees fitted on bin numbers, and the edges that map raw rows to them."""
+
+    def __init__(self, estimator: HistGradientBoostingClassifier, edges: list[np.ndarray]) -> None:
+        self.estimator = estimator
+        self.edges = edges
+
+    def trees(self) -> TreeEnsemble:
+        return TreeEnsemble.from_estimator(self.estimator, self.edges)
+
+
+def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, monotonic_cst: list[int] | None = None) -> _Fitted:
+    # the rows are binned here, once and with one sort per column (see ``trees.bin_edges``)
+    edges = bin_edges(x, w)
     # one thread: OpenMP workers spin against each other on a shared, busy machine (measured 100x slower)
     with threadpool_limits(limits=1):
-        return _estimator(monotonic_cst).fit(x, y, sample_weight=w)
+        return _Fitted(_estimator(monotonic_cst).fit(bin_rows(x, edges), y, sample_weight=w), edges)
 
 
 _CONTROLLER: list[ThreadpoolController] = []
 
 
-def _predict(estimator: HistGradientBoostingClassifier, rows: np.ndarray) -> np.ndarray:
+def _predict(fitted: _Fitted, rows: np.ndarray) -> np.ndarray:
     """scikit-learn's own prediction, for the out-of-fold fits only (a stored model predicts as trees)."""
     # one controller for the process (made once the estimator, hence OpenMP, is loaded): building one
     # per call scans every loaded library, which cost more than many cohorts' predictions
     if not _CONTROLLER:
         _CONTROLLER.append(ThreadpoolController())
     with _CONTROLLER[0].limit(limits=1):
-        return estimator.predict_proba(rows)[:, 1]
+        return fitted.estimator.predict_proba(bin_rows(rows, fitted.edges))[:, 1]
 
 
 def default_features(examples: Sequence[Example]) -> list[str]:
@@ -330,10 +342,10 @@ def _out_of_fold(
     for fold in folds:
         held = set(fold)
         x, y, w = _stack([ex for i, ex in enumerate(usable) if i not in held], columns)
-        estimator = _fit(x, y, w, monotonic_cst) if y.any() and not y.all() else None
+        fitted = _fit(x, y, w, monotonic_cst) if y.any() and not y.all() else None
         for i in fold:
             rows = usable[i].features[:, columns]
-            oof[i] = _predict(estimator, rows) if estimator is not None else np.zeros(len(rows))
+            oof[i] = _predict(fitted, rows) if fitted is not None else np.zeros(len(rows))
     return oof
 
 
@@ -405,7 +417,7 @@ def train_membership_model(
         variant = requested_variant(rule, variant)
     assert variant is not None
     x, y, w = _stack(usable, columns)
-    estimator = _fit(x, y, w, monotone_constraints(features, variant))
+    fitted = _fit(x, y, w, monotone_constraints(features, variant))
     libraries = sorted({ex.library_id for ex in usable})
     manifest = ModelManifest(
         recipe=RECIPE,
@@ -427,7 +439,7 @@ def train_membership_model(
         sklearn_version=_sklearn_version(),
         trained_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    return MembershipModel(manifest, TreeEnsemble.from_estimator(estimator))
+    return MembershipModel(manifest, fitted.trees())
 
 
 def build_learned(
