@@ -63,6 +63,9 @@ def _sync_widgets(state: AssemblyState) -> None:
 
 def start_section(reviewer: str) -> None:
     libraries = ui.libraries()
+    ready = ui.builders_ready(None)  # a description is built with the fit on every library (fitted first)
+    if not ready:
+        ui.builders_notice("the set-builder generators")
     with st.form("as_new"):
         description = st.text_area(
             "Population description",
@@ -84,7 +87,7 @@ def start_section(reviewer: str) -> None:
         k = int(cols[2].number_input("Hits per term (k)", 1, 50, 10, key="as_k"))
         generator = st.radio(
             "Codes for terms no curated cohort settles",
-            list(workflow.generators()),
+            [name for name in workflow.generators() if ready or name == "hybrid"],
             key="as_generator",
             horizontal=True,
             help="hybrid: the top k hits; adaptive_cutoff, subtree, learned, curated_transfer: a billable list of "

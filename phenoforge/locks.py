@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import fcntl
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,6 +15,25 @@ def file_lock(lock_path: Path) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def file_lock_polled(lock_path: Path, waiting: Callable[[], None], poll: float = 0.5) -> Iterator[None]:
+    """``file_lock``, calling ``waiting()`` every ``poll`` seconds while another holder keeps it (a progress
+    display of the other holder's work); a holder killed mid-work releases it with its process."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waiting()
+                time.sleep(poll)
         try:
             yield
         finally:

@@ -66,11 +66,12 @@ class Server:
         return int(self.process.returncode)
 
 
-def start_server(data_dir: Path, log_path: Path) -> Server:
-    """A server on a free localhost port over ``data_dir``, returned once it answers its health check."""
+def start_server(data_dir: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> Server:
+    """A server on a free localhost port over ``data_dir`` (``extra_env``: settings over the tests' own),
+    returned once it answers its health check."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, **dashboard_env(data_dir)}
+    env = {**os.environ, **dashboard_env(data_dir), **(extra_env or {})}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [
