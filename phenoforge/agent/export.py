@@ -185,6 +185,8 @@ def concept_set_fhir_valueset(
         if con is None:
             raise ValueError("a FHIR export needs the vocabulary or the release it was made with")
         release = read_metadata(con).get("vocabulary_release", "") or "unknown"
+    # FHIR strings allow no other whitespace than space, tab and newlines (a no-break space alone was invalid)
+    plain_description = " ".join(concept_set.description.split())
     slug = "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-." else "-" for ch in set_id)[:64].strip("-.")
     slug = slug or "concept-set"  # FHIR ids: ASCII letters, digits, - and ., at most 64
     concepts = [{"code": entry.code, "display": entry.name} for entry in concept_set.entries]
@@ -193,10 +195,10 @@ def concept_set_fhir_valueset(
         "id": slug,
         "url": f"urn:phenoforge:valueset:{slug}",
         "name": "".join(word.capitalize() for word in slug.replace(".", "-").split("-") if word)[:255] or "ConceptSet",
-        "title": concept_set.description[:200],
+        "title": plain_description[:200] or "phenoforge concept set",
         "status": status,
         "experimental": True,
-        "description": f"Assembled by phenoforge from: {concept_set.description}; reviewed by {reviewer}"
+        "description": f"Assembled by phenoforge from: {plain_description or '(none)'}; reviewed by {reviewer}"
         + "".join(
             f"; not coded, apply in the cohort's other criteria: {q.kind}: {q.text}" for q in concept_set.qualifiers
         ),

@@ -406,3 +406,15 @@ def test_any_session_id_and_description_give_a_valid_valueset(fixture_con, set_i
         concept_set_fhir_json(fixture_con, ConceptSet(description=description, entries=[entry], reviewer="a"), set_id)
     )
     assert parsed.compose.include[0].concept[0].code == "J45.20"
+
+
+def test_a_description_of_only_unusual_whitespace_still_gives_a_valid_valueset(fixture_con) -> None:
+    """Found by the property test above: a title of one no-break space is not a FHIR string."""
+    from fhir.resources.R4B.valueset import ValueSet
+
+    from phenoforge.agent.export import concept_set_fhir_json
+    from phenoforge.agent.state import ConceptEntry, ConceptSet
+
+    entry = ConceptEntry(code="J45.20", name="Mild intermittent asthma", tier="curated", source="t", evidence="t")
+    text = concept_set_fhir_json(fixture_con, ConceptSet(description="\xa0", entries=[entry], reviewer="a"), "x")
+    assert ValueSet.model_validate_json(text).title == "phenoforge concept set"
