@@ -5,7 +5,7 @@ from __future__ import annotations
 import fcntl
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 
@@ -38,3 +38,14 @@ def file_lock_polled(lock_path: Path, waiting: Callable[[], None], poll: float =
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def lock_if_writable(lock_path: Path) -> AbstractContextManager[None]:
+    """``file_lock(lock_path)``, or no lock when its folder cannot be written (nothing will be stored there then)."""
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a"):
+            pass
+    except OSError:
+        return nullcontext()
+    return file_lock(lock_path)

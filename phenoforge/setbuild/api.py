@@ -14,7 +14,7 @@ import json
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,7 +29,7 @@ from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.errors import PhenoforgeError
-from phenoforge.locks import file_lock
+from phenoforge.locks import lock_if_writable
 from phenoforge.memory import collections_paused
 from phenoforge.setbuild.builders import (
     BuildInputs,
@@ -194,14 +194,7 @@ def fit_lock(held_out: Sequence[str]) -> AbstractContextManager[None]:
     """One fitter at a time per held-out key across threads and processes: the second waits, then finds the
     first one's bundle and reuses it. None when data/models cannot be written (nothing will be stored then)."""
     key = hashlib.sha1(json.dumps(sorted(held_out)).encode()).hexdigest()[:12]
-    lock_path = models_dir() / f".fit-{key}.lock"
-    try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a"):
-            pass
-    except OSError:
-        return nullcontext()
-    return file_lock(lock_path)
+    return lock_if_writable(models_dir() / f".fit-{key}.lock")
 
 
 def fit_builders(

@@ -38,19 +38,7 @@ def _disabled(driver: Any, key: str) -> bool:
     return buttons[0].get_attribute("disabled") is not None
 
 
-def _type(driver: Any, key: str, text: str, tag: str = "input") -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    box = driver.find_element(By.XPATH, f"{_keyed(key)}//{tag}")
-    box.send_keys(Keys.CONTROL, "a")
-    box.send_keys(Keys.DELETE)
-    box.send_keys(text)
-    if tag == "input":
-        box.send_keys(Keys.ENTER)
-    WebDriverWait(driver, web.WAIT).until(lambda d: box.get_attribute("value") == text)
-    web.wait_idle(driver)
+_type = web.type_into
 
 
 def _pick(driver: Any, key: str, starts: str) -> None:

@@ -3,7 +3,6 @@ page, and compared on the Compare page against the curated cohort it drew on."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,25 +20,10 @@ LIST = "asthma-fracture"
 SHOTS = Path("/tmp/phenoforge-versions-shots")
 
 
-def _keyed(key: str) -> str:
-    slug = re.sub(r"[^a-zA-Z0-9_-]", "-", key)
-    return f'//div[contains(concat(" ", normalize-space(@class), " "), " st-key-{slug} ")]'
+_keyed = web.keyed
 
 
-def _type(driver: Any, key: str, text: str, tag: str = "input") -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    web.wait_idle(driver)
-    box = driver.find_element(By.XPATH, f"{_keyed(key)}//{tag}")
-    box.send_keys(Keys.CONTROL, "a")
-    box.send_keys(Keys.DELETE)
-    box.send_keys(text)
-    if tag == "input":
-        box.send_keys(Keys.ENTER)
-    WebDriverWait(driver, web.WAIT).until(lambda d: box.get_attribute("value") == text)
-    web.wait_idle(driver)
+_type = web.type_into
 
 
 def _select(driver: Any, key: str, option: str) -> None:
