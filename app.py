@@ -20,6 +20,8 @@ PAGES = [
     ),
     st.Page("pages/5_Explore.py", title="Explore", icon=":material/search:", url_path="Explore"),
     st.Page("pages/6_Assemble.py", title="Assemble", icon=":material/checklist:", url_path="Assemble"),
+    st.Page("pages/7_Compare.py", title="Compare", icon=":material/compare_arrows:", url_path="Compare"),
+    st.Page("pages/8_Versions.py", title="Versions", icon=":material/history:", url_path="Versions"),
 ]
 
 st.set_page_config(page_title="phenoforge", page_icon="🧬", layout="wide")  # every page: wide, 1,280 px fits

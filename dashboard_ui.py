@@ -15,10 +15,12 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from phenoforge.dashboard.explore import CohortMembership
+from phenoforge.dashboard.first_run import FirstRunClock, FitState, SetBuilderFits
 from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.resources import CursorPool, DenseManager, open_vocabulary, vocabulary_present
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.errors import PhenoforgeError
+from phenoforge.setbuild.api import fits_refused
 
 PERCENT = "%.3f"
 
@@ -32,6 +34,17 @@ def cursor_pool() -> CursorPool:
 @st.cache_resource(show_spinner=False)
 def dense_manager() -> DenseManager:
     return DenseManager(cursor_pool())
+
+
+@st.cache_resource(show_spinner=False)
+def set_builder_fits() -> SetBuilderFits:
+    """The first-run fitting of the set builders: one per process, its progress shared by every session."""
+    return SetBuilderFits(cursor_pool(), dense_manager())
+
+
+@st.cache_resource(show_spinner=False)
+def first_run_clock() -> FirstRunClock:
+    return FirstRunClock()
 
 
 @st.cache_resource(show_spinner=False)
@@ -168,10 +181,70 @@ def dense_notice() -> None:
         )
 
 
-def run_page(main: Callable[[], None]) -> None:
-    """Run a page; a PhenoforgeError becomes a message that says what to do, not a traceback."""
+def builder_fits_state() -> FitState | None:
+    """The set builders' fitting (None before the vocabulary exists: nothing can be fitted yet)."""
+    if not vocabulary_present():
+        return None
+    return set_builder_fits().status()
+
+
+def builders_ready(library: Library | None = None, *, every: bool = False) -> bool:
+    """Whether the set-building methods may be offered: the fit a benchmark of ``library`` reads is stored, or
+    (``library`` None) the fit on every library a description is built with; ``every``: every first-run fit."""
+    state = builder_fits_state()
+    if state is None:
+        return False
+    if state.state == "ready":
+        return True
+    return not every and set_builder_fits().ready_for(library)
+
+
+def builders_wait_text(state: FitState | None) -> str:
+    """Why the set-building methods are not offered yet, and where to see it progress."""
+    if state is None or state.state == "missing":
+        return "The set builders are not fitted yet: open Home, which fits them in the background (first-run build)."
+    if state.state == "fitting":
+        return f"The set builders are still being fitted on Home ({state.percent}%)."
+    if state.state == "waiting":
+        return "The set builders are fitted on Home once the dense index is ready."
+    if state.state == "ready":  # every first-run fit is stored: this one is another (a library copying a bundled one)
+        return (
+            "This library's set-builder fit is not one the first-run build makes (an imported library that copies a "
+            "bundled one's lists is fitted without them): run `python -m phenoforge benchmark --library <id> "
+            "--methods learned` once, which fits it."
+        )
+    return state.error or "Fitting the set builders failed: see Home."
+
+
+def builders_notice(what: str = "the set-building methods", ready: bool = False) -> None:
+    """Say, unless the set builders are ``ready`` for the page, that ``what`` waits for them and what works now."""
+    state = builder_fits_state()
+    if ready or (state is not None and state.state == "ready"):
+        return
+    text = f"{builders_wait_text(state)} Until then {what} are not offered; BM25, dense and hybrid work now."
+    if state is not None and state.state == "failed":
+        st.warning(text)
+    else:
+        st.info(text)
+
+
+def _refusal() -> str:
     try:
-        main()
+        text = builders_wait_text(builder_fits_state())
+    except PhenoforgeError:
+        text = builders_wait_text(None)
+    return f"{text} A page never starts a fit: the first-run build on Home fits the set builders."
+
+
+def run_page(main: Callable[[], None]) -> None:
+    """Run a page; a PhenoforgeError becomes a message that says what to do, not a traceback.
+
+    Pages never fit the set builders (:func:`~phenoforge.setbuild.api.fits_refused`): a stored fit is
+    reused, a missing one is refused with a message, and the first-run build on Home fits them.
+    """
+    try:
+        with fits_refused(_refusal()):
+            main()
     except PhenoforgeError as error:
         st.error(plain(error))  # messages quote what was supplied (a file's names, a URL's ids)
 

@@ -6,7 +6,8 @@ import streamlit as st
 
 import dashboard_ui as ui
 from phenoforge import app_state
-from phenoforge.dashboard.benchmark import headline_rows, headlines
+from phenoforge.dashboard.benchmark import available_methods, headline_rows, headlines
+from phenoforge.dashboard.first_run import estimate_remaining
 from phenoforge.dashboard.markdown import plain
 from phenoforge.dashboard.resources import (
     build_vocabulary,
@@ -20,6 +21,7 @@ from phenoforge.dashboard.status import (
     library_summaries,
     stored_files,
 )
+from phenoforge.setbuild.builders import builder_names
 
 BUNDLED_SOURCE = "simple-icd-10-cm"
 
@@ -27,6 +29,7 @@ BUNDLED_SOURCE = "simple-icd-10-cm"
 def first_run_vocabulary() -> None:
     if vocabulary_present():
         return
+    ui.first_run_clock().building("vocabulary")
     st.info("First run: building the ICD-10-CM vocabulary database from the embedded release.")
     bar = st.progress(0.0, text="starting")
     build_vocabulary(ui.progress_callback(bar, "vocabulary "))
@@ -39,6 +42,7 @@ def first_run_libraries(source: str) -> None:
 
     if source != BUNDLED_SOURCE or bundled_libraries_current():
         return
+    ui.first_run_clock().building("libraries")
     st.info(
         "Building the bundled cohort libraries (Elixhauser, CMS-HCC V28 and V24, Quan 2005 Charlson and "
         "Elixhauser): missing, or from an older release."
@@ -49,14 +53,22 @@ def first_run_libraries(source: str) -> None:
     bar.progress(1.0, text="libraries ready")
 
 
+def seconds_text(seconds: float | None) -> str:
+    """`` (ready after 12 s)``: when a step this process built was ready, counted from the start of its first-run
+    build; empty for a step that was there already."""
+    return f" (ready after {seconds:.0f} s)" if seconds is not None else ""
+
+
 @st.fragment(run_every=2.0)
 def dense_progress() -> None:
     """Polls the background build; reruns the page once the index is ready."""
     status = ui.dense_manager().status()
     if status.state == "building":
+        left = estimate_remaining(status.seconds, status.fraction)
+        estimate = f", about {left:.0f} s left" if left is not None else ""
         st.progress(
             status.fraction,
-            text=f"dense index: {status.done}/{status.total} · {status.message} ({status.seconds:.0f} s)",
+            text=f"dense index: {status.done}/{status.total} · {status.message} ({status.seconds:.0f} s{estimate})",
         )
         st.caption("BM25 methods work meanwhile; dense ones wait for this.")
     elif status.state == "ready":
@@ -78,10 +90,11 @@ def dense_section() -> None:
     ):
         st.session_state["dense_autostart_tried"] = True
         if status.state == "missing":
+            ui.first_run_clock().building("dense index")
             manager.start_build()
             status = manager.status()
     if status.state == "ready":
-        st.success("Dense index: ready")
+        st.success("Dense index: ready" + seconds_text(ui.first_run_clock().step_ready("dense index")))
         st.caption(status.message)
         if status.note:
             st.info(status.note)
@@ -97,15 +110,78 @@ def dense_section() -> None:
     else:
         st.info("Dense index: not built. Dense and hybrid methods need it; BM25 works without.")
     if st.button("Build the dense index now", key="build_dense"):
+        ui.first_run_clock().building("dense index")
         manager.start_build()
         st.rerun()
+
+
+@st.fragment(run_every=1.0)
+def fits_progress() -> None:
+    """Polls the background fitting; reruns the page once it ends (ready or failed)."""
+    state = ui.set_builder_fits().status()
+    if state.state == "fitting":
+        st.progress(state.fraction, text=f"set builders: {state.progress_text()}")
+        st.caption(
+            "Fitting one model per held-out library group and one on every library; the set-building methods "
+            "are offered on every page once it ends. BM25, dense and hybrid work meanwhile."
+        )
+    elif state.state == "waiting":
+        st.info(f"Set builders: {state.message}.")
+    elif st.session_state.get("fits_were_running"):
+        st.session_state["fits_were_running"] = False
+        st.rerun()
+
+
+def builders_section() -> None:
+    fits = ui.set_builder_fits()
+    state = fits.status()
+    if state.state in ("missing", "waiting"):
+        ui.first_run_clock().building("set builders")
+        fits.start()
+        state = fits.status()
+    names = ", ".join(builder_names())
+    if state.state == "ready":
+        st.success(f"Set builders: ready ({names})" + seconds_text(ui.first_run_clock().step_ready("set builders")))
+        return
+    if state.state in ("fitting", "waiting"):
+        st.session_state["fits_were_running"] = True
+        fits_progress()
+        return
+    st.error(state.error or "fitting the set builders failed")
+    if st.button("Retry fitting the set builders", key="retry_fits"):
+        fits.start()
+        st.rerun()
+
+
+def first_run_section(source: str) -> None:
+    """The first-run build, step by step: vocabulary, libraries, dense index, set builders; then whether every
+    built-in method is ready."""
+    st.subheader("First-run build")
+    clock = ui.first_run_clock()
+    first_run_libraries(source)
+    st.success("Vocabulary: ready" + seconds_text(clock.step_ready("vocabulary")))
+    summaries, _problems = library_summaries()
+    if summaries:
+        st.success(f"Cohort libraries: ready ({len(summaries)})" + seconds_text(clock.step_ready("libraries")))
+    else:
+        st.info("Cohort libraries: none installed (the set builders are fitted on bundled libraries only).")
+    dense_section()
+    builders_section()
+    dense_ready = ui.dense_manager().status().state == "ready"
+    builders_ready = ui.set_builder_fits().status().state == "ready"
+    if dense_ready and builders_ready:
+        total = clock.all_ready()
+        took = f" (first-run build: {total:.0f} s)" if total is not None else ""
+        st.success(f"**All methods ready**{took}.")
+    else:
+        ready = available_methods(dense_ready, builders_ready)
+        st.caption(f"Ready now: {', '.join(ready)}. The other built-in methods wait for the steps above.")
 
 
 def loaded_section() -> None:
     with ui.cursor() as con:
         info = describe_vocabulary(con)
     st.subheader("Vocabulary")
-    first_run_libraries(info.source)
     st.markdown(f"**{info.vocabulary_release}** · source `{info.source}`")
     cols = st.columns(3)
     cols[0].metric("ICD-10-CM concepts", f"{info.n_icd10cm:,}")
@@ -148,8 +224,7 @@ def loaded_section() -> None:
             "FILE.csv`, or build the bundled ones with `python -m phenoforge build`."
         )
 
-    st.subheader("Retrieval and agent")
-    dense_section()
+    st.subheader("Agent")
     if claude_key_set():
         st.success("Claude API key: set (the Decomposition page can use Claude)")
     else:
@@ -229,6 +304,9 @@ def main() -> None:
         "From a cohort description to a defensible ICD-10-CM code list, and a benchmark of how well retrieval does it.",
     )
     first_run_vocabulary()
+    with ui.cursor() as con:
+        source = describe_vocabulary(con).source
+    first_run_section(source)
     start_here()
     leaderboard_section()
     loaded_section()

@@ -1,8 +1,9 @@
-"""A new user's first ``streamlit run app.py``: seconds from opening Home to "Dense index: ready".
+"""A new user's first ``streamlit run app.py``: seconds from opening Home to "All methods ready".
 
 Clones the repository's committed HEAD into a temporary folder, starts ``streamlit run app.py``
 there on an empty data folder with the real model (nothing preset), opens Home in headless Chromium
-and polls the page until it says "Dense index: ready", printing when each stage first shows.
+and polls the page until it says "All methods ready" (dense index and set builders), printing when each
+stage first shows (issue 31's target: <= 120 s on a 2-core AVX-512 machine, <= 240 s on an AVX2-only one).
 
     python bench/bench_first_run.py            # one run (the dense build takes minutes)
     python bench/bench_first_run.py --timeout 1800
@@ -23,7 +24,8 @@ sys.path.insert(0, str(REPO))
 
 from tests.browser.support import CHROMEDRIVER, CHROMIUM, body, free_port, healthy, make_driver  # noqa: E402
 
-MILESTONES = ("vocabulary ready", "Cohort libraries", "dense index:", "Dense index: ready")
+MILESTONES = ("vocabulary ready", "Cohort libraries", "dense index:", "Dense index: ready", "All methods ready")
+DONE = "All methods ready"
 
 
 def main() -> int:
@@ -75,13 +77,15 @@ def main() -> int:
                     if milestone in text and milestone not in seen:
                         seen[milestone] = time.perf_counter() - started
                         print(f"{seen[milestone]:7.1f} s  {milestone!r} shown", flush=True)
-                if "Dense index: ready" in seen:
+                if DONE in seen:
                     break
                 time.sleep(1.0)
             load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-            if "Dense index: ready" in seen:
-                ready = seen["Dense index: ready"]
-                print(f"Home showed 'Dense index: ready' {ready:.1f} s after opening (load {load})")
+            if DONE in seen:
+                print(
+                    f"Home showed {DONE!r} {seen[DONE]:.1f} s after opening (load {load}); dense index ready after "
+                    f"{seen.get('Dense index: ready', float('nan')):.1f} s"
+                )
                 manifest = data / "dense" / "manifest.json"
                 if manifest.exists():
                     print(f"dense manifest: {manifest.read_text()}")

@@ -46,6 +46,8 @@ from phenoforge.errors import PhenoforgeError
 def controls(libraries: list) -> tuple[object, BenchmarkParameters, str, bool]:
     dense_ready = ui.dense_retriever() is not None
     library = ui.library_picker(libraries, key="bench_library")
+    builders_ready = ui.builders_ready(library)
+    ui.builders_notice(ready=builders_ready)
     with st.form("benchmark_form"):
         entries = library.manifest.cohorts
         names = {e.cohort_id: e.cohort_name for e in entries}
@@ -56,7 +58,7 @@ def controls(libraries: list) -> tuple[object, BenchmarkParameters, str, bool]:
             key=f"bench_cohorts_{library.library_id}",
             format_func=lambda c: f"{c} · {names.get(c, c)}",
         )
-        options = available_methods(dense_ready)
+        options = available_methods(dense_ready, builders_ready)
         default = default_methods(options)
         methods = st.multiselect(
             "Methods",
@@ -129,7 +131,7 @@ def upload_section(library: object) -> None:
             name = st.text_input("Run name (default: the file name)", key="bench_upload_name")
             compare = st.multiselect(
                 "Compare with",
-                available_methods(ui.dense_retriever() is not None),
+                available_methods(ui.dense_retriever() is not None, ui.builders_ready(library)),  # type: ignore[arg-type]
                 default=["hybrid"],
                 key="bench_upload_compare",
             )

@@ -69,9 +69,11 @@ def main() -> None:
     options = (
         list(run.parameters.methods)
         if run and run.library_id == library.library_id
-        else available_methods(dense is not None)
+        else available_methods(dense is not None, ui.builders_ready(library))
     )
     wanted = [m for m in (params.get("method") or "").split(",") if m in options]
+    if not (run and run.library_id == library.library_id):
+        ui.builders_notice(ready=ui.builders_ready(library))
     methods = st.multiselect("Methods", options, default=wanted or options[:1], key="dd_methods")
     use_run = run is not None and run.library_id == library.library_id
     if use_run:

@@ -220,9 +220,12 @@ def main() -> None:
         ui.dense_notice()
         st.info("The slider needs the dense index: without it every weight is BM25 alone.")
         return
+    ready = ui.builders_ready(every=True)  # the method is chosen before the library
+    if not ready:
+        ui.builders_notice("set-builder sweeps")
     method = st.selectbox(
         "Method",
-        list(sweepable()),
+        [name for name in sweepable() if ready or name == "hybrid"],
         key="hw_method",
         help="hybrid re-fuses cached rankings as the slider moves; a set builder is swept on a grid of weights",
     )

@@ -83,6 +83,12 @@ def _vocabulary_schema() -> str:
     return SCHEMA_VERSION
 
 
+def _versions_format() -> int:
+    from phenoforge.lists.store import VERSION_FORMAT
+
+    return VERSION_FORMAT
+
+
 MODELS = "models"
 
 ARTIFACTS: tuple[Artifact, ...] = (
@@ -148,6 +154,16 @@ ARTIFACTS: tuple[Artifact, ...] = (
         True,
         "phenoforge.agent.cache",
         "answers of the Claude decomposer, one JSON file per request",
+        removable=False,
+    ),
+    Artifact(
+        "code list versions",
+        "",
+        re.compile(r"^versions$"),
+        True,
+        "phenoforge.lists.store",
+        "signed-off code lists: a folder per list, a read-only JSON file per version, never rewritten",
+        _versions_format,
         removable=False,
     ),
     Artifact(
@@ -220,6 +236,24 @@ ARTIFACTS: tuple[Artifact, ...] = (
         False,
         "phenoforge.setbuild.learned",
         "the lock one writer of a membership model holds",
+    ),
+    Artifact(
+        "set-builder fit lock",
+        MODELS,
+        re.compile(r"^\.fit-[0-9a-f]{12}\.lock$"),
+        False,
+        "phenoforge.setbuild.api",
+        "the lock one fitter of the set builders holds per held-out group (others wait, then reuse its fit)",
+        removable=False,
+    ),
+    Artifact(
+        "first-run fitting",
+        MODELS,
+        re.compile(r"^\.first-run-fits\.(?:lock|json)$"),
+        False,
+        "phenoforge.dashboard.first_run",
+        "the dashboard's first-run fitting: its lock, and its progress while it runs (for other processes)",
+        removable=False,
     ),
     Artifact(
         "ONNX export",

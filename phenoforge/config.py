@@ -66,5 +66,10 @@ def cache_dir() -> Path:
     return data_dir() / "cache"
 
 
+def versions_dir() -> Path:
+    """Signed-off code lists: one folder per list, one JSON file per version (``phenoforge.lists.store``)."""
+    return data_dir() / "versions"
+
+
 def no_progress(done: int, total: int, message: str) -> None:
     """Default progress callback: says nothing."""

@@ -315,6 +315,8 @@ def _classify(path: Path, state: CurrentState, names: set[str]) -> tuple[Entry, 
         if match["model"] in names:  # sorted with its folder (a folder left alone keeps its lock)
             return Entry(name, "lock", 0, f"the lock of {match['model']}"), "current"
         return stale("lock", "the lock of a membership model that is gone", name)
+    if kind in ("set-builder fit lock", "first-run fitting"):
+        return kept("lock", "a fitter's lock (or its progress while it runs): left alone")
     if kind == "ONNX export":
         lock = f"{match['stem']}.lock"
         if current:

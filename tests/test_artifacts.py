@@ -17,6 +17,7 @@ EXAMPLES = {
     "vocabulary lock": ("", ".vocab.duckdb.lock", False),
     "BM25 index": ("", "bm25", True),
     "models folder": ("", "models", True),
+    "code list versions": ("", "versions", True),
     "node table": (MODELS, "node-table-abc123-v1.npz", False),
     "word counts": (MODELS, "word-counts-abc123-v1.json", False),
     "curated knowledge": (MODELS, "curated-knowledge-abc123-0123456789abcdef-v1.npz", False),
@@ -24,6 +25,8 @@ EXAMPLES = {
     "tuned parameters": (MODELS, "builder-params-0123456789ab.json", False),
     "membership model": (MODELS, "membership-0123456789ab-0123456789ab-k0123456789", True),
     "membership model lock": (MODELS, ".membership-0123456789ab.lock", False),
+    "set-builder fit lock": (MODELS, ".fit-0123456789ab.lock", False),
+    "first-run fitting": (MODELS, ".first-run-fits.json", False),
     "ONNX export": (MODELS, "all-MiniLM-L6-v2-0.1.0-torch2.13.0-opset17.onnx", False),
     "ONNX export lock": (MODELS, "all-MiniLM-L6-v2-0.1.0-torch2.13.0-opset17.lock", False),
 }

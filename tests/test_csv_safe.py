@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from phenoforge.agent.audit import DecisionRecord, audit_csv
 from phenoforge.agent.export import concept_set_csv
-from phenoforge.agent.state import ConceptEntry, ConceptSet, UnmappableTerm
+from phenoforge.agent.state import ConceptEntry, ConceptSet, Qualifier, UnmappableTerm
 from phenoforge.csv_safe import FORMULA_STARTS, safe_cell
 from phenoforge.dashboard.benchmark import report_csv
 from phenoforge.eval.models import BenchmarkReport, CohortEvalResult
@@ -83,6 +83,8 @@ def test_concept_set_csv_neutralises_terms_and_reasons() -> None:
             )
         ],
         unmappable=[UnmappableTerm(term=value, reason=value) for value in HOSTILE],
+        reviewer=HOSTILE[0],
+        qualifiers=[Qualifier(text=value, kind="other") for value in HOSTILE],
     )
     text = concept_set_csv(concept_set)
     _assert_no_formula(text)

@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS assembly_decision (
     code TEXT NOT NULL,
     decision TEXT NOT NULL,
     expand_descendants INTEGER NOT NULL DEFAULT 0,
-    terms TEXT NOT NULL DEFAULT ''
+    terms TEXT NOT NULL DEFAULT '',
+    reason TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS idx_assembly_decision_session ON assembly_decision (session_id, decision_id);
 CREATE TABLE IF NOT EXISTS assembly_decision_legacy_description (
@@ -66,6 +67,20 @@ class DecisionRecord(BaseModel):
     expand_descendants: bool
     terms: str
     description: str
+    reason: str = ""
+
+
+class Event(BaseModel):
+    """An audit row that is not a code's accept/reject: a curated proposal confirmed, replaced or declined
+    (``confirm-cohort``, ``replace-cohort``, ``decline-cohorts``; ``code`` is the cohort), or a qualifier of the
+    description no code expresses (``qualifier``, noted when the session starts; no reviewer yet)."""
+
+    code: str
+    decision: str
+    terms: str = ""
+    reason: str = ""
+    reviewer: str = ""
+    decided_at: str = ""
 
 
 class SessionSummary(BaseModel):
@@ -93,6 +108,13 @@ def _open(path: Path | None) -> Iterator[sqlite3.Connection]:
 def _ensure_schema(con: sqlite3.Connection) -> None:
     """Create the tables; move a pre-existing per-decision description copy out, losing nothing."""
     con.executescript(SCHEMA)
+    columns = {row[1] for row in con.execute("PRAGMA table_info(assembly_decision)").fetchall()}
+    if "reason" not in columns:  # a database from before reasons were kept: add the column, empty
+        try:
+            con.execute("ALTER TABLE assembly_decision ADD COLUMN reason TEXT NOT NULL DEFAULT ''")
+        except sqlite3.OperationalError as error:  # another process added it first
+            if "duplicate column" not in str(error):
+                raise
     if not _has_decision_description(con):
         return
     con.execute("BEGIN IMMEDIATE")  # one migrator at a time; the others find it done
@@ -119,6 +141,7 @@ def save_state(
     state: AssemblyState,
     decisions: list[tuple[str, str, bool]] | None = None,
     path: Path | None = None,
+    events: list[Event] | None = None,
 ) -> None:
     """Upsert the session and insert its new decisions, atomically (one transaction)."""
     with _open(path) as con, con:
@@ -144,7 +167,7 @@ def save_state(
                 raise AppStateError(f"decision for {code} is not applied to the session state")
             con.execute(
                 "INSERT INTO assembly_decision (session_id, decided_at, reviewer, code, decision, "
-                "expand_descendants, terms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "expand_descendants, terms, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     state.session_id,
                     candidate.decided_at,
@@ -153,6 +176,21 @@ def save_state(
                     decision,
                     int(bool(expand) and candidate.expand_descendants),
                     "; ".join(candidate.terms),
+                    candidate.reason,
+                ],
+            )
+        for event in events or []:
+            con.execute(
+                "INSERT INTO assembly_decision (session_id, decided_at, reviewer, code, decision, "
+                "expand_descendants, terms, reason) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
+                [
+                    state.session_id,
+                    event.decided_at or state.updated_at,
+                    event.reviewer,
+                    event.code,
+                    event.decision,
+                    event.terms,
+                    event.reason,
                 ],
             )
 
@@ -195,7 +233,7 @@ def decisions(session_id: str, path: Path | None = None) -> list[DecisionRecord]
     with _open(path) as con:
         rows = con.execute(
             "SELECT d.decision_id, d.session_id, d.decided_at, d.reviewer, d.code, d.decision, "
-            "d.expand_descendants, d.terms, COALESCE(l.description, s.description, '') AS description "
+            "d.expand_descendants, d.terms, d.reason, COALESCE(l.description, s.description, '') AS description "
             "FROM assembly_decision d LEFT JOIN assembly_session s ON s.session_id = d.session_id "
             "LEFT JOIN assembly_decision_legacy_description l ON l.decision_id = d.decision_id "
             "WHERE d.session_id = ? ORDER BY d.decision_id",

@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from phenoforge.agent.state import ConceptSet
+from phenoforge.agent.state import QUALIFIER_ADVICE, ConceptSet
 from phenoforge.csv_safe import SafeWriter
 from phenoforge.engine.db import read_metadata
 from phenoforge.engine.expansion import get_hierarchy
@@ -46,11 +46,34 @@ def circe_unavailable(con: duckdb.DuckDBPyConnection) -> str | None:
     )
 
 
-CSV_FIELDS = ["code", "name", "tier", "source", "evidence", "terms", "via_descendants_of"]
+CSV_FIELDS = [
+    "code",
+    "name",
+    "tier",
+    "source",
+    "evidence",
+    "terms",
+    "via_descendants_of",
+    "reviewer",
+    "decision",
+    "reason",
+]
+
+
+def require_reviewer(concept_set: ConceptSet) -> str:
+    """The reviewer of the set; ``ExportUnavailable`` when none is named (no list leaves without one)."""
+    reviewer = " ".join(concept_set.reviewer.split())
+    if not reviewer:
+        raise ExportUnavailable(
+            "the concept set names no reviewer: name one and assemble again (every exported list is reviewed)"
+        )
+    return reviewer
 
 
 def concept_set_csv(concept_set: ConceptSet) -> str:
-    """One row per code, then one ``UNMAPPABLE`` row per term that produced nothing, with why."""
+    """One row per code, then one ``unmappable`` row per term that produced nothing, with why, then one
+    ``qualifier`` row per part of the description no code expresses (apply it in the other criteria)."""
+    reviewer = require_reviewer(concept_set)
     out = io.StringIO()
     writer = SafeWriter(out, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
@@ -64,10 +87,15 @@ def concept_set_csv(concept_set: ConceptSet) -> str:
                 entry.evidence,
                 "; ".join(entry.terms),
                 entry.via_descendants_of or "",
+                reviewer,
+                entry.decision,
+                entry.reason,
             ]
         )
     for item in concept_set.unmappable:
-        writer.writerow(["", "", "unmappable", "", item.reason, item.term, ""])
+        writer.writerow(["", "", "unmappable", "", item.reason, item.term, "", reviewer, "", ""])
+    for qualifier in concept_set.qualifiers:
+        writer.writerow(["", "", "qualifier", qualifier.kind, QUALIFIER_ADVICE, qualifier.text, "", reviewer, "", ""])
     return out.getvalue()
 
 
@@ -98,6 +126,7 @@ def concept_set_circe(con: duckdb.DuckDBPyConnection, concept_set: ConceptSet, s
     problem = circe_unavailable(con)
     if problem is not None:
         raise ExportUnavailable(problem)
+    require_reviewer(concept_set)
     hierarchy = get_hierarchy(con)
     names = {entry.code: entry.name for entry in concept_set.entries}
     items_codes, roots = subtree_roots(con, concept_set.codes)
@@ -137,14 +166,27 @@ ICD10CM_SYSTEM = "http://hl7.org/fhir/sid/icd-10-cm"
 
 
 def concept_set_fhir_valueset(
-    con: duckdb.DuckDBPyConnection, concept_set: ConceptSet, set_id: str = "concept-set", status: str = "draft"
+    con: duckdb.DuckDBPyConnection | None,
+    concept_set: ConceptSet,
+    set_id: str = "concept-set",
+    status: str = "draft",
+    release: str | None = None,
+    version: str | None = None,
 ) -> dict[str, Any]:
     """A FHIR R4 ``ValueSet``: every code of the set in ``compose.include``, with its display name, the
-    ICD-10-CM system and the vocabulary release as the system's version; the description as title."""
+    ICD-10-CM system and the vocabulary release as the system's version; the description as title.
+
+    ``release`` (the release the list was made with) replaces the open vocabulary's, and ``version`` (a signed-off
+    version's number) becomes the ValueSet's own ``version``; ``con`` is read only when ``release`` is None."""
     if not concept_set.entries:  # an include of the system without concepts would mean every ICD-10-CM code
         raise ExportUnavailable("the concept set is empty: a FHIR ValueSet of no codes is not written")
-    metadata = read_metadata(con)
-    release = metadata.get("vocabulary_release", "") or "unknown"
+    reviewer = require_reviewer(concept_set)
+    if release is None:
+        if con is None:
+            raise ValueError("a FHIR export needs the vocabulary or the release it was made with")
+        release = read_metadata(con).get("vocabulary_release", "") or "unknown"
+    # FHIR strings allow no other whitespace than space, tab and newlines (a no-break space alone was invalid)
+    plain_description = " ".join(concept_set.description.split())
     slug = "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-." else "-" for ch in set_id)[:64].strip("-.")
     slug = slug or "concept-set"  # FHIR ids: ASCII letters, digits, - and ., at most 64
     concepts = [{"code": entry.code, "display": entry.name} for entry in concept_set.entries]
@@ -153,12 +195,17 @@ def concept_set_fhir_valueset(
         "id": slug,
         "url": f"urn:phenoforge:valueset:{slug}",
         "name": "".join(word.capitalize() for word in slug.replace(".", "-").split("-") if word)[:255] or "ConceptSet",
-        "title": concept_set.description[:200],
+        "title": plain_description[:200] or "phenoforge concept set",
         "status": status,
         "experimental": True,
-        "description": f"Assembled by phenoforge from: {concept_set.description}",
+        "description": f"Assembled by phenoforge from: {plain_description or '(none)'}; reviewed by {reviewer}"
+        + "".join(
+            f"; not coded, apply in the cohort's other criteria: {q.kind}: {q.text}" for q in concept_set.qualifiers
+        ),
         "compose": {"include": [{"system": ICD10CM_SYSTEM, "version": release, "concept": concepts}]},
     }
+    if version is not None:
+        value_set["version"] = version
     return value_set
 
 

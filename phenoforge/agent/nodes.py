@@ -23,9 +23,10 @@ and share none of its words. When no cohort passes both signals, a cohort holdin
 reach it with one hit) is a match on retrieval alone, if it is the only such cohort; it is marked
 ``by_retrieval_only`` and the term's note says so.
 
-One matching cohort is a curated match. Several matching cohorts are *ambiguous*: reported with
-all of them, never guessed, unless exactly one cohort's name is the term itself (same word set),
-which is taken. Ambiguous and unmatched terms fall through to generated retrieval.
+No match is taken by itself: a term with matches is *proposed*, its matches and the cohorts named for
+it (``name_alternatives``) ranked by scope (``agent/scope.py``), and the reviewer confirms the first,
+replaces it or declines them all (``settle_proposal``). Unmatched and declined terms go to generated
+retrieval; ``workflow.finish`` refuses until every proposal is settled and a reviewer is named.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from phenoforge.agent.scope import describe_scope
 from phenoforge.agent.state import (
     AssemblyState,
     Candidate,
@@ -50,13 +52,13 @@ from phenoforge.agent.state import (
     TermState,
     UnmappableTerm,
 )
+from phenoforge.agent.words import content_words
 from phenoforge.caches import ProcessCache
 from phenoforge.engine.curated import Library, list_libraries, load_curated_concept_set, load_library
 from phenoforge.engine.db import build_id
 from phenoforge.engine.expansion import get_hierarchy
 from phenoforge.engine.hybrid import hybrid_search
-from phenoforge.engine.query import tokenize
-from phenoforge.errors import LibraryError
+from phenoforge.errors import LibraryError, PhenoforgeError
 from phenoforge.setbuild.builders import builder_names
 
 if TYPE_CHECKING:
@@ -70,70 +72,7 @@ decomposition development cases only (0.8 and 0.65 landed no term on a wrong coh
 on its target; 0.5 sent "metastatic breast cancer" to solid tumours); test and held-out cases are reported."""
 DEFAULT_K = 10
 
-GENERIC_WORDS = frozenset(
-    {
-        "disease",
-        "diseases",
-        "disorder",
-        "disorders",
-        "mellitus",
-        "condition",
-        "conditions",
-        "syndrome",
-        "syndromes",
-        "unspecified",
-        "specified",
-        "nos",
-        "status",
-        "type",
-    }
-)
-WORD_SYNONYMS = {
-    "renal": "kidney",
-    "kidneys": "kidney",
-    "cardiac": "heart",
-    "hepatic": "liver",
-    "pulmonary": "lung",
-    "lungs": "lung",
-    "cerebrovascular": "stroke",
-    "neoplasm": "cancer",
-    "neoplasms": "cancer",
-    "malignant": "cancer",
-    "malignancy": "cancer",
-    "tumor": "cancer",
-    "tumors": "cancer",
-    "tumour": "cancer",
-    "carcinoma": "cancer",
-    "seizures": "seizure",
-    "epileptic": "epilepsy",
-    "diabetic": "diabetes",
-    "obese": "obesity",
-    "depressive": "depression",
-    "hypertensive": "hypertension",
-    "psychotic": "psychosis",
-    "psychoses": "psychosis",
-    "arthritic": "arthritis",
-    "anemias": "anemia",
-    "ulcers": "ulcer",
-    "fractures": "fracture",
-    "infections": "infection",
-    "cancers": "cancer",
-}
-
 Decomposer = Callable[[str], list[str]]
-
-
-def content_words(text: str) -> set[str]:
-    """The words the name rule compares: tokenized, generic words out, plurals and synonyms folded."""
-    words: set[str] = set()
-    for token in tokenize(text):
-        token = WORD_SYNONYMS.get(token, token)
-        if token in GENERIC_WORDS:
-            continue
-        if len(token) > 4 and token.endswith("s") and not token.endswith(("ss", "is", "us")):
-            token = WORD_SYNONYMS.get(token[:-1], token[:-1])
-        words.add(token)
-    return words
 
 
 @dataclass(frozen=True)
@@ -306,31 +245,25 @@ def check_curated(
     problems: list[str] = []
     libraries = libraries if libraries is not None else _libraries(state, problems)
     cohorts = [cohort for library in libraries for cohort in index_library(con, library, fanout_threshold, problems)]
+    codes_of = {f"{cohort.library_id}/{cohort.cohort_id}": cohort.codes for cohort in cohorts}
     terms: list[TermState] = []
     for term_state in state.terms:
         result = hybrid_search(con, term_state.term, k=state.k, dense=dense)
         hit_codes = result.codes
         matches, near = match_term(con, term_state.term, cohorts, hit_codes)
         update: dict[str, object] = {"near_misses": near, "search_degraded": result.degraded}
-        exact = [match for match in matches if match.exact_name]
-        if len(matches) == 1 or (len(matches) > 1 and len(exact) == 1):
-            chosen = matches[0] if len(matches) == 1 else exact[0]
+        if matches:
+            alternatives = name_alternatives(term_state.term, cohorts, matches)
+            proposals = describe_scope(con, term_state.term, [*matches, *alternatives], codes_of, hit_codes)
             update |= {
-                "status": "curated",
-                "curated": chosen,
-                "ambiguous": [],
-                "note": _match_note(matches, chosen, state.k),
-            }
-        elif len(matches) > 1:
-            update |= {
-                "status": "ambiguous",
-                "ambiguous": matches,
+                "status": "proposed",
+                "proposals": proposals,
                 "curated": None,
-                "note": f"matches {len(matches)} cohorts: "
-                + "; ".join(f"{m.library_id}/{m.cohort_id} {m.cohort_name}" for m in matches),
+                "ambiguous": [],
+                "note": _proposal_note(matches, alternatives, proposals, state.k),
             }
         else:
-            update |= {"status": "pending", "curated": None, "ambiguous": []}
+            update |= {"status": "pending", "curated": None, "ambiguous": [], "proposals": []}
         terms.append(term_state.model_copy(update=update))
     notes = list(state.notes) + [
         f"{problem} (its terms fall through to generated candidates)"
@@ -340,15 +273,52 @@ def check_curated(
     return state.model_copy(update={"terms": terms, "stage": "checked", "updated_at": _now(), "notes": notes})
 
 
-def _match_note(matches: list[CohortMatch], chosen: CohortMatch, k: int) -> str | None:
-    if chosen.by_retrieval_only:
-        return (
-            f"matched '{chosen.cohort_name}' on retrieval alone: no cohort name shares the term's words, and "
-            f"{chosen.retrieval_overlap:.0%} of its top-{k} hits are in this one cohort only"
+def name_alternatives(term: str, cohorts: list[IndexedCohort], matches: list[CohortMatch]) -> list[CohortMatch]:
+    """Cohorts that did not pass the match rule but whose name holds every content word of the term (or of
+    its head before " with "): other scopes of the same condition ("Hypertension, uncomplicated" when only
+    the complicated cohort's codes fill the term's top hits), offered beside the matches."""
+    words = content_words(term)
+    head = content_words(term.split(" with ", 1)[0]) if " with " in term else words
+    taken = {(match.library_id, match.cohort_id) for match in matches}
+    out: list[CohortMatch] = []
+    for cohort in cohorts:
+        if (cohort.library_id, cohort.cohort_id) in taken or not words:
+            continue
+        overlap = max(_overlap(words, cohort.words), _overlap(head, cohort.words) if head else 0.0)
+        if overlap < 1.0:
+            continue
+        out.append(
+            CohortMatch(
+                library_id=cohort.library_id,
+                library_path=cohort.library_path,
+                cohort_id=cohort.cohort_id,
+                cohort_name=cohort.cohort_name,
+                retrieval_overlap=0.0,
+                name_overlap=round(overlap, 4),
+                exact_name=words == set(cohort.words),
+                n_codes=len(cohort.codes),
+                matched=False,
+            )
         )
-    if len(matches) > 1:
-        return f"{len(matches)} cohorts matched; '{chosen.cohort_name}' is the term itself"
-    return None
+    return out
+
+
+def _proposal_note(
+    matches: list[CohortMatch], alternatives: list[CohortMatch], proposals: list[CohortMatch], k: int
+) -> str:
+    first = proposals[0]
+    said = [
+        f"{len(matches)} cohort{'s' if len(matches) != 1 else ''} matched"
+        + (f", {len(alternatives)} more named for the term" if alternatives else "")
+        + f"; proposed first: {first.key} '{first.cohort_name}' (the reviewer confirms or replaces it)"
+    ]
+    only = next((match for match in matches if match.by_retrieval_only), None)
+    if only is not None:
+        said.append(
+            f"'{only.cohort_name}' matched on retrieval alone: no cohort name shares the term's words, and "
+            f"{only.retrieval_overlap:.0%} of its top-{k} hits are in this one cohort only"
+        )
+    return "; ".join(said)
 
 
 def _hint(con: duckdb.DuckDBPyConnection, code: str) -> tuple[str, int, str, bool]:
@@ -369,8 +339,10 @@ def generate(
     state: AssemblyState,
     con: duckdb.DuckDBPyConnection,
     dense: DenseRetriever | None = None,
+    only_terms: set[str] | None = None,
 ) -> AssemblyState:
-    """Hybrid retrieval (plus hierarchy hints) for every term the curated check did not settle."""
+    """Hybrid retrieval (plus hierarchy hints) for every term the curated check did not settle (or only
+    ``only_terms``: a term whose curated proposals the reviewer declined)."""
     # copies: appending a source below must not reach the caller's state (nodes never mutate their input)
     by_code: dict[str, Candidate] = {
         candidate.code: candidate.model_copy(update={"sources": list(candidate.sources)})
@@ -378,7 +350,9 @@ def generate(
     }
     terms: list[TermState] = []
     for term_state in state.terms:
-        if term_state.status not in ("pending", "ambiguous", "generated"):
+        if term_state.status not in ("pending", "ambiguous", "generated") or (
+            only_terms is not None and term_state.term not in only_terms
+        ):
             terms.append(term_state)
             continue
         if state.generator != "hybrid":
@@ -485,10 +459,11 @@ def confirm(
     decisions: list[tuple[str, Decision, bool]],
     reviewer: str,
     when: str | None = None,
+    reason: str = "",
 ) -> AssemblyState:
-    """Apply reviewer decisions ``(code, 'accept'|'reject', expand_descendants)`` to candidates."""
-    if not reviewer.strip():
-        raise ValueError("a reviewer name is required to record decisions")
+    """Apply reviewer decisions ``(code, 'accept'|'reject', expand_descendants)`` to candidates, each with
+    ``reason`` (one action, one reason; kept in the audit trail and the exports)."""
+    reviewer = check_reviewer(reviewer)
     when = when or _now()
     wanted = {code: (decision, expand) for code, decision, expand in decisions}
     unknown = set(wanted) - {candidate.code for candidate in state.candidates}
@@ -504,37 +479,97 @@ def confirm(
                     "expand_descendants": bool(expand) and decision == "accept" and candidate.n_descendants > 0,
                     "reviewer": reviewer.strip(),
                     "decided_at": when,
+                    "reason": " ".join(reason.split()),
                 }
             )
         candidates.append(candidate)
     return state.model_copy(update={"candidates": candidates, "stage": "confirming", "updated_at": when})
 
 
-def choose_cohort(state: AssemblyState, term: str, cohort_id: str) -> AssemblyState:
-    """The reviewer settles an ambiguous term by picking one of the cohorts it matched."""
-    terms = []
-    for term_state in state.terms:
-        if term_state.term == term:
-            picked = next((m for m in term_state.ambiguous if m.cohort_id == cohort_id), None)
-            if picked is None:
-                raise ValueError(f"{cohort_id!r} is not one of the cohorts '{term}' matched")
-            term_state = term_state.model_copy(
-                update={
-                    "status": "curated",
-                    "curated": picked,
-                    "note": f"ambiguous between {len(term_state.ambiguous)} cohorts; reviewer chose {cohort_id}",
-                }
+class GateError(PhenoforgeError, ValueError):
+    """The human gate refuses: no reviewer named, or a proposal not settled (the message says which)."""
+
+
+def check_reviewer(reviewer: object) -> str:
+    """The reviewer's name, stripped; a name of only spaces (or none) is refused with what to do."""
+    name = " ".join(reviewer.split()) if isinstance(reviewer, str) else ""
+    if not name:
+        said = "a name of only spaces is not a name" if isinstance(reviewer, str) and reviewer else "no name given"
+        raise GateError(f"a reviewer name is required ({said}): every list that leaves Assemble names who reviewed it")
+    return name
+
+
+def settle_proposal(
+    state: AssemblyState,
+    term: str,
+    cohort: str | None,
+    reviewer: str,
+    reason: str = "",
+    when: str | None = None,
+) -> AssemblyState:
+    """The reviewer confirms the proposed cohort of ``term``, replaces it with another proposal (``cohort`` is
+    ``library_id/cohort_id``, or a bare cohort id when unique), or declines them all (``cohort=None``: the term
+    goes to generated candidates, which :func:`generate` then proposes). Recorded on the term."""
+    reviewer = check_reviewer(reviewer)
+    when = when or _now()
+    found = state.term_state(term)
+    if found is None:
+        raise GateError(f"'{term}' is not a term of this session")
+    proposals = found.proposals
+    if not proposals:
+        raise GateError(f"'{term}' has no curated proposal to settle")
+    reason = " ".join(reason.split())
+    because = f" ({reason})" if reason else ""
+    if cohort is None:
+        update: dict[str, object] = {
+            "status": "pending",
+            "curated": None,
+            "settled_by": reviewer,
+            "settlement": f"declined the {len(proposals)} curated proposals; generated candidates instead{because}",
+        }
+    else:
+        picked = next((m for m in proposals if m.key == cohort), None) or _by_bare_id(proposals, cohort)
+        if picked is None:
+            raise GateError(
+                f"{cohort!r} is not one of the cohorts proposed for '{term}': "
+                + ", ".join(match.key for match in proposals)
             )
-        terms.append(term_state)
-    # the term is settled: its undecided candidates leave the gate unless another term shares them
-    candidates = []
-    for candidate in state.candidates:
-        others = [source for source in candidate.sources if source.term != term]
-        if others or candidate.decision is not None:
-            candidates.append(
-                candidate if candidate.decision is not None else candidate.model_copy(update={"sources": others})
-            )
-    return state.model_copy(update={"terms": terms, "candidates": candidates, "updated_at": _now()})
+        first = proposals[0]
+        said = (
+            f"confirmed the proposed cohort {picked.key} '{picked.cohort_name}'"
+            if picked.key == first.key
+            else f"replaced the proposed {first.key} '{first.cohort_name}' with {picked.key} '{picked.cohort_name}'"
+        )
+        update = {"status": "curated", "curated": picked, "settled_by": reviewer, "settlement": said + because}
+    update["settle_reason"] = reason
+    terms = [t.model_copy(update=update) if t.term == term else t for t in state.terms]
+    candidates = state.candidates
+    if cohort is not None:  # settled: its undecided candidates leave the gate unless another term shares them
+        candidates = []
+        for candidate in state.candidates:
+            others = [source for source in candidate.sources if source.term != term]
+            if others or candidate.decision is not None:
+                candidates.append(
+                    candidate if candidate.decision is not None else candidate.model_copy(update={"sources": others})
+                )
+    return state.model_copy(update={"terms": terms, "candidates": candidates, "reviewer": reviewer, "updated_at": when})
+
+
+def _by_bare_id(proposals: list[CohortMatch], cohort_id: str) -> CohortMatch | None:
+    same = [match for match in proposals if match.cohort_id == cohort_id]
+    return same[0] if len(same) == 1 else None
+
+
+def gate_problems(state: AssemblyState) -> list[str]:
+    """Why the list cannot leave Assemble yet (empty: it can): no reviewer, or proposals not settled."""
+    problems: list[str] = []
+    if not state.reviewer.strip():
+        problems.append("name the reviewer: every list that leaves Assemble names who reviewed it")
+    for term in state.unsettled:
+        problems.append(
+            f"confirm or replace the curated cohort proposed for '{term.term}' (or decline it for generated candidates)"
+        )
+    return problems
 
 
 def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblyState:
@@ -561,9 +596,12 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
         match = term_state.curated
         if term_state.status == "curated" and match is not None:
             evidence = (
-                f"'{term_state.term}' matched '{match.cohort_name}': {match.name_overlap:.0%} of the term's "
+                f"'{term_state.term}' -> '{match.cohort_name}': {match.name_overlap:.0%} of the term's "
                 f"words in the cohort name, {match.retrieval_overlap:.0%} of its top-{state.k} hits in the cohort"
             )
+            if term_state.settled_by:
+                evidence += f"; {term_state.settled_by} {term_state.settlement}"
+            decision = "replace-cohort" if (term_state.settlement or "").startswith("replaced") else "confirm-cohort"
             for code in cohort_codes(con, match.library_path, match.cohort_id):
                 add(
                     ConceptEntry(
@@ -573,6 +611,8 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
                         source=f"{match.library_id}/{match.cohort_id}",
                         evidence=evidence,
                         terms=[term_state.term],
+                        decision=decision,
+                        reason=term_state.settle_reason,
                     )
                 )
     for candidate in state.candidates:
@@ -590,6 +630,8 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
                 source=f"{best.retriever} rank {best.rank} for '{best.term}'",
                 evidence=evidence,
                 terms=candidate.terms,
+                decision="accept with descendants" if candidate.expand_descendants else "accept",
+                reason=candidate.reason,
             )
         )
         if candidate.expand_descendants:
@@ -607,6 +649,8 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
                             evidence=f"{evidence}, with all codes below {candidate.code}",
                             terms=candidate.terms,
                             via_descendants_of=candidate.code,
+                            decision=f"accept {candidate.code} with descendants",
+                            reason=candidate.reason,
                         )
                     )
     for term_state in state.terms:
@@ -621,6 +665,8 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
         elif term_state.status == "ambiguous":
             names = "; ".join(f"{m.library_id}/{m.cohort_id}" for m in term_state.ambiguous)
             reason = f"ambiguous between cohorts ({names}); none chosen and no generated candidate accepted"
+        elif term_state.status == "proposed":
+            reason = "its curated proposal was not confirmed or replaced"
         elif mine and all(c.decision == "reject" for c in mine):
             reason = f"all {len(mine)} generated candidates were rejected by the reviewer"
         elif mine:
@@ -635,6 +681,8 @@ def assemble(state: AssemblyState, con: duckdb.DuckDBPyConnection) -> AssemblySt
         entries=list(entries.values()),
         unmappable=unmappable,
         descendant_roots=roots,
+        reviewer=state.reviewer,
+        qualifiers=state.qualifiers,
     )
     return state.model_copy(update={"concept_set": concept_set, "stage": "assembled", "updated_at": _now()})
 
@@ -669,10 +717,14 @@ def run_ungated(
     k: int = DEFAULT_K,
     fanout_threshold: int = 100,
 ) -> AssemblyState:
-    """The pipeline minus the human gate (every candidate accepted): what the eval measures."""
+    """The pipeline minus the human gate (every first curated proposal confirmed, every candidate accepted):
+    what the eval measures."""
     state = new_state(description, session_id="eval", reviewer="eval", k=k)
     state = decompose(state, decompose_fn)
     state = check_curated(state, con, dense=dense, libraries=libraries, fanout_threshold=fanout_threshold)
+    for term in state.terms:  # the reviewer confirms every first proposal
+        if term.status == "proposed":
+            state = settle_proposal(state, term.term, term.proposals[0].key, reviewer="eval", when=state.updated_at)
     state = generate(state, con, dense=dense)
     state = (
         confirm(state, [(c.code, "accept", False) for c in state.candidates], reviewer="eval", when=state.updated_at)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from phenoforge.agent.lay_terms import LAY_TERMS, SPELLING
-from phenoforge.agent.nodes import WORD_SYNONYMS
+from phenoforge.agent.words import WORD_SYNONYMS
 from phenoforge.caches import ProcessCache
 from phenoforge.engine.bm25 import BM25Index, get_bm25_index
 from phenoforge.engine.codes import code_key, codes_in_text

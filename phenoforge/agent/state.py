@@ -29,15 +29,40 @@ class CohortMatch(BaseModel):
     by_retrieval_only: bool = Field(
         default=False, description="matched because nearly all the term's hits are in this cohort alone; no name"
     )
+    matched: bool = Field(
+        default=True,
+        description="passed the match rule; False: offered beside the matches because its name names the term",
+    )
+    # the scope a reviewer confirms (agent/scope.py); empty on sessions saved before it existed
+    rank: int = 0
+    chapters: list[str] = Field(default_factory=list)
+    categories: list[str] = Field(default_factory=list)
+    own_categories: list[str] = Field(default_factory=list)
+    own_share: float = 0.0
+    complicated: bool = False
+    plain: bool = False
+    extra_words: list[str] = Field(default_factory=list)
+    difference: str = ""
+    scope_note: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.library_id}/{self.cohort_id}"
 
 
 class TermState(BaseModel):
     """One seed term through the pipeline: curated match, ambiguity, or generated candidates."""
 
     term: str
-    status: Literal["pending", "curated", "ambiguous", "generated", "unmappable"] = "pending"
+    status: Literal["pending", "proposed", "curated", "ambiguous", "generated", "unmappable"] = "pending"
     curated: CohortMatch | None = None
     ambiguous: list[CohortMatch] = Field(default_factory=list)
+    proposals: list[CohortMatch] = Field(
+        default_factory=list, description="curated cohorts offered for the term, best-fitting scope first"
+    )
+    settled_by: str | None = Field(default=None, description="the reviewer who confirmed, replaced or declined")
+    settlement: str | None = Field(default=None, description="what the reviewer did with the proposal, and why")
+    settle_reason: str = Field(default="", description="the reviewer's reason for that choice, as typed")
     near_misses: list[CohortMatch] = Field(default_factory=list)
     candidate_codes: list[str] = Field(default_factory=list)
     search_reason: str | None = None
@@ -69,6 +94,7 @@ class Candidate(BaseModel):
     expand_descendants: bool = False
     reviewer: str | None = None
     decided_at: str | None = None
+    reason: str = ""
 
     @property
     def terms(self) -> list[str]:
@@ -89,6 +115,19 @@ class ConceptEntry(BaseModel):
     evidence: str
     terms: list[str] = Field(default_factory=list)
     via_descendants_of: str | None = None
+    decision: str = Field(default="", description="the reviewer's decision that put it here")
+    reason: str = Field(default="", description="the reviewer's reason for that decision")
+
+
+class Qualifier(BaseModel):
+    """A part of the description no ICD-10-CM code expresses (age, setting, treatment, time, a score):
+    listed back to the reviewer, to apply in the cohort's other criteria."""
+
+    text: str
+    kind: str = "other"
+
+
+QUALIFIER_ADVICE = "not expressed by any ICD-10-CM code: apply it in the cohort's other criteria"
 
 
 class UnmappableTerm(BaseModel):
@@ -105,6 +144,8 @@ class ConceptSet(BaseModel):
     descendant_roots: list[str] = Field(
         default_factory=list, description="codes taken with their whole subtree (includeDescendants)"
     )
+    reviewer: str = Field(default="", description="who reviewed the list; no list leaves Assemble without one")
+    qualifiers: list[Qualifier] = Field(default_factory=list)
 
     @property
     def codes(self) -> list[str]:
@@ -130,6 +171,7 @@ class AssemblyState(BaseModel):
     candidates: list[Candidate] = Field(default_factory=list)
     concept_set: ConceptSet | None = None
     notes: list[str] = Field(default_factory=list)
+    qualifiers: list[Qualifier] = Field(default_factory=list)
     created_at: str = ""
     updated_at: str = ""
 
@@ -142,3 +184,13 @@ class AssemblyState(BaseModel):
     @property
     def pending(self) -> list[Candidate]:
         return [candidate for candidate in self.candidates if candidate.decision is None]
+
+    @property
+    def unsettled(self) -> list[TermState]:
+        """Terms whose curated proposal the reviewer has not confirmed, replaced or declined yet. A term
+        taken from a cohort without a reviewer (a session saved before the gate covered cohorts) counts."""
+        return [
+            term
+            for term in self.terms
+            if term.status in ("proposed", "ambiguous") or (term.status == "curated" and not term.settled_by)
+        ]

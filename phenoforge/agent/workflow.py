@@ -1,9 +1,10 @@
 """The assembly workflow as a few persisted steps, shared by the CLI and the dashboard page.
 
-``start`` runs decompose -> check_curated -> generate and saves the session; ``decide`` applies
-reviewer decisions and writes them with the new state in one transaction; ``choose`` settles an
-ambiguous term; ``finish`` assembles the concept set. Every step reloads nothing it does not need
-and leaves the saved session consistent, so a restart resumes with :func:`resume`.
+``start`` runs decompose -> check_curated -> generate and saves the session (with the description's
+qualifiers no code expresses); ``decide`` applies reviewer decisions and writes them with the new state
+in one transaction; ``settle`` confirms, replaces or declines a term's curated proposal; ``finish``
+assembles the concept set, refused until a reviewer is named and every proposal is settled. Every step
+reloads nothing it does not need and leaves the saved session consistent, so a restart resumes with :func:`resume`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import duckdb
 
 from phenoforge.agent import audit, nodes
 from phenoforge.agent.errors import DescriptionError
-from phenoforge.agent.state import AssemblyState, Decision
+from phenoforge.agent.qualifiers import uncoded_qualifiers
+from phenoforge.agent.state import QUALIFIER_ADVICE, AssemblyState, Decision
 from phenoforge.engine.codes import codes_in_text, typed_as_code
 from phenoforge.engine.curated import Library, list_libraries, load_library
 from phenoforge.engine.expansion import get_hierarchy
@@ -142,9 +144,14 @@ def start(
         state.notes.append("no cohort library is checked: every term goes to generated retrieval")
     state = nodes.decompose(state, decompose_fn)
     state.notes.extend(unknown_codes_notes(con, description))
+    state.qualifiers = uncoded_qualifiers(description, [term.term for term in state.terms])
     state = nodes.check_curated(state, con, dense=dense, libraries=libraries)
     state = nodes.generate(state, con, dense=dense)
-    audit.save_state(state, path=app_state_path)
+    events = [
+        audit.Event(code="", decision="qualifier", terms=f"{q.kind}: {q.text}", reason=QUALIFIER_ADVICE)
+        for q in state.qualifiers
+    ]
+    audit.save_state(state, events=events, path=app_state_path)
     return state
 
 
@@ -153,29 +160,88 @@ def decide(
     decisions: list[tuple[str, Decision, bool]],
     reviewer: str,
     app_state_path: Path | None = None,
+    reason: str = "",
 ) -> AssemblyState:
-    """Apply and record decisions atomically (state and audit rows in one transaction)."""
+    """Apply and record decisions atomically (state and audit rows in one transaction), each with ``reason``."""
     if not decisions:
         return state
-    new = nodes.confirm(state, decisions, reviewer)
-    new = new.model_copy(update={"reviewer": reviewer.strip() or state.reviewer})
+    reviewer = nodes.check_reviewer(reviewer)
+    new = nodes.confirm(state, decisions, reviewer, reason=reason)
+    new = new.model_copy(update={"reviewer": reviewer})
     audit.save_state(
         new, decisions=[(code, decision, expand) for code, decision, expand in decisions], path=app_state_path
     )
     return new
 
 
-def choose(state: AssemblyState, term: str, cohort_id: str, app_state_path: Path | None = None) -> AssemblyState:
-    new = nodes.choose_cohort(state, term, cohort_id)
-    audit.save_state(new, path=app_state_path)
+def settle(
+    state: AssemblyState,
+    con: duckdb.DuckDBPyConnection,
+    term: str,
+    cohort: str | None,
+    reviewer: str,
+    reason: str = "",
+    dense: DenseRetriever | None = None,
+    app_state_path: Path | None = None,
+) -> AssemblyState:
+    """The reviewer confirms, replaces (``cohort``: ``library_id/cohort_id``) or declines (``None``: generated
+    candidates are proposed for the term now) a term's curated proposal; saved with its audit row."""
+    new = nodes.settle_proposal(state, term, cohort, reviewer, reason)
+    if cohort is None:
+        new = nodes.generate(new, con, dense=dense, only_terms={term})
+    settled = new.term_state(term)
+    assert settled is not None  # settle_proposal raised otherwise
+    first = state.term_state(term)
+    proposed_first = first.proposals[0].key if first is not None and first.proposals else ""
+    if cohort is None:
+        decision, code = "decline-cohorts", proposed_first
+    else:
+        picked = settled.curated.key if settled.curated is not None else cohort
+        decision, code = ("confirm-cohort" if picked == proposed_first else "replace-cohort"), picked
+    event = audit.Event(
+        code=code,
+        decision=decision,
+        terms=term,
+        reason=settled.settlement or "",
+        reviewer=new.reviewer,
+        decided_at=new.updated_at,
+    )
+    audit.save_state(new, events=[event], path=app_state_path)
     return new
 
 
 def finish(state: AssemblyState, con: duckdb.DuckDBPyConnection, app_state_path: Path | None = None) -> AssemblyState:
+    """The concept set, only once the gate is passed: a named reviewer, every curated proposal settled."""
+    problems = nodes.gate_problems(state)
+    if problems:
+        raise nodes.GateError("the list cannot leave Assemble yet: " + "; ".join(problems))
     new = nodes.assemble(state, con)
     audit.save_state(new, path=app_state_path)
     return new
 
 
+def with_reviewer(state: AssemblyState, reviewer: str, app_state_path: Path | None = None) -> AssemblyState:
+    """The session with its reviewer named (refused when the name is blank), saved."""
+    new = state.model_copy(update={"reviewer": nodes.check_reviewer(reviewer)})
+    audit.save_state(new, path=app_state_path)
+    return new
+
+
 def resume(session_id: str, app_state_path: Path | None = None) -> AssemblyState:
-    return audit.load_state(session_id, path=app_state_path)
+    return upgrade(audit.load_state(session_id, path=app_state_path))
+
+
+def upgrade(state: AssemblyState) -> AssemblyState:
+    """A session saved before curated matches were proposals: a cohort taken without a reviewer, or an
+    ambiguous term, becomes a proposal again (the reviewer settles it like any other)."""
+    terms = []
+    for term in state.terms:
+        if term.status in ("curated", "ambiguous") and not term.settled_by and not term.proposals:
+            offered = [*([term.curated] if term.curated is not None else []), *term.ambiguous]
+            if offered:
+                proposals = [match.model_copy(update={"rank": rank}) for rank, match in enumerate(offered, 1)]
+                term = term.model_copy(
+                    update={"status": "proposed", "proposals": proposals, "curated": None, "ambiguous": []}
+                )
+        terms.append(term)
+    return state.model_copy(update={"terms": terms})

@@ -18,13 +18,13 @@ from phenoforge.memory import fix_mmap_threshold
 
 def build_parser() -> argparse.ArgumentParser:
     from phenoforge.athena import register_cli as register_athena_commands
-    from phenoforge.cli import agent, benchmark, build, compare, library, runs, search, sweep
+    from phenoforge.cli import agent, benchmark, build, compare, library, runs, search, sweep, versions
     from phenoforge.eval.agreement import register_cli as register_agreement_commands
     from phenoforge.libraries.scale import register_cli as register_scale_commands
 
     parser = argparse.ArgumentParser(prog="python -m phenoforge", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (build, search, benchmark, sweep, runs, compare):
+    for group in (build, search, benchmark, sweep, runs, compare, versions):
         group.register(sub)
     library_parser = sub.add_parser("library", help="cohort libraries: import, list, fetch-ohdsi")
     library_sub = library_parser.add_subparsers(dest="library_command", required=True)

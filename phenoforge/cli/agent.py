@@ -22,6 +22,12 @@ from phenoforge.setbuild.builders import builder_names
 ASSEMBLE_HELP = """Assemble a concept set from a population description: curated cohorts first, every generated code
 through the review gate.
 
+A curated cohort that matches a term is a proposal: its scope (size, chapters, how it differs from the other
+matches) is printed, best-fitting first; press Enter to confirm it, a number to replace it, g to decline them all
+for generated candidates. Parts of the description no ICD-10-CM code expresses (age, setting, treatment, time,
+scores) are listed back: apply them in the cohort's other criteria. Nothing is written without --reviewer NAME
+(or a name typed at the prompt); --yes/--no-input confirm each first proposal in that reviewer's name.
+
 Each generated candidate is shown with its code, name, term, retriever, rank and hierarchy hint; answer
 a (accept), r (reject), e (accept with descendants), A/R (accept/reject all remaining), s (skip) or
 q (save and stop; resume later with --resume). --yes accepts and --no-input rejects every pending
@@ -87,55 +93,88 @@ def describe_candidate(candidate: Candidate) -> str:
 
 
 def print_terms(state: AssemblyState, out: TextIO) -> None:
+    from phenoforge.agent.scope import scope_line
+
     print(f"session {state.session_id}: {state.description!r}", file=out)
     for note in state.notes:
         print(f"  note: {note}", file=out)
     for term in state.terms:
         if term.status == "curated" and term.curated:
             m = term.curated
-            print(
-                f"  term '{term.term}': curated -> {m.library_id}/{m.cohort_id} {m.cohort_name} "
-                f"(names {m.name_overlap:.0%}, retrieval {m.retrieval_overlap:.0%})",
-                file=out,
-            )
-        elif term.status == "ambiguous":
-            print(f"  term '{term.term}': AMBIGUOUS, not guessed: {term.note}; generated candidates follow", file=out)
+            said = f"; {term.settled_by} {term.settlement}" if term.settled_by else ""
+            print(f"  term '{term.term}': curated -> {m.key} {m.cohort_name}{said}", file=out)
+        elif term.status == "proposed":
+            count = len(term.proposals)
+            print(f"  term '{term.term}': {count} curated cohorts proposed, best-fitting scope first:", file=out)
+            for match in term.proposals:
+                tag = "" if match.matched else " [named for the term]"
+                print(f"    {match.rank}. {match.key} {match.cohort_name}{tag}", file=out)
+                print(f"       {scope_line(match)}", file=out)
         elif term.status == "unmappable":
             print(f"  term '{term.term}': nothing found ({term.search_reason})", file=out)
         else:
-            print(f"  term '{term.term}': no curated match; {len(term.candidate_codes)} generated candidates", file=out)
-
-
-def settle_ambiguous(
-    state: AssemblyState,
-    read: Callable[[str], str],
-    out: TextIO,
-    app_state_path: Path | None = None,
-) -> AssemblyState:
-    """Offer the cohorts of each ambiguous term; Enter leaves it to the generated candidates."""
-    from phenoforge.agent import workflow  # here, not at the top: `python -m phenoforge` starts without it
-
-    for term in [t for t in state.terms if t.status == "ambiguous"]:
-        print(f"\n'{term.term}' matches several curated cohorts:", file=out)
-        for number, match in enumerate(term.ambiguous, start=1):
+            said = f" ({term.settled_by} {term.settlement})" if term.settled_by else ""
             print(
-                f"  {number}. {match.library_id}/{match.cohort_id} {match.cohort_name} "
-                f"(names {match.name_overlap:.0%}, retrieval {match.retrieval_overlap:.0%})",
+                f"  term '{term.term}': no curated cohort{said}; {len(term.candidate_codes)} generated candidates",
                 file=out,
             )
+    print_qualifiers(state.qualifiers, out)
+
+
+def print_qualifiers(qualifiers: list, out: TextIO) -> None:  # noqa: ANN001 (list[Qualifier])
+    if not qualifiers:
+        return
+    print("  not expressed by any ICD-10-CM code: apply these in the cohort's other criteria:", file=out)
+    for qualifier in qualifiers:
+        print(f"    - {qualifier.kind}: {qualifier.text}", file=out)
+
+
+def settle_proposals(
+    state: AssemblyState,
+    con,  # noqa: ANN001
+    reviewer: str,
+    read: Callable[[str], str],
+    out: TextIO,
+    dense=None,  # noqa: ANN001
+    app_state_path: Path | None = None,
+    reason: str = "",
+) -> tuple[AssemblyState, bool]:
+    """For each term with curated proposals: Enter confirms the first, a number replaces it with another, g
+    declines them all (generated candidates instead); ``(state, finished)``. Each answer is saved at once."""
+    from phenoforge.agent import workflow
+
+    for term in [t for t in state.terms if t.status == "proposed"]:
+        count = len(term.proposals)
+        first = term.proposals[0]
+        print(f"\n'{term.term}': proposed {first.key} '{first.cohort_name}' (the others are listed above)", file=out)
         while True:
             try:
-                raw = read(f"use cohort [1-{len(term.ambiguous)}], or Enter to review generated candidates: ")
+                raw = read(f"Enter confirms it, 1-{count} picks another, g: generated candidates instead, q stops: ")
             except EOFError:
-                return state
+                print("\nend of input: progress saved; resume with --resume " + state.session_id, file=out)
+                return state, False
             text = raw.strip()
+            if text.lower() in ("q", "quit"):
+                print(f"saved; resume with --resume {state.session_id}", file=out)
+                return state, False
+            cohort: str | None
             if not text:
-                break
-            if text.isdigit() and 1 <= int(text) <= len(term.ambiguous):
-                state = workflow.choose(state, term.term, term.ambiguous[int(text) - 1].cohort_id, app_state_path)
-                break
-            print(f"  {text!r} is not a choice; type a number from 1 to {len(term.ambiguous)} or press Enter", file=out)
-    return state
+                cohort = first.key
+            elif text.isdigit() and 1 <= int(text) <= count:
+                cohort = term.proposals[int(text) - 1].key
+            elif text.lower() in ("g", "generate", "generated"):
+                cohort = None
+            else:
+                print(f"  {text!r} is not a choice; press Enter, type 1 to {count}, g or q", file=out)
+                continue
+            break
+        state = workflow.settle(
+            state, con, term.term, cohort, reviewer, reason=reason, dense=dense, app_state_path=app_state_path
+        )
+        settled = state.term_state(term.term)
+        if settled is not None:
+            print(f"  {settled.settlement}", file=out)
+    return state, True
 
 
 def review(
@@ -144,6 +183,7 @@ def review(
     read: Callable[[str], str],
     out: TextIO,
     app_state_path: Path | None = None,
+    reason: str = "",
 ) -> tuple[AssemblyState, bool]:
     """Prompt for every pending candidate; ``(state, finished)``. Each answer is saved at once."""
     from phenoforge.agent import workflow
@@ -170,11 +210,13 @@ def review(
         if answer in ("accept-rest", "reject-rest"):
             decision: Decision = "accept" if answer == "accept-rest" else "reject"
             rest = [(c.code, decision, False) for c in state.pending]
-            return workflow.decide(state, rest, reviewer, app_state_path), True
+            return workflow.decide(state, rest, reviewer, app_state_path, reason=reason), True
         if answer == "expand" and candidate.n_descendants == 0:
             print("  no codes below this one: accepted as is", file=out)
         decision = "reject" if answer == "reject" else "accept"
-        state = workflow.decide(state, [(candidate.code, decision, answer == "expand")], reviewer, app_state_path)
+        state = workflow.decide(
+            state, [(candidate.code, decision, answer == "expand")], reviewer, app_state_path, reason=reason
+        )
     return state, not state.pending
 
 
@@ -253,8 +295,11 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         if not args.description:
             raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
         workflow.check_description(args.description)
-    reviewer = (args.reviewer or "").strip()
+    from phenoforge.agent.nodes import check_reviewer
+
+    reviewer = check_reviewer(args.reviewer) if args.reviewer is not None else ""  # "   " refused before any work
     con = _connect()
+    dense = None
     if args.circe:  # refused before any work: a file with this vocabulary's own ids would be other concepts
         from phenoforge.agent.export import circe_unavailable
 
@@ -291,20 +336,35 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
     read = _prompting_on(out) if args.json else input
     print_terms(state, out)
-    if state.pending:
-        if not reviewer:
-            if args.yes or args.no_input or not sys.stdin.isatty():
-                raise PhenoforgeError("a reviewer name is required to record decisions: pass --reviewer NAME")
-            reviewer = read("reviewer name: ").strip()
-            if not reviewer:
-                raise PhenoforgeError("a reviewer name is required to record decisions")
-        if args.yes or args.no_input:
+    if not reviewer:
+        if args.yes or args.no_input or not sys.stdin.isatty():
+            raise PhenoforgeError(
+                "a reviewer name is required: no list leaves Assemble without one; pass --reviewer NAME "
+                f"(the session is saved: --resume {state.session_id} --reviewer NAME)"
+            )
+        reviewer = read("reviewer name: ")
+    reviewer = check_reviewer(reviewer)
+    state = workflow.with_reviewer(state, reviewer)
+    if dense is None and any(term.status == "proposed" for term in state.terms) and not (args.yes or args.no_input):
+        dense = _dense(con, not args.no_dense)  # a declined proposal's term is searched with it
+    if args.yes or args.no_input:
+        flag = "--yes" if args.yes else "--no-input"
+        for term in [t for t in state.terms if t.status == "proposed"]:
+            said = f"no prompt ({flag})" + (f": {args.reason}" if args.reason else "")
+            state = workflow.settle(state, con, term.term, term.proposals[0].key, reviewer, reason=said)
+            print(f"{reviewer} confirmed {term.proposals[0].key} for '{term.term}' ({flag})", file=out)
+        if state.pending:
             decision: Decision = "accept" if args.yes else "reject"
-            state = workflow.decide(state, [(c.code, decision, False) for c in state.pending], reviewer)
+            state = workflow.decide(
+                state, [(c.code, decision, False) for c in state.pending], reviewer, reason=args.reason or ""
+            )
             print(f"{decision}ed {len(state.candidates)} generated candidates as {reviewer}", file=out)
-        else:
-            state = settle_ambiguous(state, read, out)
-            state, finished = review(state, reviewer, read, out)
+    else:
+        state, finished = settle_proposals(state, con, reviewer, read, out, dense=dense, reason=args.reason or "")
+        if not finished:
+            return 0
+        if state.pending:
+            state, finished = review(state, reviewer, read, out, reason=args.reason or "")
             if not finished:
                 return 0
     state = workflow.finish(state, con)
@@ -318,6 +378,8 @@ def cmd_assemble(args: argparse.Namespace) -> int:
     )
     for item in concept_set.unmappable:
         print(f"  unmappable '{item.term}': {item.reason}", file=out)
+    print(f"  reviewed by {concept_set.reviewer}", file=out)
+    print_qualifiers(concept_set.qualifiers, out)
     if args.json:
         print(concept_set.model_dump_json(indent=1))
     _write_outputs(state, con, args, out)
@@ -475,6 +537,9 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     assemble.add_argument("description", nargs="?", help='e.g. "adults hospitalized with heart failure"')
     assemble.add_argument("--reviewer", help="your name, recorded with every decision")
+    assemble.add_argument(
+        "--reason", help="why: recorded with every decision of this run (audit trail and the CSV's reason column)"
+    )
     assemble.add_argument("--decomposer", choices=["offline", "claude"], default="offline")
     assemble.add_argument("--model", help="Claude model id (default: $PHENOFORGE_CLAUDE_MODEL or built-in)")
     assemble.add_argument(

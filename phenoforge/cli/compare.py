@@ -1,59 +1,20 @@
-"""``compare A B``: two code lists side by side (a file of codes, or a library's curated cohort)."""
+"""``compare A B``: two code lists side by side (a file, a curated cohort, a signed-off version, a saved run)."""
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-from pathlib import Path
 
 from phenoforge.cli.common import _connect
 from phenoforge.console import positive_int
 from phenoforge.errors import PhenoforgeError
 from phenoforge.eval.compare import ListComparison
-from phenoforge.storage import read_user_file
-
-MAX_LIST_BYTES = 16 * 1024 * 1024
+from phenoforge.lists.sources import check_codes, read_reference
 
 
 def read_list(con, spec: str) -> tuple[str, list[str]]:  # noqa: ANN001 - a DuckDB connection
-    """(a name, the codes) of a list named on the command line: a file (a CSV with a ``code`` column, or one
-    code per line) or ``LIBRARY/COHORT`` (an installed library's curated cohort)."""
-    path = Path(spec)
-    if path.is_file():
-        try:
-            text = read_user_file(path, MAX_LIST_BYTES, "a code list").decode("utf-8-sig")
-        except UnicodeDecodeError:
-            raise PhenoforgeError(f"{spec}: not UTF-8 text; save the list as UTF-8") from None
-        return path.name, _codes_of(text, spec)
-    library, _, cohort = spec.rpartition("/")
-    if library and cohort:
-        from phenoforge.eval.qrels import load_qrels
-        from phenoforge.libraries.resolve import resolve_library_dirs
-
-        (library_dir,) = resolve_library_dirs([library])
-        qrels = load_qrels(con, library_dir, [cohort])
-        curated = qrels.cohorts.get(cohort)
-        if curated is None:
-            raise PhenoforgeError(f"{spec}: the cohort's list cannot be read ({'; '.join(qrels.skipped) or 'empty'})")
-        return spec, [*curated.codes, *curated.unresolvable]
-    raise PhenoforgeError(
-        f"{spec!r} is neither a file nor LIBRARY/COHORT (e.g. elixhauser-2026.1/elix-HF; "
-        "`python -m phenoforge library list` names the libraries)"
-    )
-
-
-def _codes_of(text: str, name: str) -> list[str]:
-    rows = list(csv.reader(io.StringIO(text)))
-    if not rows:
-        return []
-    header = [cell.strip().lower() for cell in rows[0]]
-    if "code" in header:
-        column = header.index("code")
-        return [row[column].strip() for row in rows[1:] if len(row) > column and row[column].strip()]
-    if len(header) > 1:
-        raise PhenoforgeError(f"{name}: a CSV of several columns needs one named 'code'")
-    return [row[0].strip() for row in rows if row and row[0].strip()]
+    """(a name, the codes) of a list named on the command line (``phenoforge.lists.sources.read_reference``)."""
+    found = read_reference(con, spec)
+    return found.name, found.codes
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -61,12 +22,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from phenoforge.eval.compare import compare_lists
 
     con = _connect()
-    first_name, first = read_list(con, args.first)
-    second_name, second = read_list(con, args.second)
-    if not first and not second:
-        raise PhenoforgeError("both lists are empty: there is nothing to compare")
-    result = compare_lists(get_hierarchy(con), first, second, first_name, second_name, args.max_distance)
-    print(result.model_dump_json(indent=2) if args.json else _text(result))
+    first = read_reference(con, args.first)
+    second = read_reference(con, args.second)
+    if not first.codes and not second.codes:
+        raise PhenoforgeError(f"both lists are empty ({first.name}, {second.name}): there is nothing to compare")
+    result = compare_lists(get_hierarchy(con), first.codes, second.codes, first.name, second.name, args.max_distance)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+        return 0
+    print(_text(result))
+    for side in (first, second):
+        if not side.codes:
+            print(f"  {side.name} is empty: every code of the other list is only there")
+        for message in check_codes(con, side.codes).messages(side.name):
+            if "not billable" in message:  # the unknown ones are the comparison's own last line
+                print(f"  {message}")
     return 0
 
 
@@ -95,12 +65,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     compare = sub.add_parser(
         "compare",
         help="compare two code lists: shared codes, codes only in each, near misses by tree distance",
-        description="Compares two code lists, each a file (a CSV with a 'code' column, or one code per line) or "
-        "LIBRARY/COHORT (an installed library's curated cohort). The second is scored with the first as ground "
-        "truth, as the benchmark scores a method.",
+        description="Compares two code lists, each a file (a CSV with a 'code' column, or one code per line), "
+        "LIBRARY/COHORT (an installed library's curated cohort), version:LIST@N (a signed-off version; "
+        "version:LIST is the latest) or run:RUN_ID/METHOD/COHORT (one method's answer for one cohort in a saved "
+        "benchmark run). The second is scored with the first as ground truth, as the benchmark scores a method.",
     )
-    compare.add_argument("first", help="the reference list: FILE or LIBRARY/COHORT")
-    compare.add_argument("second", help="the list compared with it: FILE or LIBRARY/COHORT")
+    compare.add_argument(
+        "first", help="the reference list: FILE, LIBRARY/COHORT, version:LIST@N or run:RUN/METHOD/COHORT"
+    )
+    compare.add_argument("second", help="the list compared with it (the same forms)")
     compare.add_argument(
         "--max-distance", type=positive_int("max-distance"), default=6, help="near misses up to this tree distance"
     )

@@ -7,14 +7,38 @@ from typing import Any
 
 import duckdb
 
-from phenoforge.agent import workflow
+from phenoforge.agent import nodes, workflow
 from phenoforge.agent.offline import offline_decomposer
-from phenoforge.agent.state import AssemblyState, ConceptSet, Decision
+from phenoforge.agent.review import Branch
+from phenoforge.agent.scope import categories_summary, chapter_range
+from phenoforge.agent.state import AssemblyState, ConceptSet, Decision, TermState
 from phenoforge.dashboard.markdown import plain
 from phenoforge.engine.dense import DenseRetriever
 
 PENDING = "pending"
 CHOICES = [PENDING, "accept", "reject"]
+MAX_ROWS = 30
+"""Per-code rows drawn for one branch: a page of 500 radios took seconds per action; a branch is a screenful."""
+
+
+def branch_rows(found: list[Branch]) -> list[dict[str, Any]]:
+    """The review overview: every block, then its categories, most relevant first, with where each stands."""
+    rows = []
+    for branch in found:
+        accepted, rejected, pending = branch.counts
+        rows.append(
+            {
+                "branch": ("" if branch.kind == "block" else "  └ ") + f"{branch.code} {branch.name}",
+                "level": branch.kind,
+                "candidates": len(branch.candidates),
+                "included": accepted,
+                "excluded": rejected,
+                "pending": pending,
+                "status": branch.status,
+                "best rank": branch.best_rank,
+            }
+        )
+    return rows
 
 
 def decomposer_for(
@@ -41,19 +65,74 @@ def term_rows(state: AssemblyState) -> list[dict[str, Any]]:
     rows = []
     for term in state.terms:
         match = term.curated
+        if match is None and term.status == "proposed" and term.proposals:
+            cohort = f"proposed: {term.proposals[0].key} {term.proposals[0].cohort_name} (to confirm or replace)"
+        elif match is not None:
+            cohort = f"{match.key} {match.cohort_name}"
+        else:
+            cohort = "; ".join(m.key for m in term.ambiguous)
         rows.append(
             {
                 "term": term.term,
                 "status": term.status,
-                "cohort": f"{match.library_id}/{match.cohort_id} {match.cohort_name}"
-                if match
-                else "; ".join(f"{m.library_id}/{m.cohort_id}" for m in term.ambiguous),
-                "name overlap": match.name_overlap if match else None,
-                "retrieval overlap": match.retrieval_overlap if match else None,
+                "cohort": cohort,
+                "settled": f"{term.settled_by}: {term.settlement}" if term.settled_by else "",
                 "note": term.note or term.search_reason or "",
             }
         )
     return rows
+
+
+DECLINE = "__generated__"
+"""The proposal picker's last option: no curated cohort, review generated candidates for the term."""
+
+
+def proposal_rows(term: TermState) -> list[dict[str, Any]]:
+    """One row per proposed cohort, best-fitting scope first: what a reviewer compares before confirming."""
+    return [
+        {
+            "#": match.rank,
+            "cohort": f"{match.key} {match.cohort_name}",
+            "codes": match.n_codes,
+            "chapters": ", ".join(chapter_range(name) for name in match.chapters),
+            "categories": categories_summary(match.categories),
+            "own share": f"{match.own_share:.0%} in {', '.join(match.own_categories) or '-'}",
+            "vs the others": match.difference,
+            "why this rank": match.scope_note or ("passed the match rule" if match.matched else "named for the term"),
+        }
+        for match in term.proposals
+    ]
+
+
+def proposal_label(term: TermState, key: str) -> str:
+    if key == DECLINE:
+        return "None of these: review generated candidates for the term"
+    match = next((m for m in term.proposals if m.key == key), None)
+    if match is None:
+        return key
+    first = " (proposed)" if match.rank == 1 else ""
+    return f"{match.rank}. {match.cohort_name} · {match.key} · {match.n_codes} codes{first}"
+
+
+def settle_button_label(term: TermState, key: str) -> str:
+    if key == DECLINE:
+        return "Decline: review generated candidates"
+    if term.proposals and key == term.proposals[0].key:
+        return "Confirm the proposed cohort"
+    return "Use this cohort instead"
+
+
+def gate_status(state: AssemblyState, reviewer: str) -> list[str]:
+    """What stands between the reviewer and an exported list, shown above every action it disables."""
+    problems = nodes.gate_problems(state.model_copy(update={"reviewer": reviewer or state.reviewer}))
+    if not reviewer:
+        problems = [p for p in problems if not p.startswith("name the reviewer")]
+        problems.insert(0, "Enter your name in Reviewer name above: every action is recorded under it")
+    return problems
+
+
+def qualifier_rows(state: AssemblyState) -> list[dict[str, str]]:
+    return [{"kind": q.kind, "criterion": q.text} for q in state.qualifiers]
 
 
 def candidate_label(state: AssemblyState, code: str) -> str:

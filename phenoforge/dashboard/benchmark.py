@@ -51,9 +51,17 @@ def metric_value(result: CohortEvalResult, metric: str) -> float:
     return measure(metric).value(result)
 
 
-def available_methods(dense_ready: bool) -> list[str]:
-    """Every registered method; those that need the dense index only once it is ready."""
-    return [name for name, m in registered_methods().items() if dense_ready or "dense" not in m.needs]
+def available_methods(dense_ready: bool, builders_ready: bool = True) -> list[str]:
+    """Every registered method; those that need the dense index only once it is ready, the set builders'
+    only once their fits are stored (a page never starts a fit: Home's first-run build fits them)."""
+    from phenoforge.setbuild.builders import builder_names
+
+    waiting = set() if builders_ready else set(builder_names())
+    return [
+        name
+        for name, m in registered_methods().items()
+        if (dense_ready or "dense" not in m.needs) and name not in waiting
+    ]
 
 
 def user_methods_enabled() -> bool:

@@ -9,6 +9,7 @@ bugs, and propagate.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -60,10 +61,11 @@ def guarded(
         except BaseException as error:  # noqa: BLE001 - SystemExit from a plug-in is its failure, not ours
             raise _failure(error, what, passes) from None
     outcome: list[tuple[bool, object]] = []
+    context = contextvars.copy_context()  # the caller's context variables hold in the worker (a refusal to fit)
 
     def work() -> None:
         try:
-            outcome.append((True, function()))
+            outcome.append((True, context.run(function)))
         except BaseException as error:  # noqa: BLE001 - handed to the waiting thread, which decides
             outcome.append((False, error))
 

@@ -169,11 +169,12 @@ def fit_for_installed_libraries(
     """Fit (or reuse) the builders for every installed library's group, and for free queries.
 
     ``build`` calls this so the first benchmark and the first search find every model on disk;
-    each entry is (what it scores, the fitted builders).
+    each entry is (what it scores, the fitted builders). The fit on every library comes first: it is the
+    one a researcher's own description is built with; the held-out fits only score the bundled libraries.
     """
     libraries = list_libraries(errors=[])
     out = []
-    for group in [*dict.fromkeys(library_group(lib.manifest) for lib in libraries), None]:
+    for group in [None, *dict.fromkeys(library_group(lib.manifest) for lib in libraries)]:
         fitted = fit_builders(con, dense, group, libraries, progress)
         out.append((f"libraries of group {group}" if group else "free queries and imported libraries", fitted))
     return out

@@ -39,6 +39,7 @@ from phenoforge.methods.set_builder_pass import (  # re-exported
 )
 from phenoforge.methods.set_builder_run import SetBuildingRun, _run
 from phenoforge.setbuild.api import (
+    FitRefused,
     FittedBuilders,
 )
 from phenoforge.setbuild.builders import (
@@ -125,7 +126,7 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
             fitted = fitted_for(context)
             fitted.check_may_score(context.library_id or None, scored_group(context))
             degraded = fitted.builder(builder).degraded()
-        except (LeakageError, KnowledgeLeakError, StateError) as error:
+        except (LeakageError, KnowledgeLeakError, StateError, FitRefused) as error:
             raise SkipMethod(str(error)) from None
         if not fitted.training_libraries:
             degraded = "; ".join(filter(None, [degraded, "no bundled library to fit on: untuned defaults"]))

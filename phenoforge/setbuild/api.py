@@ -13,7 +13,9 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
@@ -27,6 +29,7 @@ from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.errors import PhenoforgeError
+from phenoforge.locks import lock_if_writable
 from phenoforge.memory import collections_paused
 from phenoforge.setbuild.builders import (
     BuildInputs,
@@ -168,7 +171,32 @@ def fit_stages() -> int:
     return 1 + sum(cls.stages for cls in builder_classes().values() if not cls.examples_only)
 
 
-@collections_paused()
+class FitRefused(PhenoforgeError):
+    """A fit asked for where fitting is refused (:func:`fits_refused`): stored fits are still reused."""
+
+
+_FITS_REFUSED: ContextVar[str | None] = ContextVar("phenoforge_fits_refused", default=None)
+
+
+@contextmanager
+def fits_refused(reason: str) -> Iterator[None]:
+    """Within this context (this thread, and the plug-in workers it starts), ``fit_builders`` reuses a stored
+    fit but never fits: it raises :class:`FitRefused` with ``reason`` instead. The dashboard's pages run under
+    it, so a page's button never starts a fit (fits belong to the first-run build Home shows)."""
+    token = _FITS_REFUSED.set(reason)
+    try:
+        yield
+    finally:
+        _FITS_REFUSED.reset(token)
+
+
+def fit_lock(held_out: Sequence[str]) -> AbstractContextManager[None]:
+    """One fitter at a time per held-out key across threads and processes: the second waits, then finds the
+    first one's bundle and reuses it. None when data/models cannot be written (nothing will be stored then)."""
+    key = hashlib.sha1(json.dumps(sorted(held_out)).encode()).hexdigest()[:12]
+    return lock_if_writable(models_dir() / f".fit-{key}.lock")
+
+
 def fit_builders(
     con: duckdb.DuckDBPyConnection,
     dense: object | None,
@@ -182,8 +210,23 @@ def fit_builders(
     ``held_out_group=None`` trains on every bundled library (for a user's imported library or
     a free query). ``also_held_out`` names further groups of the scored library (its id's family
     when it declares another group). A too-small training set leaves ``learned`` without a model and
-    says so in ``notes``.
+    says so in ``notes``. Under :func:`fits_refused` a fit that is not stored raises :class:`FitRefused`;
+    otherwise one process at a time fits a held-out key (:func:`fit_lock`), the others wait and reuse it.
     """
+    return _fit_builders(con, dense, held_out_group, libraries, progress, also_held_out, _FITS_REFUSED.get())
+
+
+@collections_paused()
+def _fit_builders(
+    con: duckdb.DuckDBPyConnection,
+    dense: object | None,
+    held_out_group: str | None,
+    libraries: Sequence[Library] | None,
+    progress: ProgressCallback | None,
+    also_held_out: Sequence[str],
+    refused: str | None = None,
+    locked: bool = False,
+) -> FittedBuilders:
     progress = progress or no_progress
     hierarchy = get_hierarchy(con)
     broken: list[str] = []
@@ -196,6 +239,11 @@ def fit_builders(
     held_key = held_out_key(libraries, held_out, {g for c in knowledge.cohorts for g in c.groups})
     names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge.digest, held_key)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
+    if stored is None and refused is not None:
+        raise FitRefused(refused)
+    if stored is None and not locked:  # a fit to make: one fitter at a time, the next reuses its bundle
+        with fit_lock(held_out):
+            return _fit_builders(con, dense, held_out_group, libraries, progress, also_held_out, locked=True)
     examples: list[Example] = []
     if stored is None:
         readable: list[Library] = []

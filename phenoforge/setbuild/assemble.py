@@ -8,7 +8,8 @@ import duckdb
 
 from phenoforge.caches import ProcessCache
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
-from phenoforge.eval.scoring import score_cohort
+from phenoforge.eval.evaluate import score_matches
+from phenoforge.eval.matching import NearestIndex, match_cohort, normalise_codes
 from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.models import BuiltCode, BuiltSet, CodeProvenance, Source
 from phenoforge.setbuild.nodes import billable_below
@@ -98,13 +99,27 @@ _SCORES: ProcessCache[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[f
 )
 
 
+_TRUTH_INDEXES: ProcessCache[tuple[str, tuple[str, ...]], NearestIndex] = ProcessCache(
+    "tuning truth indexes", max_entries=5_000
+)
+
+
 def _cached_score(
     con: duckdb.DuckDBPyConnection, cohort_id: str, name: str, truth: tuple[str, ...], predicted: tuple[str, ...]
 ) -> tuple[float, float]:
     """Tuning scores the same (truth, prediction) pair many times across a grid: score it once."""
-    key = (get_hierarchy(con).build_id, cohort_id, truth, predicted)
+    hierarchy = get_hierarchy(con)
+    key = (hierarchy.build_id, cohort_id, truth, predicted)
     if key not in _SCORES:
-        result = score_cohort(con, cohort_id, name, list(truth), list(predicted), "tuning")
+        # the truth side's index (and its nearest-code answers) serve every prediction scored against it
+        index_key = (hierarchy.build_id, truth)
+        truth_index = _TRUTH_INDEXES.get(index_key)
+        if truth_index is None:
+            truth_index = NearestIndex(
+                hierarchy, [cid for _, cid in normalise_codes(hierarchy, truth) if cid is not None]
+            )
+            _TRUTH_INDEXES.remember(index_key, truth_index)
+        result = score_matches(match_cohort(hierarchy, truth, predicted, truth_index), cohort_id, name, "tuning")
         _SCORES.remember(key, (result.hierarchical_score, result.exact_f1))
     return _SCORES[key]
 

@@ -13,7 +13,7 @@ import os
 import shutil
 import threading
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import duckdb
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from phenoforge.caches import ProcessCache
 from phenoforge.config import data_dir
 from phenoforge.engine.expansion import Hierarchy
-from phenoforge.locks import file_lock
+from phenoforge.locks import lock_if_writable
 from phenoforge.setbuild.corpus import Example
 from phenoforge.setbuild.learned import (
     FORMAT_VERSION,
@@ -287,10 +287,4 @@ def not_stored(path: Path, error: OSError) -> str:
 
 def _writer_lock(lock_path: Path) -> AbstractContextManager[None]:
     """The model's writer lock; none when data/models cannot be written (nothing will be stored then)."""
-    try:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a"):
-            pass
-    except OSError:
-        return nullcontext()
-    return file_lock(lock_path)
+    return lock_if_writable(lock_path)

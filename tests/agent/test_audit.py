@@ -51,7 +51,8 @@ def test_description_is_stored_once_per_session(fixture_con, fixture_library: Pa
     copies = sum(text.count(state.description) for text in texts)
     assert copies == 2  # the session row's column and its saved state: never once per decision
     trail = audit.decisions(state.session_id)
-    assert len(trail) == len(codes)
+    assert [record.code for record in trail if record.decision != "qualifier"] == codes
+    assert len(trail) == len(codes) + len(state.qualifiers)  # plus the description's uncoded qualifiers
     assert {record.description for record in trail} == {state.description}
 
 

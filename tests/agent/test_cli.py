@@ -54,14 +54,21 @@ def test_assemble_yes_writes_exports(tmp_path: Path, fixture_library: Path, caps
     )
     assert code == 0
     printed = capsys.readouterr().out
-    assert "curated -> fixlib/fix-ASTHMA" in printed and "concept set:" in printed
+    assert "1. fixlib/fix-ASTHMA Asthma" in printed and "concept set:" in printed
+    assert "ann confirmed fixlib/fix-ASTHMA for 'asthma' (--yes)" in printed
+    assert "apply these in the cohort's other criteria" in printed and "- age or sex: adults" in printed
     rows = list(csv.DictReader(out_csv.open()))
-    assert {row["tier"] for row in rows} == {"curated", "generated"}
+    assert {row["tier"] for row in rows} == {"curated", "generated", "qualifier"}
+    assert {row["reviewer"] for row in rows} == {"ann"}
     assert not out_circe.exists()
     session = audit.list_sessions()[0]
     assert session.stage == "assembled" and session.n_decisions > 0
     trail = audit.decisions(session.session_id)
-    assert all(record.decision == "accept" and record.reviewer == "ann" for record in trail)
+    assert [(r.decision, r.terms) for r in trail[:2]] == [
+        ("qualifier", "age or sex: adults"),
+        ("confirm-cohort", "asthma"),
+    ]
+    assert all(record.decision == "accept" and record.reviewer == "ann" for record in trail[2:])
 
 
 def test_assemble_json_keeps_stdout_json(tmp_path: Path, fixture_library: Path, capsys) -> None:
@@ -74,16 +81,16 @@ def test_assemble_json_keeps_stdout_json(tmp_path: Path, fixture_library: Path, 
     session = audit.list_sessions()[0]
     assert concept_set == json.loads(audit.load_state(session.session_id).concept_set.model_dump_json())
     assert any(entry["code"] == "J45" for entry in concept_set["entries"])
-    assert "curated -> fixlib/fix-ASTHMA" in captured.err and "concept set:" in captured.err
+    assert "confirmed fixlib/fix-ASTHMA" in captured.err and "concept set:" in captured.err
     assert f"wrote {out_csv}" in captured.err and f"session {session.session_id} saved" in captured.err
 
 
 def test_assemble_json_prompts_on_stderr(monkeypatch, fixture_library: Path, capsys) -> None:
-    prompts = scripted(monkeypatch, ["A"])
+    prompts = scripted(monkeypatch, ["", "A"])  # Enter confirms the proposed cohort, A accepts the rest
     assert main(["assemble", DESCRIPTION, "--reviewer", "bob", "--library", str(fixture_library), "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["entries"]  # the JSON alone, after an interactive review
-    assert prompts == [""] and agent_cli.PROMPT in captured.err  # the prompt itself was written to stderr
+    assert prompts == ["", ""] and agent_cli.PROMPT in captured.err  # the prompt itself was written to stderr
 
 
 @pytest.mark.parametrize("command", [["assemble", DESCRIPTION, "--reviewer", "ann", "--yes"], ["decompose-eval"]])
@@ -98,13 +105,13 @@ def test_k_must_be_positive_before_any_work(command: list[str], k: str, capsys) 
 
 
 def test_interactive_review_handles_bad_input(monkeypatch, fixture_library: Path, capsys) -> None:
-    prompts = scripted(monkeypatch, ["what?", "e", "r", "R"])
+    prompts = scripted(monkeypatch, ["", "what?", "e", "r", "R"])
     assert main(["assemble", DESCRIPTION, "--reviewer", "bob", "--library", str(fixture_library)]) == 0
     printed = capsys.readouterr().out
     assert "'what?' is not an answer" in printed
-    assert len(prompts) == 4
+    assert len(prompts) == 5
     session = audit.list_sessions()[0]
-    trail = audit.decisions(session.session_id)
+    trail = [r for r in audit.decisions(session.session_id) if r.decision in ("accept", "reject")]
     first = audit.load_state(session.session_id).candidate(trail[0].code)
     assert trail[0].decision == "accept" and trail[0].expand_descendants == (first.n_descendants > 0)
     assert first.expand_descendants == (first.n_descendants > 0)
@@ -114,11 +121,11 @@ def test_interactive_review_handles_bad_input(monkeypatch, fixture_library: Path
 
 
 def test_end_of_input_saves_and_resume_finishes(monkeypatch, fixture_library: Path, capsys) -> None:
-    scripted(monkeypatch, ["a"])
+    scripted(monkeypatch, ["", "a"])
     assert main(["assemble", DESCRIPTION, "--reviewer", "bob", "--library", str(fixture_library)]) == 0
     assert "end of input: progress saved" in capsys.readouterr().out
     session = audit.list_sessions()[0]
-    assert session.stage == "confirming" and session.n_decisions == 1
+    assert session.stage == "confirming" and session.n_decisions == 3  # a qualifier, the cohort, one code
     assert main(["assemble", "--resume", session.session_id, "--reviewer", "bob", "--no-input"]) == 0
     final = audit.load_state(session.session_id)
     assert final.stage == "assembled" and not final.pending
@@ -170,10 +177,47 @@ def test_ambiguous_term_can_be_settled_interactively(monkeypatch, fixture_librar
         == 0
     )
     printed = capsys.readouterr().out
-    assert "'7' is not a choice" in printed and "matches several curated cohorts" in printed
+    assert "'7' is not a choice" in printed and "2 curated cohorts proposed, best-fitting scope first" in printed
     state = audit.load_state(audit.list_sessions()[0].session_id)
-    assert state.terms[0].status == "curated" and state.terms[0].curated.cohort_id == "fix-AF2"
-    assert state.stage == "assembled" and set(state.concept_set.codes) == {"I48.0", "I48.91"}
+    second = state.terms[0].proposals[1]
+    assert state.terms[0].status == "curated" and state.terms[0].curated.key == second.key
+    assert f"replaced the proposed {state.terms[0].proposals[0].key}" in printed
+    assert state.stage == "assembled" and {e.source for e in state.concept_set.entries} == {second.key}
+    trail = audit.decisions(state.session_id)
+    assert [(r.code, r.decision, r.reviewer) for r in trail] == [(second.key, "replace-cohort", "cy")]
+
+
+def test_the_cli_refuses_to_export_without_a_reviewer_and_prints_the_qualifiers(
+    tmp_path: Path, fixture_library: Path, capsys
+) -> None:
+    out_csv = tmp_path / "set.csv"
+    args = ["assemble", "adults hospitalized with asthma", "--library", str(fixture_library), "--csv", str(out_csv)]
+    assert main([*args, "--yes"]) == 2
+    captured = capsys.readouterr()
+    assert "a reviewer name is required" in captured.err and "--reviewer NAME" in captured.err
+    assert "- age or sex: adults" in captured.out and "- setting: hospitalized" in captured.out
+    assert not out_csv.exists()
+    assert main([*args, "--yes", "--reviewer", "   "]) == 2  # only spaces: refused before any work
+    assert "only spaces" in capsys.readouterr().err and not out_csv.exists()
+    assert main([*args, "--yes", "--reviewer", "dee", "--reason", "protocol v2"]) == 0
+    rows = list(csv.DictReader(out_csv.open()))
+    assert {row["reason"] for row in rows if row["tier"] == "curated"} == {"no prompt (--yes): protocol v2"}
+    assert {r.reason for r in audit.decisions(audit.list_sessions()[0].session_id) if r.decision == "accept"} <= {
+        "protocol v2"
+    }
+    assert [(r["tier"], r["terms"]) for r in rows if r["tier"] == "qualifier"] == [
+        ("qualifier", "adults"),
+        ("qualifier", "hospitalized"),
+    ]
+
+
+def test_declining_a_proposal_gives_generated_candidates(monkeypatch, fixture_library: Path, capsys) -> None:
+    scripted(monkeypatch, ["g", "A"])
+    assert main(["assemble", "asthma", "--reviewer", "eve", "--library", str(fixture_library)]) == 0
+    state = audit.load_state(audit.list_sessions()[0].session_id)
+    assert state.terms[0].status == "generated" and state.candidates
+    assert all(entry.tier == "generated" for entry in state.concept_set.entries)
+    assert audit.decisions(state.session_id)[0].decision == "decline-cohorts"
 
 
 ASTHMA_AND_HF = [

@@ -25,44 +25,68 @@ def fixed(terms: list[str]):
     return lambda description: list(terms)
 
 
-def run(con, library: Path, terms: list[str], description: str = "a study population"):
+def run(con, library: Path, terms: list[str], description: str = "a study population", confirm: bool = True):
+    """The nodes up to the gate; with ``confirm`` the reviewer confirms every first curated proposal."""
     state = nodes.new_state(description, "s1", reviewer="ann", library_paths=[library])
     state = nodes.decompose(state, fixed(terms))
     state = nodes.check_curated(state, con, libraries=[load_library(library)])
+    if confirm:
+        for term in state.terms:
+            if term.status == "proposed":
+                state = nodes.settle_proposal(state, term.term, term.proposals[0].key, "ann")
     return nodes.generate(state, con)
 
 
 def test_curated_match_when_names_and_retrieval_agree(
     fixture_con: duckdb.DuckDBPyConnection, fixture_library: Path
 ) -> None:
+    proposed = run(fixture_con, fixture_library, ["asthma"], confirm=False)
+    term = proposed.terms[0]
+    assert term.status == "proposed" and term.curated is None  # a proposal, never taken without the reviewer
+    assert term.proposals[0].cohort_id == "fix-ASTHMA" and term.proposals[0].rank == 1
+    assert nodes.gate_problems(proposed) == [
+        "confirm or replace the curated cohort proposed for 'asthma' (or decline it for generated candidates)"
+    ]
     state = run(fixture_con, fixture_library, ["asthma"])
     term = state.terms[0]
-    assert term.status == "curated"
+    assert term.status == "curated" and term.settled_by == "ann"
     assert term.curated is not None and term.curated.cohort_id == "fix-ASTHMA"
     assert term.curated.name_overlap == 1.0 and term.curated.retrieval_overlap >= nodes.RETRIEVAL_THRESHOLD
-    assert state.candidates == []  # curated terms need no gate
+    assert term.settlement is not None and term.settlement.startswith("confirmed the proposed cohort fixlib/fix-ASTHMA")
+    assert state.candidates == []  # a confirmed cohort needs no generated candidates
+    assert nodes.gate_problems(state) == []
 
 
 def test_exact_name_settles_near_duplicates(fixture_con, fixture_library) -> None:
-    term = run(fixture_con, fixture_library, ["heart failure"]).terms[0]
-    assert term.status == "curated" and term.curated.cohort_id == "fix-HF"
-    assert term.note and "2 cohorts matched" in term.note
+    term = run(fixture_con, fixture_library, ["heart failure"], confirm=False).terms[0]
+    assert term.status == "proposed" and term.proposals[0].cohort_id == "fix-HF"  # the term itself, first
+    assert term.note and "2 cohorts matched" in term.note and "proposed first: fixlib/fix-HF" in term.note
 
 
 def test_ambiguous_match_is_reported_not_guessed(fixture_con, fixture_library) -> None:
-    state = run(fixture_con, fixture_library, ["atrial fibrillation"])
+    state = run(fixture_con, fixture_library, ["atrial fibrillation"], confirm=False)
     term = state.terms[0]
-    assert term.status == "ambiguous" and term.curated is None
-    assert {match.cohort_id for match in term.ambiguous} == {"fix-AF1", "fix-AF2"}
-    assert state.candidates, "an ambiguous term still gets generated candidates to review"
-    chosen = nodes.choose_cohort(state, "atrial fibrillation", "fix-AF2")
-    assert chosen.terms[0].status == "curated" and chosen.terms[0].curated.cohort_id == "fix-AF2"
-    assert chosen.candidates == [], "a settled term's undecided candidates leave the gate"
+    assert term.status == "proposed" and term.curated is None
+    assert {match.cohort_id for match in term.proposals} == {"fix-AF1", "fix-AF2"}
+    assert state.candidates == [], "a proposed term is searched only if the reviewer declines its cohorts"
+    other = next(match for match in term.proposals if match.rank == 2)
+    chosen = nodes.settle_proposal(state, "atrial fibrillation", other.key, "ann", reason="  narrower  ")
+    settled = chosen.terms[0]
+    assert settled.status == "curated" and settled.curated.key == other.key
+    assert settled.settlement == (
+        f"replaced the proposed {term.proposals[0].key} '{term.proposals[0].cohort_name}' with {other.key} "
+        f"'{other.cohort_name}' (narrower)"
+    )
     assembled = nodes.assemble(chosen, fixture_con)
-    assert set(assembled.concept_set.codes) == {"I48.0", "I48.91"}
-    assert {entry.source for entry in assembled.concept_set.entries} == {"fixlib/fix-AF2"}
-    with pytest.raises(ValueError):
-        nodes.choose_cohort(state, "atrial fibrillation", "fix-HF")
+    assert {entry.source for entry in assembled.concept_set.entries} == {other.key}
+    assert assembled.concept_set.reviewer == "ann"
+    with pytest.raises(nodes.GateError, match="not one of the cohorts proposed"):
+        nodes.settle_proposal(state, "atrial fibrillation", "fixlib/fix-HF", "ann")
+    with pytest.raises(nodes.GateError, match="only spaces"):
+        nodes.settle_proposal(state, "atrial fibrillation", other.key, "   ")
+    declined = nodes.generate(nodes.settle_proposal(state, "atrial fibrillation", None, "ann"), fixture_con)
+    assert declined.terms[0].status == "generated" and declined.candidates
+    assert declined.terms[0].settlement.startswith("declined the 2 curated proposals")
 
 
 def test_name_alone_is_not_enough(fixture_con, fixture_library) -> None:
@@ -137,15 +161,26 @@ def test_session_survives_restart_with_audit_trail(fixture_con, fixture_library)
     resumed = workflow.resume(state.session_id)
     assert resumed == state
     assert resumed.candidate("S72").decision == "accept" and resumed.candidate("S72.0").reviewer == "bob"
+    state = workflow.settle(state, fixture_con, "asthma", "fixlib/fix-ASTHMA", "ann", reason="as proposed")
+    resumed = workflow.resume(state.session_id)
+    assert resumed == state
     trail = audit.decisions(state.session_id)
-    assert [(r.code, r.decision, r.reviewer) for r in trail] == [("S72", "accept", "ann"), ("S72.0", "reject", "bob")]
+    assert [(r.code, r.decision, r.reviewer) for r in trail] == [
+        ("", "qualifier", ""),  # "adults": no code says it; noted when the session starts
+        ("S72", "accept", "ann"),
+        ("S72.0", "reject", "bob"),
+        ("fixlib/fix-ASTHMA", "confirm-cohort", "ann"),
+    ]
+    assert trail[0].terms == "age or sex: adults" and "other criteria" in trail[0].reason
+    assert trail[3].terms == "asthma" and trail[3].reason.endswith("(as proposed)")
+    trail = trail[1:]
     assert trail[0].expand_descendants is True and trail[0].description == state.description
     assert "fracture of femur" in trail[0].terms
     exported = list(csv.DictReader(io.StringIO(audit.audit_csv(trail))))
     assert exported[1]["reviewer"] == "bob"
     assert json.loads(audit.audit_json(trail))[0]["code"] == "S72"
     summaries = audit.list_sessions()
-    assert summaries[0].session_id == state.session_id and summaries[0].n_decisions == 2
+    assert summaries[0].session_id == state.session_id and summaries[0].n_decisions == 4
     final = workflow.finish(resumed, fixture_con)
     assert workflow.resume(state.session_id).stage == "assembled"
     assert "S72.001A" in final.concept_set.codes
@@ -285,8 +320,8 @@ def test_retrieval_only_match_is_explained(fixture_con, tmp_path: Path) -> None:
         {"arr": ("Specified heart arrhythmias", ["I48"], True), "asthma": ("Asthma", ["J45"], True)},
         "arrlib",
     )
-    term = run(fixture_con, library, ["atrial fibrillation"]).terms[0]
-    assert term.status == "curated" and term.curated is not None and term.curated.cohort_id == "arr"
+    term = run(fixture_con, library, ["atrial fibrillation"], confirm=False).terms[0]
+    assert term.status == "proposed" and term.proposals[0].cohort_id == "arr" and term.proposals[0].by_retrieval_only
     assert term.note is not None and "retrieval alone" in term.note
 
 
@@ -315,6 +350,7 @@ def test_a_circe_file_from_an_athena_vocabulary_carries_the_omop_concept_ids(ath
     codes = ["E11.21", "E11.22"]
     concept_set = ConceptSet(
         description="type 2 diabetes with kidney complications",
+        reviewer="ann",
         entries=[ConceptEntry(code=c, name=c, tier="generated", source="test", evidence="test") for c in codes],
     )
     items = concept_set_circe(athena_con, concept_set)["expression"]["items"]
@@ -367,6 +403,18 @@ def test_any_session_id_and_description_give_a_valid_valueset(fixture_con, set_i
 
     entry = ConceptEntry(code="J45.20", name="Mild intermittent asthma", tier="curated", source="t", evidence="t")
     parsed = ValueSet.model_validate_json(
-        concept_set_fhir_json(fixture_con, ConceptSet(description=description, entries=[entry]), set_id)
+        concept_set_fhir_json(fixture_con, ConceptSet(description=description, entries=[entry], reviewer="a"), set_id)
     )
     assert parsed.compose.include[0].concept[0].code == "J45.20"
+
+
+def test_a_description_of_only_unusual_whitespace_still_gives_a_valid_valueset(fixture_con) -> None:
+    """Found by the property test above: a title of one no-break space is not a FHIR string."""
+    from fhir.resources.R4B.valueset import ValueSet
+
+    from phenoforge.agent.export import concept_set_fhir_json
+    from phenoforge.agent.state import ConceptEntry, ConceptSet
+
+    entry = ConceptEntry(code="J45.20", name="Mild intermittent asthma", tier="curated", source="t", evidence="t")
+    text = concept_set_fhir_json(fixture_con, ConceptSet(description="\xa0", entries=[entry], reviewer="a"), "x")
+    assert ValueSet.model_validate_json(text).title == "phenoforge concept set"

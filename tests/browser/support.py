@@ -7,6 +7,7 @@ A server is a plain object with ``stop()`` so a test can restart it mid-test on 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -66,11 +67,12 @@ class Server:
         return int(self.process.returncode)
 
 
-def start_server(data_dir: Path, log_path: Path) -> Server:
-    """A server on a free localhost port over ``data_dir``, returned once it answers its health check."""
+def start_server(data_dir: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> Server:
+    """A server on a free localhost port over ``data_dir`` (``extra_env``: settings over the tests' own),
+    returned once it answers its health check."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, **dashboard_env(data_dir)}
+    env = {**os.environ, **dashboard_env(data_dir), **(extra_env or {})}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [
@@ -334,3 +336,26 @@ def sidebar_entries(driver: Any) -> list[str]:
 
     links = driver.find_elements(By.CSS_SELECTOR, '[data-testid="stSidebarNav"] a')
     return [link.text.strip().split("\n")[-1] for link in links]  # the icon's name comes first
+
+
+def keyed(key: str) -> str:
+    """XPath of the container Streamlit gives a widget with ``key`` (its ``st-key-<key>`` class)."""
+    slug = re.sub(r"[^a-zA-Z0-9_-]", "-", key)
+    return f'//div[contains(concat(" ", normalize-space(@class), " "), " st-key-{slug} ")]'
+
+
+def type_into(driver: Any, key: str, text: str, tag: str = "input") -> None:
+    """Replace the text of the widget ``key`` (an ``input``, or ``textarea``), submit it, wait until it shows it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait_idle(driver)
+    box = driver.find_element(By.XPATH, f"{keyed(key)}//{tag}")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)
+    box.send_keys(text)
+    if tag == "input":
+        box.send_keys(Keys.ENTER)
+    WebDriverWait(driver, WAIT).until(lambda d: box.get_attribute("value") == text)
+    wait_idle(driver)

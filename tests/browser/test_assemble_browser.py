@@ -158,8 +158,9 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     web.wait_idle(driver)
     web.no_exception(driver)
 
-    codes = _candidate_codes(driver)
+    codes = _candidate_codes(driver)  # the rows of the branch in review (the most relevant block)
     assert ACCEPTED in codes, codes
+    total = int(re.findall(r"Generated candidates \((\d+) of \1 pending\)", web.body(driver))[0])
     rejected = next(code for code in codes if code != ACCEPTED)
     assert _chosen(driver, ACCEPTED) == "pending" and _chosen(driver, rejected) == "pending"
     _choose(driver, ACCEPTED, "accept")
@@ -167,15 +168,13 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     _choose(driver, rejected, "reject")
     web.wait_idle(driver)
     web.click_button(driver, "Save 2 decisions")
-    web.wait_text(
-        driver, f"Generated candidates ({len(codes) - 2} of {len(codes)} pending)", "Audit trail (2 decisions)"
-    )
+    web.wait_text(driver, f"Generated candidates ({total - 2} of {total} pending)", "Audit trail (3 decisions)")
     web.wait_idle(driver)
     web.no_exception(driver)
     session_id = _session_id(driver)
     # one audit row per decision: reviewer, code and decision are adjacent cells of the row
     rows = (f"{session_id}", f"{REVIEWER}{ACCEPTED}accept", f"{REVIEWER}{rejected}reject")
-    before = _audit_trail(driver, 2, *rows)
+    before = _audit_trail(driver, 3, *rows)  # and the qualifier "adults", noted at the start
     assert before.count(REVIEWER) == 2
     web.shot(driver, "assemble-before-restart")
 
@@ -191,8 +190,8 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
         driver,
         f"Session {session_id}",
         DESCRIPTION,
-        f"Generated candidates ({len(codes) - 2} of {len(codes)} pending)",
-        "Audit trail (2 decisions)",
+        f"Generated candidates ({total - 2} of {total} pending)",
+        "Audit trail (3 decisions)",
     )
     web.wait_idle(driver)
     web.no_exception(driver)
@@ -201,11 +200,13 @@ def test_assembly_session_and_audit_trail_survive_a_server_restart(
     assert all(
         _settled_choice(driver, code, "pending") == "pending" for code in codes if code not in {ACCEPTED, rejected}
     )
-    after = _audit_trail(driver, 2, *rows)
+    after = _audit_trail(driver, 3, *rows)
     assert after.count(REVIEWER) == 2
     web.shot(driver, "assemble-after-restart")
 
     trail = audit.decisions(session_id, path=data_dir / "app_state.sqlite")
+    assert [(r.decision, r.terms) for r in trail if r.decision == "qualifier"] == [("qualifier", "age or sex: adults")]
+    trail = [r for r in trail if r.decision != "qualifier"]
     assert sorted((r.code, r.decision, r.reviewer, r.description, r.session_id) for r in trail) == sorted(
         [
             (ACCEPTED, "accept", REVIEWER, DESCRIPTION, session_id),

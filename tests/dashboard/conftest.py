@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ def dash(dashboard_data: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     monkeypatch.setattr("phenoforge.agent.claude._secrets_paths", lambda: [])  # no real key
     for leftover in dashboard_data.glob("app_state.sqlite*"):
         leftover.unlink()
+    shutil.rmtree(dashboard_data / "versions", ignore_errors=True)  # signed-off lists of an earlier test
     st.cache_resource.clear()
     st.cache_data.clear()
     yield dashboard_data

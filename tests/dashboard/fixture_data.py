@@ -56,8 +56,9 @@ def env(**values: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def build_dashboard_data(data_dir: Path, dense: bool = True) -> Path:
-    """Vocabulary, fixture library and (optionally) a fake-embedder dense index under data_dir."""
+def build_dashboard_data(data_dir: Path, dense: bool = True, fitted: bool = True) -> Path:
+    """Vocabulary, fixture library, (optionally) a fake-embedder dense index, and (optionally) the set builders
+    fitted as the first-run build fits them (pages never fit: without it they offer no set builder)."""
     import duckdb
 
     from phenoforge.engine.dense import ensure_dense_index
@@ -72,7 +73,27 @@ def build_dashboard_data(data_dir: Path, dense: bool = True) -> Path:
             ensure_dense_index(con, embed_fn=FakeEmbedder(), index_dir=data_dir / "dense")
         finally:
             con.close()
+    if fitted:
+        fit_set_builders(data_dir)
     return data_dir
+
+
+def fit_set_builders(data_dir: Path) -> None:
+    """Fit every set builder the installed libraries need (what Home's first-run build does), with the dense
+    index when there is one: after a library is added, before a page offers the set builders for it."""
+    import duckdb
+
+    from phenoforge.engine.dense import load_dense_if_ready
+    from phenoforge.methods.set_building import fit_for_installed_libraries
+    from tests.engine.fake_embedder import FakeEmbedder
+
+    with env(PHENOFORGE_DATA_DIR=str(data_dir)):
+        con = duckdb.connect(str(data_dir / "vocab.duckdb"), read_only=True)
+        try:
+            dense = load_dense_if_ready(con, index_dir=data_dir / "dense", embed_fn=FakeEmbedder())
+            fit_for_installed_libraries(con, dense)
+        finally:
+            con.close()
 
 
 def dashboard_env(data_dir: Path) -> dict[str, str]:

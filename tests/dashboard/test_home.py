@@ -105,6 +105,39 @@ def test_first_run_builds_vocabulary_and_dense_index(
     assert "Dense index: ready" in _texts(at)
     assert state.message.startswith("dense index ready (") and state.message in _texts(at)  # codes, how embedded
     assert (empty / "dense" / "manifest.json").exists()
+    # then the set builders, in the background too, with that index; Home says when every method is ready
+    assert dashboard_ui.set_builder_fits().wait(timeout=60).state == "ready"
+    at.run()
+    text = _texts(at)
+    assert "Set builders: ready (" in text and "**All methods ready** (first-run build: " in text
+    assert "Vocabulary: ready (ready after " in text and "Dense index: ready (ready after " in text
+    assert any(p.name.startswith("fitted-") for p in (empty / "models").iterdir())
+
+
+def test_home_says_every_method_is_ready_when_everything_is_built(app: Callable[[str], AppTest]) -> None:
+    at = app("app.py").run()
+    assert not at.exception
+    text = _texts(at)
+    for step in ("Vocabulary: ready", "Cohort libraries: ready (1)", "Dense index: ready", "Set builders: ready ("):
+        assert step in text
+    assert "**All methods ready**." in text  # nothing was built by this process: no first-run time
+    assert "ready after" not in text
+
+
+def test_home_shows_the_set_builders_being_fitted_and_what_works_meanwhile(
+    app: Callable[[str], AppTest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phenoforge.dashboard.first_run import FitState, SetBuilderFits
+
+    fitting = FitState(state="fitting", done=1, total=4, fraction=0.4, step="the membership model", seconds=20)
+    monkeypatch.setattr(SetBuilderFits, "status", lambda self: fitting)
+    monkeypatch.setattr(SetBuilderFits, "start", lambda self: False)
+    at = app("app.py").run()
+    assert not at.exception
+    assert "All methods ready" not in _texts(at)
+    assert any("Ready now: bm25, dense, hybrid, expand_descendants." in str(c.value) for c in at.caption)
+    bars = at.get("progress")
+    assert bars and "set builders: 1/4 fits · the membership model · 20 s" in bars[-1].proto.text
 
 
 @pytest.mark.parametrize(("runtime", "noted"), [("torch-bf16", True), ("onnx-fp32", False)])

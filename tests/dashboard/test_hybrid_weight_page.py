@@ -104,7 +104,7 @@ def mixed_library_app(dashboard_data: Path, tmp_path: Path, monkeypatch: pytest.
 
     import streamlit as st
 
-    from tests.dashboard.fixture_data import dashboard_env
+    from tests.dashboard.fixture_data import dashboard_env, fit_set_builders
     from tests.fixture_library import write_icd_library
 
     data = tmp_path / "data"
@@ -114,6 +114,7 @@ def mixed_library_app(dashboard_data: Path, tmp_path: Path, monkeypatch: pytest.
         {"hf": ("Heart failure", ["I50.9"], False), "gone": ("Unknown condition", ["Q98.111"], False)},
         "mixed",
     )
+    fit_set_builders(data)  # a library added: the first-run build fits for it before a page offers the builders
     for key, value in dashboard_env(data).items():
         monkeypatch.setenv(key, value)
     st.cache_resource.clear()

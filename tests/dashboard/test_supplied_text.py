@@ -31,6 +31,8 @@ PAGES = [
     "pages/4_Decomposition.py",
     "pages/5_Explore.py",
     "pages/6_Assemble.py",
+    "pages/7_Compare.py",
+    "pages/8_Versions.py",
 ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 
 import numpy as np
 
@@ -43,3 +44,12 @@ class FakeEmbedder:
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         return np.stack([self.embed_one(text) for text in texts]).astype(np.float32)
+
+
+class SlowFakeEmbedder(FakeEmbedder):
+    """``FakeEmbedder`` at about 7 texts a second: a first-run dense build of the fixture vocabulary lasts some
+    seconds, long enough for a browser test to watch its progress (``PHENOFORGE_EMBEDDER`` names it)."""
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        time.sleep(0.15 * len(texts))
+        return super().__call__(texts)

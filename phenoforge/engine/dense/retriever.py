@@ -29,6 +29,7 @@ from phenoforge.engine.dense.model import (
     describe_embed_fn,
     normalise,
 )
+from phenoforge.engine.dense.shipped import ShippedFirst, shipped_first
 from phenoforge.engine.dense.store import (
     DISTINCT_LEVELS,
     FORMAT_VERSION,
@@ -225,14 +226,18 @@ class DenseRetriever:
                 return
             started = time.perf_counter()
             items = concept_texts(self.con)
-            counting = _CountingEmbed(self.embed_fn)
+            build_embed, shipped_note = shipped_first(self.embed_fn, self.model_name)
+            if shipped_note:
+                progress(0, len(items.codes), f"shipped vectors not used: {shipped_note}")
+            counting = _CountingEmbed(build_embed)
             runtime = describe_embed_fn(self.embed_fn)
+            source = "shipped vectors first" if isinstance(build_embed, ShippedFirst) else "every text embedded here"
             vectors, n_unique, layout = compute_index(
                 items,
                 counting,
                 mode,
                 progress,
-                message=f"embedding codes ({mode}, {getattr(self.embed_fn, 'choice', runtime)})",
+                message=f"embedding codes ({mode}, {getattr(self.embed_fn, 'choice', runtime)}, {source})",
             )
             self.embed_calls += counting.calls
             build, release = _vocabulary_identity(self.con)
@@ -253,6 +258,7 @@ class DenseRetriever:
                     "build_seconds": round(time.perf_counter() - started, 3),
                     "n_texts_embedded": n_unique,
                     "runtime": runtime,
+                    "shipped_texts": build_embed.found if isinstance(build_embed, ShippedFirst) else 0,
                 },
             )
             if layout is not None:

@@ -132,6 +132,8 @@ class DenseManifest(BaseModel):
     distinct_kind: str | None = None
     distinct_count: int | None = None
     """Distinct rows (embedded texts plus the stems that are no row of their own)."""
+    shipped_texts: int | None = None
+    """Texts whose vectors came from the shipped vectors (``shipped.py``) rather than being embedded here."""
     distinct_max_error: float | None = None
     """Largest difference between a stored vector and the layout's reconstruction of it, when written."""
 
