@@ -180,7 +180,7 @@ def test_a_corrupt_imported_manifest_does_not_stop_list_or_assemble(data: Path) 
     assert "good-lib" in listed.stdout and str(broken / "manifest.json") in listed.stderr
     assembled = cli(data, "assemble", "adults with asthma", "--no-input", "--reviewer", "ann", "--no-dense")
     assert assembled.returncode == 0, assembled.stderr
-    assert "curated -> good-lib/asthma" in assembled.stdout
+    assert "confirmed good-lib/asthma for 'asthma'" in assembled.stdout  # the gate: a proposal, confirmed by ann
     assert "library skipped" in assembled.stdout and "broken" in assembled.stdout
     benchmark = cli(data, "benchmark", "--no-dense", "--quiet", "--json", "--methods", "bm25")
     assert benchmark.returncode == 0, benchmark.stderr
