@@ -94,7 +94,15 @@ def test_a_one_cohort_benchmark_runs_cold(data: Path) -> None:
 
 def test_assemble_with_a_set_builder_generator_runs_cold(data: Path) -> None:
     result = _cli(
-        data, "assemble", "adults with heart failure", "--generator", "curated_transfer", "--no-dense", "--yes", "--reviewer", "ann"
+        data,
+        "assemble",
+        "adults with heart failure",
+        "--generator",
+        "curated_transfer",
+        "--no-dense",
+        "--yes",
+        "--reviewer",
+        "ann",
     )
     assert result.returncode == 0, result.stderr
     assert "concept set:" in result.stdout and "saved" in result.stdout
