@@ -472,17 +472,23 @@ def _read_result(text: str, run_id: str) -> CohortEvalResult:
         raise AppStateError(f"saved run {run_id!r} has an unreadable result ({str(error).splitlines()[0]})") from None
 
 
+def _complete_layout(con: sqlite3.Connection, run_id: str) -> str:
+    """How a saved run is stored (``LAYOUT_ROWS`` or one document); ``AppStateError`` when there is no such run,
+    ``UnfinishedRunError`` when it never finished."""
+    rows = con.execute(
+        "SELECT layout, status, n_results, run_id FROM benchmark_run WHERE run_id = ?", [run_id]
+    ).fetchall()
+    if not rows:
+        raise AppStateError(f"no saved benchmark run with id {run_id!r}: pick one from the list")
+    if rows[0]["status"] != STATUS_COMPLETE:
+        raise _unfinished(rows[0])
+    return str(rows[0]["layout"])
+
+
 def saved_methods(run_id: str, path: Path | None = None) -> list[str]:
     """The methods with results in a saved (complete) run, in report order, without reading the results."""
     with connect_app_state(path) as con:
-        rows = con.execute(
-            "SELECT layout, status, n_results, run_id FROM benchmark_run WHERE run_id = ?", [run_id]
-        ).fetchall()
-        if not rows:
-            raise AppStateError(f"no saved benchmark run with id {run_id!r}: pick one from the list")
-        if rows[0]["status"] != STATUS_COMPLETE:
-            raise _unfinished(rows[0])
-        if rows[0]["layout"] == LAYOUT_ROWS:
+        if _complete_layout(con, run_id) == LAYOUT_ROWS:
             found = con.execute(
                 "SELECT method FROM benchmark_result WHERE run_id = ? GROUP BY method ORDER BY MIN(seq)", [run_id]
             ).fetchall()
@@ -494,14 +500,7 @@ def iter_saved_results(run_id: str, method: str | None = None, path: Path | None
     """A saved (complete) run's results in report order, ``method``'s only when given: read row by row
     from a run saved as rows (never all at once), from the document of one saved before."""
     with connect_app_state(path) as con:
-        rows = con.execute(
-            "SELECT layout, status, n_results, run_id FROM benchmark_run WHERE run_id = ?", [run_id]
-        ).fetchall()
-        if not rows:
-            raise AppStateError(f"no saved benchmark run with id {run_id!r}: pick one from the list")
-        if rows[0]["status"] != STATUS_COMPLETE:
-            raise _unfinished(rows[0])
-        layout = rows[0]["layout"]
+        layout = _complete_layout(con, run_id)
     if layout != LAYOUT_ROWS:
         for result in load_benchmark_run(run_id, path).report.results:
             if method is None or result.method == method:
