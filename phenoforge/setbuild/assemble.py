@@ -8,8 +8,8 @@ import duckdb
 
 from phenoforge.caches import ProcessCache
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
-from phenoforge.eval.evaluate import score_matches
-from phenoforge.eval.matching import NearestIndex, match_cohort, normalise_codes
+from phenoforge.eval.matching import NearestIndex, normalise_codes
+from phenoforge.eval.scoring import score_cohort
 from phenoforge.setbuild.candidates import CandidateTable
 from phenoforge.setbuild.models import BuiltCode, BuiltSet, CodeProvenance, Source
 from phenoforge.setbuild.nodes import billable_below
@@ -119,7 +119,7 @@ def _cached_score(
                 hierarchy, [cid for _, cid in normalise_codes(hierarchy, truth) if cid is not None]
             )
             _TRUTH_INDEXES.remember(index_key, truth_index)
-        result = score_matches(match_cohort(hierarchy, truth, predicted, truth_index), cohort_id, name, "tuning")
+        result = score_cohort(con, cohort_id, name, list(truth), list(predicted), "tuning", truth_index)
         _SCORES.remember(key, (result.hierarchical_score, result.exact_f1))
     return _SCORES[key]
 
