@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from phenoforge.engine.dense.model import DEFAULT_MODEL_NAME, MODEL_PACKAGE, EmbedFn, normalise
+from phenoforge.engine.dense.model import DEFAULT_MODEL_NAME, MODEL_PACKAGE, EmbedFn, describe_embed_fn, normalise
 from phenoforge.engine.dense.texts import TEXT_RECIPE_VERSION
 from phenoforge.storage import sha256_file
 
@@ -133,8 +133,10 @@ class ShippedUnavailable(Exception):
     """Why the shipped vectors are not used (the build then embeds every text itself)."""
 
 
-def load_shipped(directory: Path = SHIPPED_DIR) -> ShippedVectors:
-    """Read and verify the shipped vectors; ``ShippedUnavailable`` says what is wrong with them."""
+def load_shipped(directory: Path | None = None) -> ShippedVectors:
+    """Read and verify the shipped vectors (``SHIPPED_DIR`` unless ``directory``); ``ShippedUnavailable`` says
+    what is wrong with them."""
+    directory = SHIPPED_DIR if directory is None else directory
     manifest_path = directory / MANIFEST_FILE
     if not manifest_path.is_file():
         raise ShippedUnavailable(f"no shipped vectors ({manifest_path} is missing)")
@@ -183,8 +185,6 @@ def load_shipped(directory: Path = SHIPPED_DIR) -> ShippedVectors:
 def takes_shipped(embed_fn: object, model_name: str) -> bool:
     """Only the pinned model in ONNX fp32 (what made the shipped vectors) may take them: a test's embed function,
     bf16, int8 or another model embeds every text itself."""
-    from phenoforge.engine.dense.model import describe_embed_fn
-
     return (
         model_name == DEFAULT_MODEL_NAME
         and getattr(embed_fn, "model_name", None) == DEFAULT_MODEL_NAME
@@ -219,7 +219,7 @@ class ShippedFirst:
         return out
 
 
-def shipped_first(embed_fn: EmbedFn, model_name: str, directory: Path = SHIPPED_DIR) -> tuple[EmbedFn, str | None]:
+def shipped_first(embed_fn: EmbedFn, model_name: str, directory: Path | None = None) -> tuple[EmbedFn, str | None]:
     """``(embed function for a build, note)``: the shipped vectors first when they may be used; else the embed
     function itself and, when shipped vectors exist but are unusable, why (for the build's log)."""
     if not takes_shipped(embed_fn, model_name):

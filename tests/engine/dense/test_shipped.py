@@ -156,3 +156,14 @@ def test_the_shipped_files_in_the_repository_are_whole_and_current() -> None:
     assert vectors.manifest.count == len(vectors.keys) > 40_000
     assert vectors.manifest.text_recipe == TEXT_RECIPE_VERSION
     assert (shipped.SHIPPED_DIR / vectors.manifest.vectors_file).stat().st_size <= 25_000_000
+
+
+def test_the_shipped_folder_is_looked_up_when_a_build_runs(
+    tmp_path: Path, installed_version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build reads ``SHIPPED_DIR`` as it is then (bench_shipped points it elsewhere to build without them)."""
+    write_shipped(tmp_path / "elsewhere", TEXTS, FakeEmbedder())
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path / "elsewhere")
+    assert isinstance(shipped_first(PinnedLike(), DEFAULT_MODEL_NAME)[0], ShippedFirst)
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path / "none")
+    assert not isinstance(shipped_first(PinnedLike(), DEFAULT_MODEL_NAME)[0], ShippedFirst)
