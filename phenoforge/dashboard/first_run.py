@@ -435,6 +435,8 @@ class SetBuilderFits:
                 with self._lock:
                     self._state = FitState(state="waiting", message=pending)
                 time.sleep(DENSE_POLL_SECONDS)
+            with self._lock:  # the look below reads every library and loads the model's identity: seconds
+                self._state = FitState(state="fitting", step="looking for fits stored before")
             if self._stored(dense):  # fitted meanwhile (another process, or all there for this index)
                 with self._lock:
                     self._finished_seconds = time.monotonic() - self._started

@@ -271,6 +271,34 @@ def test_the_fits_wait_for_the_dense_index_then_follow_it(unfitted: tuple[Path, 
     assert fits_stored(con, None) and not fits_stored(con, ready.retriever())  # keyed by the index
 
 
+def test_once_the_dense_index_is_ready_the_look_for_stored_fits_is_not_called_waiting(
+    unfitted: tuple[Path, CursorPool, ReadyDense], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Looking for stored fits takes seconds on real data; the fits said "waits for the dense index" meanwhile."""
+    data, pool, _ready = unfitted
+    dense = SwitchedDense("building")
+    fits = SetBuilderFits(pool, dense, models_dir=data / "models", dense_autobuild=lambda: True)
+    looking = threading.Event()
+    release = threading.Event()
+    stored = fits._stored
+
+    def slow_stored(found_dense: object | None) -> bool:
+        looking.set()
+        release.wait(10)
+        return stored(found_dense)
+
+    monkeypatch.setattr(fits, "_stored", slow_stored)
+    assert fits.start() is True
+    dense.state = "failed"
+    assert looking.wait(10)
+    try:
+        state = fits.status()
+        assert state.state == "fitting" and state.step == "looking for fits stored before"
+    finally:
+        release.set()
+    assert fits.wait(30).state == "ready"
+
+
 # -- pages never start a fit -------------------------------------------------------------------------------------
 
 
