@@ -216,6 +216,43 @@ def fit_builders(
     return _fit_builders(con, dense, held_out_group, libraries, progress, also_held_out, _FITS_REFUSED.get())
 
 
+@dataclass
+class FitInputs:
+    """What a fit for one held-out key reads, and the signature its bundle is stored under."""
+
+    hierarchy: Hierarchy
+    libraries: list[Library]
+    held_out: list[str]
+    train_libraries: list[Library]
+    knowledge: CuratedKnowledge
+    held_key: str | None
+    names: list[str]
+    groups: list[str]
+    signature: str
+
+
+def fit_inputs(
+    con: duckdb.DuckDBPyConnection,
+    dense: object | None,
+    held_out_group: str | None = None,
+    libraries: Sequence[Library] | None = None,
+    also_held_out: Sequence[str] = (),
+    broken: list[str] | None = None,
+) -> FitInputs:
+    """The training libraries, curated knowledge and stored-bundle signature of the fit ``fit_builders`` makes
+    for these arguments (``broken`` collects the libraries and knowledge that could not be read)."""
+    broken = [] if broken is None else broken
+    hierarchy = get_hierarchy(con)
+    libraries = list(libraries) if libraries is not None else list_libraries(errors=broken)
+    held_out = held_out_groups(held_out_group, also_held_out)
+    train_libraries = training_libraries(libraries, held_out)
+    knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
+    broken += knowledge.problems
+    held_key = held_out_key(libraries, held_out, {g for c in knowledge.cohorts for g in c.groups})
+    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge.digest, held_key)
+    return FitInputs(hierarchy, libraries, held_out, train_libraries, knowledge, held_key, names, groups, signature)
+
+
 @collections_paused()
 def _fit_builders(
     con: duckdb.DuckDBPyConnection,
@@ -228,17 +265,18 @@ def _fit_builders(
     locked: bool = False,
 ) -> FittedBuilders:
     progress = progress or no_progress
-    hierarchy = get_hierarchy(con)
     broken: list[str] = []
-    libraries = list(libraries) if libraries is not None else list_libraries(errors=broken)
-    held_out = held_out_groups(held_out_group, also_held_out)
-    train_libraries = training_libraries(libraries, held_out)
-    knowledge = bundled_knowledge(con, hierarchy, dense, libraries)
-    broken += knowledge.problems
+    inputs = fit_inputs(con, dense, held_out_group, libraries, also_held_out, broken)
+    hierarchy, libraries, held_out, knowledge = inputs.hierarchy, inputs.libraries, inputs.held_out, inputs.knowledge
+    train_libraries, held_key = inputs.train_libraries, inputs.held_key
+    names, groups, signature = inputs.names, inputs.groups, inputs.signature
     view = knowledge.view(held_out)
-    held_key = held_out_key(libraries, held_out, {g for c in knowledge.cohorts for g in c.groups})
-    names, groups, signature = _fit_identity(hierarchy, train_libraries, dense, knowledge.digest, held_key)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
+    installed: str | None = None
+    if stored is None and unusable is None:  # none on disk yet: the fit shipped with phenoforge, when it matches
+        installed = _install_shipped_fit(con, hierarchy, train_libraries, libraries, dense, held_key, signature)
+        if installed is not None:
+            stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is None and refused is not None:
         raise FitRefused(refused)
     if stored is None and not locked:  # a fit to make: one fitter at a time, the next reuses its bundle
@@ -262,6 +300,7 @@ def _fit_builders(
             names, groups, signature = _fit_identity(hierarchy, readable, dense, knowledge.digest, held_key)
             stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is not None:
+        stored.notes += [installed] if installed else []
         stored.notes += [f"not used for fitting: {problem}" for problem in broken]
         stored.knowledge = view
         return stored
@@ -334,6 +373,35 @@ def held_out_key(libraries: Sequence[Library], held_out: Sequence[str], knowledg
     touched = set(knowledge_groups)
     touched |= {g for lib in libraries if is_training_library(lib.manifest) for g in groups_of(lib)}
     return ",".join(g for g in held_out if g in touched) or None
+
+
+def _install_shipped_fit(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    train_libraries: Sequence[Library],
+    libraries: Sequence[Library],
+    dense: object | None,
+    held_key: str | None,
+    signature: str,
+) -> str | None:
+    """Store the bundle shipped for exactly these inputs (:mod:`~phenoforge.setbuild.shipped_fits`) under
+    ``signature``, as if fitted here; the note that says so, or None when none ships for them."""
+    from phenoforge.setbuild.shipped_fits import install_shipped_models
+
+    bundled = [lib for lib in libraries if not is_user_import(lib)]
+    shipped = install_shipped_models(con, hierarchy, train_libraries, bundled, dense, held_key)
+    if shipped is None:
+        return None
+    stored = _StoredFit(
+        signature=signature,
+        vocabulary_build_id=hierarchy.build_id,
+        training_libraries=shipped.training_libraries,
+        states=shipped.states,
+        notes=shipped.notes,
+    )
+    failed: list[str] = []
+    _store(_fit_path(signature), stored.sealed().model_dump_json(indent=1), failed)
+    return None if failed else shipped.note
 
 
 def _fit_identity(

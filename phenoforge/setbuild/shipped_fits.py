@@ -1,0 +1,368 @@
+"""Set builders fitted before release and shipped with phenoforge, so a first run does not fit for minutes.
+
+``scripts/ship_fits.py`` runs a fresh ``build`` (every fit it makes, each library group held out in turn
+and none) and packs each fitted bundle here, named by a *content signature*: what the fit read, named by
+content rather than by build (a fresh build's ids and times are new on every machine):
+
+- the vocabulary's source package, version, release and schema;
+- each training and knowledge library's manifest without its build time and build id, and its cohort files;
+- the dense index's vectors and codes checksums, model, text recipe and precision, and the query embedding;
+- the held-out key, the features, every recipe and format version, scikit-learn's and numpy's versions;
+- a digest of the source of every module a fit runs (all of ``phenoforge`` but the dashboard, the CLI,
+  the workbench and the agent): a changed retriever, feature or rule makes the shipped fits unusable
+  until ``scripts/ship_fits.py`` is run again, and ``tests/setbuild/test_shipped_fits_current.py`` says so.
+
+A bundle is installed only when its content signature equals the one computed here, and each file is
+checked against the manifest's SHA-256; anything else (no archive, a damaged one, other code or data)
+leaves the fit to be made locally, as before. Installing writes the membership models under fresh names
+with this vocabulary build's id: nothing in ``data/models`` is replaced.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import json
+import lzma
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from phenoforge.engine.curated import Library
+from phenoforge.engine.expansion import Hierarchy
+from phenoforge.setbuild.model_store import models_dir
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_FITS_DIR = Path(__file__).resolve().parent / "shipped_fits"
+"""Where the archive and its manifest live (read when a fit is looked up, so tests can point it elsewhere)."""
+MANIFEST_FILE = "manifest.json"
+ARCHIVE_FILE = "fits.tar.xz"
+FORMAT_VERSION = 1
+
+NOT_FIT_CODE = ("agent", "cli", "dashboard", "lists")
+"""Subpackages no fit runs: their source is left out of the code digest (all other modules are in it)."""
+NOT_FIT_MODULES = ("__main__.py", "app_state.py", "console.py", "csv_safe.py", "setbuild/shipped_fits.py")
+
+VOLATILE_LIBRARY_FIELDS = ("created_at",)
+"""Manifest fields a fresh build of the same library sets anew (beside ``report.build.vocabulary_build_id``)."""
+
+
+class ShippedFit(BaseModel):
+    """One fitted bundle in the archive."""
+
+    content_signature: str
+    held_out: list[str]
+    training_libraries: list[str]
+    fitted_file: str
+    """the bundle's ``fitted-*.json`` as the build that made it stored it"""
+    model_directories: list[str]
+    """the membership models its states name (each a folder of the archive)"""
+
+
+class ShippedFitsManifest(BaseModel):
+    format_version: int
+    code_digest: str
+    sklearn_version: str
+    numpy_version: str
+    archive: str
+    archive_sha256: str
+    files_sha256: dict[str, str]
+    """every member of the archive by name"""
+    fits: list[ShippedFit]
+    made_with: str
+
+
+@dataclass
+class ShippedBundle:
+    """An installed bundle's fitted states (model folders renamed for this build), as ``fit_builders`` stores them."""
+
+    training_libraries: list[str]
+    states: dict[str, dict[str, Any]]
+    notes: list[str]
+    note: str
+
+
+class ShippedFitsError(Exception):
+    """The archive or its manifest cannot be trusted (damaged, edited, truncated)."""
+
+
+def fit_source_files(root: Path = PACKAGE_ROOT) -> list[Path]:
+    """Every module whose code can change what a fit learns, in a fixed order."""
+    files = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.split("/")[0] in NOT_FIT_CODE or relative in NOT_FIT_MODULES:
+            continue
+        files.append(path)
+    return files
+
+
+@cache
+def code_digest(root: Path = PACKAGE_ROOT) -> str:
+    """SHA-256 over the fitting code's relative paths and bytes (one read per process)."""
+    digest = hashlib.sha256()
+    for path in fit_source_files(root):
+        relative = path.relative_to(root).as_posix().encode()
+        data = path.read_bytes()
+        digest.update(len(relative).to_bytes(8, "little") + relative)
+        digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()
+
+
+def library_content_stamp(library: Library) -> str:
+    """A library's stamp (manifest and cohort files) without what a rebuild of the same library changes."""
+    from phenoforge.setbuild.api import library_stamp
+
+    report = copy.deepcopy(library.manifest.report)
+    build = report.get("build")
+    if isinstance(build, dict):
+        build.pop("vocabulary_build_id", None)
+    volatile: dict[str, Any] = {name: "" for name in VOLATILE_LIBRARY_FIELDS}
+    return library_stamp(Library(library.path, library.manifest.model_copy(update={**volatile, "report": report})))
+
+
+def vocabulary_identity(con: duckdb.DuckDBPyConnection) -> list[str | None]:
+    """The source a vocabulary was built from (the same pinned package builds the same rows)."""
+    rows = dict(con.cursor().execute("SELECT key, value FROM metadata").fetchall())
+    return [rows.get(key) for key in ("source", "source_version", "vocabulary_release", "schema_version")]
+
+
+def dense_identity(dense: object | None) -> list[Any] | None:
+    """The dense index's content (checksums of its vectors and codes) and how queries are embedded."""
+    if dense is None:
+        return None
+    from phenoforge.setbuild.knowledge_store import embed_identity_of
+
+    manifest = getattr(dense, "manifest", None)
+    fields = ("format_version", "model", "text_recipe", "precision", "count", "vectors_sha256", "codes_sha256")
+    if manifest is None:
+        return ["no manifest", embed_identity_of(dense)]
+    return [*(getattr(manifest, name, None) for name in fields), embed_identity_of(dense)]
+
+
+def content_signature(
+    con: duckdb.DuckDBPyConnection,
+    train_libraries: Sequence[Library],
+    knowledge_libraries: Sequence[Library],
+    dense: object | None,
+    held_key: str | None,
+) -> str:
+    """What a fit for these inputs learns from, by content: equal on two fresh builds of the same release."""
+    import sklearn
+
+    from phenoforge.setbuild import api, knowledge, learned
+
+    parts = [
+        FORMAT_VERSION,
+        vocabulary_identity(con),
+        sorted((lib.library_id, library_content_stamp(lib)) for lib in train_libraries),
+        sorted((lib.library_id, library_content_stamp(lib)) for lib in knowledge_libraries),
+        dense_identity(dense),
+        held_key,
+        list(learned.ALL_FEATURE_NAMES),
+        list(learned.MATRIX_COLUMNS),
+        learned.FORMAT_VERSION,
+        learned.RECIPE,
+        knowledge.TRANSFER_VERSION,
+        api.PARAMS_RECIPE,
+        api.FIT_FORMAT_VERSION,
+        list(api.builder_classes()),
+        sklearn.__version__,
+        np.__version__,
+        code_digest(),
+    ]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:24]
+
+
+def read_manifest(folder: Path | None = None) -> ShippedFitsManifest | None:
+    """The shipped manifest, None when nothing ships; ``ShippedFitsError`` when it cannot be read."""
+    folder = SHIPPED_FITS_DIR if folder is None else folder
+    path = folder / MANIFEST_FILE
+    try:
+        return ShippedFitsManifest.model_validate_json(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValidationError, ValueError, UnicodeDecodeError) as error:
+        raise ShippedFitsError(f"{path}: unreadable ({str(error).splitlines()[0]})") from None
+
+
+def read_archive(manifest: ShippedFitsManifest, folder: Path | None = None) -> dict[str, bytes]:
+    """Every file of the archive by name, each checked against the manifest."""
+    folder = SHIPPED_FITS_DIR if folder is None else folder
+    path = folder / manifest.archive
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ShippedFitsError(f"{path}: cannot be read ({error.strerror or error})") from None
+    if hashlib.sha256(data).hexdigest() != manifest.archive_sha256:
+        raise ShippedFitsError(f"{path}: checksum differs from the manifest (damaged or edited)")
+    files: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as archive:
+            for member in archive.getmembers():
+                if member.isfile():
+                    handle = archive.extractfile(member)
+                    if handle is not None:
+                        files[member.name] = handle.read()
+    except (tarfile.TarError, lzma.LZMAError, EOFError) as error:
+        raise ShippedFitsError(f"{path}: not a readable archive ({error})") from None
+    for name, expected in manifest.files_sha256.items():
+        if name not in files:
+            raise ShippedFitsError(f"{path}: {name} is missing")
+        if hashlib.sha256(files[name]).hexdigest() != expected:
+            raise ShippedFitsError(f"{path}: {name} differs from the manifest")
+    return files
+
+
+def install_shipped_models(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    train_libraries: Sequence[Library],
+    knowledge_libraries: Sequence[Library],
+    dense: object | None,
+    held_key: str | None,
+) -> ShippedBundle | None:
+    """Install the membership models of the bundle shipped for exactly these inputs and return its states;
+    None when none ships for them (or the archive cannot be trusted: the fit is then made here)."""
+    try:
+        manifest = read_manifest()
+    except ShippedFitsError:
+        return None
+    if manifest is None or manifest.format_version != FORMAT_VERSION or manifest.code_digest != code_digest():
+        return None
+    try:
+        signature = content_signature(con, train_libraries, knowledge_libraries, dense, held_key)
+    except (duckdb.Error, OSError, ValueError, TypeError):  # an odd vocabulary or library: fitted here instead
+        return None
+    entry = next((fit for fit in manifest.fits if fit.content_signature == signature), None)
+    if entry is None:
+        return None
+    try:
+        files = read_archive(manifest)
+        stored = json.loads(files[entry.fitted_file])
+        states: dict[str, dict[str, Any]] = stored["states"]
+        renamed = {name: f"{name}-b{hierarchy.build_id[:8]}" for name in entry.model_directories}
+        for name, target in renamed.items():
+            _install_model(files, name, models_dir() / target, hierarchy.build_id)
+    except (ShippedFitsError, KeyError, ValueError, TypeError, OSError):
+        return None
+    for state in states.values():
+        for key, value in list(state.items()):
+            if isinstance(value, str) and value in renamed:
+                state[key] = renamed[value]
+    return ShippedBundle(
+        training_libraries=list(stored["training_libraries"]),
+        states=states,
+        notes=list(stored.get("notes", [])),
+        note=f"installed the set builders fitted on {', '.join(entry.training_libraries)} shipped with phenoforge "
+        f"(same code, libraries, vocabulary release and dense vectors; {signature})",
+    )
+
+
+def _install_model(files: Mapping[str, bytes], name: str, target: Path, build_id: str) -> None:
+    """Write one membership model's folder under ``target`` for vocabulary build ``build_id``, whole or not at all."""
+    if (target / "manifest.json").is_file():
+        return  # installed before for this build (another process, or an earlier run)
+    members = {key[len(name) + 1 :]: data for key, data in files.items() if key.startswith(f"{name}/")}
+    if "manifest.json" not in members:
+        raise ShippedFitsError(f"{name} has no manifest")
+    manifest = json.loads(members["manifest.json"])
+    manifest["vocabulary_build_id"] = build_id
+    members["manifest.json"] = json.dumps(manifest, indent=1).encode()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        for relative, data in members.items():
+            (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+            with open(staging / relative, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "manifest.json").is_file():  # not a concurrent installer: a real failure
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def pack_shipped_fits(
+    con: duckdb.DuckDBPyConnection,
+    dense: object | None,
+    libraries: Sequence[Library],
+    keys: Sequence[tuple[str | None, Sequence[str]]],
+    out: Path,
+    say: Callable[[str], object] = print,
+) -> ShippedFitsManifest:
+    """Fit (or reuse) the bundle of each (held-out group, further held-out groups) key and write the archive
+    and manifest to ``out``; what ``scripts/ship_fits.py`` runs."""
+    import sklearn
+
+    from phenoforge.setbuild.api import fit_builders, fit_inputs, is_user_import
+
+    bundled = [lib for lib in libraries if not is_user_import(lib)]
+    files: dict[str, bytes] = {}
+    fits: list[ShippedFit] = []
+    for group, extra in keys:
+        fitted = fit_builders(con, dense, group, libraries, also_held_out=extra)
+        inputs = fit_inputs(con, dense, group, libraries, extra)
+        path = models_dir() / f"fitted-{inputs.signature}.json"
+        if not path.is_file():
+            raise ShippedFitsError(f"held out {group}: the fit was not stored ({'; '.join(fitted.notes)})")
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        directories = sorted(
+            value
+            for state in stored["states"].values()
+            for value in state.values()
+            if isinstance(value, str) and value.startswith("membership-") and (models_dir() / value).is_dir()
+        )
+        files[path.name] = path.read_bytes()
+        for directory in directories:
+            for member in sorted((models_dir() / directory).iterdir()):
+                files[f"{directory}/{member.name}"] = member.read_bytes()
+        signature = content_signature(con, inputs.train_libraries, bundled, dense, inputs.held_key)
+        fits.append(
+            ShippedFit(
+                content_signature=signature,
+                held_out=inputs.held_out,
+                training_libraries=inputs.names,
+                fitted_file=path.name,
+                model_directories=directories,
+            )
+        )
+        say(f"held out {', '.join(inputs.held_out) or 'nothing'}: {path.name}, {len(directories)} models, {signature}")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz", preset=9) as archive:
+        for name in sorted(files):  # no times, owners or order of the folder: the same fits pack the same bytes
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(files[name]), 0, 0o644
+            archive.addfile(info, io.BytesIO(files[name]))
+    data = buffer.getvalue()
+    manifest = ShippedFitsManifest(
+        format_version=FORMAT_VERSION,
+        code_digest=code_digest(),
+        sklearn_version=sklearn.__version__,
+        numpy_version=np.__version__,
+        archive=ARCHIVE_FILE,
+        archive_sha256=hashlib.sha256(data).hexdigest(),
+        files_sha256={name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
+        fits=fits,
+        made_with="scripts/ship_fits.py",
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ARCHIVE_FILE).write_bytes(data)
+    (out / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=1) + "\n", encoding="utf-8")
+    say(f"{len(fits)} bundles, {len(files)} files, {len(data) / 1e6:.2f} MB -> {out}")
+    return manifest

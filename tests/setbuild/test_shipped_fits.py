@@ -1,0 +1,187 @@
+"""Shipped set-builder fits: installed on a fresh build of the same inputs, never for other code or data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from functools import partial
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from phenoforge.engine.curated import Library, load_library
+from phenoforge.setbuild import shipped_fits
+from phenoforge.setbuild.api import FitRefused, FittedBuilders, fit_builders, fits_refused
+from phenoforge.setbuild.builders import learned as learned_builder
+from phenoforge.setbuild.model_store import ensure_model
+from phenoforge.setbuild.shipped_fits import (
+    ShippedFitsError,
+    library_content_stamp,
+    pack_shipped_fits,
+    read_archive,
+    read_manifest,
+)
+from tests.fixture_vocab import build_fixture_vocab
+from tests.setbuild.conftest import SMALL
+
+HELD_OUT = "fixture-other"
+
+
+@pytest.fixture
+def shipped(
+    fixture_con: duckdb.DuckDBPyConnection, libraries_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[FittedBuilders, Path]:
+    """The fixture's fit without ``fixture-other``, packed as ``scripts/ship_fits.py`` packs the real ones."""
+    monkeypatch.setattr("phenoforge.setbuild.api.is_training_library", lambda manifest: True)
+    # the fixture library is small: let it train both membership models, so they are shipped too
+    monkeypatch.setattr(
+        learned_builder,
+        "ensure_model",
+        partial(ensure_model, min_cohorts=SMALL["min_cohorts"], min_positives=SMALL["min_positives"]),
+    )
+    libraries = [load_library(libraries_root / "train"), load_library(libraries_root / "other")]
+    fitted = fit_builders(fixture_con, None, HELD_OUT, libraries)
+    out = tmp_path / "shipped"
+    pack_shipped_fits(fixture_con, None, libraries, [(HELD_OUT, ())], out, say=lambda _message: None)
+    monkeypatch.setattr(shipped_fits, "SHIPPED_FITS_DIR", out)
+    return fitted, out
+
+
+@pytest.fixture
+def fresh_machine(
+    libraries_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[duckdb.DuckDBPyConnection, list[Library]]:
+    """Another machine's first run: a new vocabulary build (new id), the libraries rebuilt (new time and
+    build id in their manifests), an empty data folder."""
+    monkeypatch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path / "fresh-data"))
+    con = duckdb.connect(str(build_fixture_vocab(tmp_path / "fresh-vocab.duckdb")), read_only=True)
+    libraries = []
+    for name in ("train", "other"):
+        copy = tmp_path / "fresh-libraries" / name
+        shutil.copytree(libraries_root / name, copy)
+        path = copy / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest["created_at"] = "2030-01-01T00:00:00+00:00"
+        path.write_text(json.dumps(manifest), encoding="utf-8")
+        libraries.append(load_library(copy))
+    return con, libraries
+
+
+def _without_model_folders(states: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
+    return {
+        name: {key: value for key, value in state.items() if not key.endswith("model_directory")}
+        for name, state in states.items()
+    }
+
+
+def test_a_fresh_build_of_the_same_inputs_installs_the_shipped_fit_without_fitting(
+    shipped: tuple[FittedBuilders, Path], fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]]
+) -> None:
+    original, _ = shipped
+    con, libraries = fresh_machine
+    with fits_refused("this test fits nothing"):
+        installed = fit_builders(con, None, HELD_OUT, libraries)
+    assert any(note.startswith("installed the set builders fitted on fixture-train") for note in installed.notes)
+    assert installed.training_libraries == original.training_libraries == ["fixture-train"]
+    assert _without_model_folders(installed.states()) == _without_model_folders(original.states())
+    assert original.model is not None and installed.model is not None
+    assert original.context_model is not None and installed.context_model is not None
+    assert installed.model.manifest.training_digest == original.model.manifest.training_digest
+    # the model answers for this vocabulary build, and lives in a folder of its own
+    assert installed.model.manifest.vocabulary_build_id != original.model.manifest.vocabulary_build_id
+    assert installed.states()["learned"]["model_directory"] != original.states()["learned"]["model_directory"]
+    # the next lookup finds it stored, as a local fit would be
+    with fits_refused("this test fits nothing"):
+        again = fit_builders(con, None, HELD_OUT, libraries)
+    assert any(note.startswith("reused the builders fitted on fixture-train") for note in again.notes)
+
+
+def test_other_fitting_code_leaves_the_fit_to_be_made_here(
+    shipped: tuple[FittedBuilders, Path],
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    con, libraries = fresh_machine
+    monkeypatch.setattr(shipped_fits, "code_digest", lambda: "code changed since the fits were shipped")
+    with pytest.raises(FitRefused), fits_refused("this test fits nothing"):
+        fit_builders(con, None, HELD_OUT, libraries)
+
+
+def test_a_changed_cohort_file_is_other_data(
+    shipped: tuple[FittedBuilders, Path], fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]]
+) -> None:
+    con, libraries = fresh_machine
+    train = libraries[0]
+    cohort = train.path / train.manifest.cohorts[0].file
+    cohort.write_text(cohort.read_text(encoding="utf-8").replace("Type 2", "Type II"), encoding="utf-8")
+    with pytest.raises(FitRefused), fits_refused("this test fits nothing"):
+        fit_builders(con, None, HELD_OUT, [load_library(train.path), libraries[1]])
+
+
+@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "edit the manifest"])
+def test_a_damaged_archive_is_never_installed(
+    shipped: tuple[FittedBuilders, Path],
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    damage: str,
+) -> None:
+    _, out = shipped
+    archive, manifest = out / shipped_fits.ARCHIVE_FILE, out / shipped_fits.MANIFEST_FILE
+    data = archive.read_bytes()
+    if damage == "flip a byte":
+        archive.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    elif damage == "truncate":
+        archive.write_bytes(data[: len(data) // 2])
+    else:
+        manifest.write_text(manifest.read_text(encoding="utf-8")[:-40], encoding="utf-8")
+    with pytest.raises(ShippedFitsError):
+        loaded = read_manifest(out)
+        assert loaded is not None
+        read_archive(loaded, out)
+    con, libraries = fresh_machine
+    with pytest.raises(FitRefused), fits_refused("this test fits nothing"):
+        fit_builders(con, None, HELD_OUT, libraries)
+    assert not list((Path(shipped_fits.models_dir())).glob("membership-*"))
+
+
+def test_a_member_that_differs_from_the_manifest_is_refused(shipped: tuple[FittedBuilders, Path]) -> None:
+    _, out = shipped
+    manifest = read_manifest(out)
+    assert manifest is not None
+    name = next(iter(manifest.files_sha256))
+    manifest.files_sha256[name] = "0" * 64
+    with pytest.raises(ShippedFitsError, match="differs from the manifest"):
+        read_archive(manifest, out)
+
+
+def test_the_library_stamp_ignores_build_time_and_build_id_only(libraries_root: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "train"
+    shutil.copytree(libraries_root / "train", copy)
+    path = copy / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest.setdefault("report", {})["build"] = {"builder": "phenoforge.libraries", "vocabulary_build_id": "a"}
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    before = library_content_stamp(load_library(copy))
+    manifest["created_at"] = "2031-05-05T00:00:00+00:00"
+    manifest["report"]["build"]["vocabulary_build_id"] = "b"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    assert library_content_stamp(load_library(copy)) == before
+    manifest["report"]["build"]["builder"] = "another builder"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    assert library_content_stamp(load_library(copy)) != before
+    manifest["name"] = "renamed"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    assert library_content_stamp(load_library(copy)) != before
+
+
+def test_no_shipped_folder_means_no_install(
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shipped_fits, "SHIPPED_FITS_DIR", tmp_path / "nothing shipped")
+    assert read_manifest() is None
+    con, libraries = fresh_machine
+    monkeypatch.setattr("phenoforge.setbuild.api.is_training_library", lambda manifest: True)
+    with pytest.raises(FitRefused), fits_refused("this test fits nothing"):
+        fit_builders(con, None, HELD_OUT, libraries)
