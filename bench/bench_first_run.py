@@ -12,6 +12,7 @@ stage first shows (issue 31's target: <= 120 s on a 2-core AVX-512 machine, <= 2
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.bench_fits import cpu_flags  # noqa: E402
 from tests.browser.support import CHROMEDRIVER, CHROMIUM, body, free_port, healthy, make_driver  # noqa: E402
 
 MILESTONES = ("vocabulary ready", "Cohort libraries", "dense index:", "Dense index: ready", "All methods ready")
@@ -35,6 +37,7 @@ def main() -> int:
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         print("needs /usr/bin/chromium and /usr/bin/chromedriver (apt-get install chromium chromium-driver)")
         return 1
+    print(f"CPU: {cpu_flags()}")
     with tempfile.TemporaryDirectory(prefix="first-run-") as tmp:
         clone, data = Path(tmp) / "clone", Path(tmp) / "data"
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
@@ -88,7 +91,11 @@ def main() -> int:
                 )
                 manifest = data / "dense" / "manifest.json"
                 if manifest.exists():
-                    print(f"dense manifest: {manifest.read_text()}")
+                    dense = json.loads(manifest.read_text(encoding="utf-8"))
+                    kept = ("runtime", "count", "shipped_texts", "n_texts_embedded", "build_seconds")
+                    print("dense index: " + ", ".join(f"{key} {dense.get(key)}" for key in kept))
+                installed = sorted(path.name for path in (data / "models").glob("membership-*"))
+                print(f"membership models in data/models: {len(installed)} ({', '.join(installed[:2])}, ...)")
                 return 0
             print(f"not ready after {args.timeout:.0f} s (load {load}); page says:\n{text[:1500]}")
             return 1
