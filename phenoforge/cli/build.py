@@ -66,9 +66,10 @@ def cmd_build(args: argparse.Namespace) -> int:
             retriever = None if args.no_dense else _dense_or_none(con, True, precision_note=False)  # said above
             for scored, fitted in fit_for_installed_libraries(con, retriever, progress):
                 model = "membership model" if fitted.model is not None else "no membership model"
+                shipped = any(note.startswith("installed the set builders") for note in fitted.notes)
+                how = "installed as shipped, fitted" if shipped else "fitted"
                 print(
-                    f"set builders for {scored}: fitted on {', '.join(fitted.training_libraries) or 'nothing'} "
-                    f"({model})"
+                    f"set builders for {scored}: {how} on {', '.join(fitted.training_libraries) or 'nothing'} ({model})"
                 )
     if not args.keep_stale:
         # everything current is written now: what no current state reads goes (a failure is a warning)

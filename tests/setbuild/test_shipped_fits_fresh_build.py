@@ -47,3 +47,16 @@ def test_a_fresh_build_installs_every_shipped_fit(tmp_path: Path) -> None:
                 assert fitted.model is not None and fitted.context_model is not None
     finally:
         con.close()
+    # the CLI's own fit step, on another fresh data folder: every fit installed, none made
+    other = {**env, "PHENOFORGE_DATA_DIR": str(tmp_path / "other")}
+    done = subprocess.run(
+        [sys.executable, "-m", "phenoforge", "build", "--quiet"],
+        cwd=REPO,
+        env=other,
+        check=True,
+        timeout=600,
+        capture_output=True,
+        text=True,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("set builders for")]
+    assert len(lines) == len(keys) and all(": installed as shipped, fitted on" in line for line in lines), lines
