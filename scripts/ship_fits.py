@@ -32,7 +32,7 @@ def main() -> int:
     from phenoforge.engine.db import connect
     from phenoforge.engine.dense import load_dense_if_ready
     from phenoforge.methods.set_builder_fits import installed_fit_keys
-    from phenoforge.setbuild import shipped_fits
+    from phenoforge.setbuild import ship, shipped_fits
 
     con = connect()
     dense = load_dense_if_ready(con)
@@ -41,7 +41,7 @@ def main() -> int:
         return 2
     libraries = list_libraries(errors=[])
     out = args.out or shipped_fits.SHIPPED_FITS_DIR
-    shipped_fits.pack_shipped_fits(con, dense, libraries, installed_fit_keys(libraries), out)
+    ship.pack_shipped_fits(con, dense, libraries, installed_fit_keys(libraries), out)
     return 0
 
 

@@ -20,7 +20,6 @@ with this vocabulary build's id: nothing in ``data/models`` is replaced.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import io
 import json
@@ -29,7 +28,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -52,7 +51,14 @@ FORMAT_VERSION = 1
 
 NOT_FIT_CODE = ("agent", "cli", "dashboard", "lists")
 """Subpackages no fit runs: their source is left out of the code digest (all other modules are in it)."""
-NOT_FIT_MODULES = ("__main__.py", "app_state.py", "console.py", "csv_safe.py", "setbuild/shipped_fits.py")
+NOT_FIT_MODULES = (
+    "__main__.py",
+    "app_state.py",
+    "console.py",
+    "csv_safe.py",
+    "setbuild/shipped_fits.py",
+    "setbuild/ship.py",
+)
 
 VOLATILE_LIBRARY_FIELDS = ("created_at",)
 """Manifest fields a fresh build of the same library sets anew (beside ``report.build.vocabulary_build_id``)."""
@@ -121,15 +127,24 @@ def code_digest(root: Path = PACKAGE_ROOT) -> str:
 
 
 def library_content_stamp(library: Library) -> str:
-    """A library's stamp (manifest and cohort files) without what a rebuild of the same library changes."""
-    from phenoforge.setbuild.api import library_stamp
-
-    report = copy.deepcopy(library.manifest.report)
-    build = report.get("build")
+    """A library's manifest and cohort files, without what a rebuild of the same library changes (its build
+    time and the vocabulary build id it records)."""
+    manifest = library.manifest.model_dump(mode="json")
+    for name in VOLATILE_LIBRARY_FIELDS:
+        manifest.pop(name, None)
+    build = manifest.get("report", {}).get("build")
     if isinstance(build, dict):
         build.pop("vocabulary_build_id", None)
-    volatile: dict[str, Any] = {name: "" for name in VOLATILE_LIBRARY_FIELDS}
-    return library_stamp(Library(library.path, library.manifest.model_copy(update={**volatile, "report": report})))
+    parts = [json.dumps(manifest, sort_keys=True).encode()]
+    parts += [_bytes_or_marker(library.path / entry.file) for entry in library.manifest.cohorts]
+    return hashlib.sha1(b"\0".join(hashlib.sha1(part).digest() for part in parts)).hexdigest()[:16]
+
+
+def _bytes_or_marker(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b"\0unreadable"
 
 
 def vocabulary_identity(con: duckdb.DuckDBPyConnection) -> list[str | None]:
@@ -161,7 +176,8 @@ def content_signature(
     """What a fit for these inputs learns from, by content: equal on two fresh builds of the same release."""
     import sklearn
 
-    from phenoforge.setbuild import api, knowledge, learned
+    from phenoforge.setbuild import knowledge, learned
+    from phenoforge.setbuild.builders import builder_classes
 
     parts = [
         FORMAT_VERSION,
@@ -175,9 +191,7 @@ def content_signature(
         learned.FORMAT_VERSION,
         learned.RECIPE,
         knowledge.TRANSFER_VERSION,
-        api.PARAMS_RECIPE,
-        api.FIT_FORMAT_VERSION,
-        list(api.builder_classes()),
+        list(builder_classes()),  # a plug-in builder's code is not in the code digest
         sklearn.__version__,
         np.__version__,
         code_digest(),
@@ -296,73 +310,3 @@ def _install_model(files: Mapping[str, bytes], name: str, target: Path, build_id
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def pack_shipped_fits(
-    con: duckdb.DuckDBPyConnection,
-    dense: object | None,
-    libraries: Sequence[Library],
-    keys: Sequence[tuple[str | None, Sequence[str]]],
-    out: Path,
-    say: Callable[[str], object] = print,
-) -> ShippedFitsManifest:
-    """Fit (or reuse) the bundle of each (held-out group, further held-out groups) key and write the archive
-    and manifest to ``out``; what ``scripts/ship_fits.py`` runs."""
-    import sklearn
-
-    from phenoforge.setbuild.api import fit_builders, fit_inputs, is_user_import
-
-    bundled = [lib for lib in libraries if not is_user_import(lib)]
-    files: dict[str, bytes] = {}
-    fits: list[ShippedFit] = []
-    for group, extra in keys:
-        fitted = fit_builders(con, dense, group, libraries, also_held_out=extra)
-        inputs = fit_inputs(con, dense, group, libraries, extra)
-        path = models_dir() / f"fitted-{inputs.signature}.json"
-        if not path.is_file():
-            raise ShippedFitsError(f"held out {group}: the fit was not stored ({'; '.join(fitted.notes)})")
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        directories = sorted(
-            value
-            for state in stored["states"].values()
-            for value in state.values()
-            if isinstance(value, str) and value.startswith("membership-") and (models_dir() / value).is_dir()
-        )
-        files[path.name] = path.read_bytes()
-        for directory in directories:
-            for member in sorted((models_dir() / directory).iterdir()):
-                files[f"{directory}/{member.name}"] = member.read_bytes()
-        signature = content_signature(con, inputs.train_libraries, bundled, dense, inputs.held_key)
-        fits.append(
-            ShippedFit(
-                content_signature=signature,
-                held_out=inputs.held_out,
-                training_libraries=inputs.names,
-                fitted_file=path.name,
-                model_directories=directories,
-            )
-        )
-        say(f"held out {', '.join(inputs.held_out) or 'nothing'}: {path.name}, {len(directories)} models, {signature}")
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:xz", preset=9) as archive:
-        for name in sorted(files):  # no times, owners or order of the folder: the same fits pack the same bytes
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(files[name]), 0, 0o644
-            archive.addfile(info, io.BytesIO(files[name]))
-    data = buffer.getvalue()
-    manifest = ShippedFitsManifest(
-        format_version=FORMAT_VERSION,
-        code_digest=code_digest(),
-        sklearn_version=sklearn.__version__,
-        numpy_version=np.__version__,
-        archive=ARCHIVE_FILE,
-        archive_sha256=hashlib.sha256(data).hexdigest(),
-        files_sha256={name: hashlib.sha256(content).hexdigest() for name, content in sorted(files.items())},
-        fits=fits,
-        made_with="scripts/ship_fits.py",
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / ARCHIVE_FILE).write_bytes(data)
-    (out / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=1) + "\n", encoding="utf-8")
-    say(f"{len(fits)} bundles, {len(files)} files, {len(data) / 1e6:.2f} MB -> {out}")
-    return manifest

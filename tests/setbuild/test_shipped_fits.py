@@ -15,10 +15,10 @@ from phenoforge.setbuild import shipped_fits
 from phenoforge.setbuild.api import FitRefused, FittedBuilders, fit_builders, fits_refused
 from phenoforge.setbuild.builders import learned as learned_builder
 from phenoforge.setbuild.model_store import ensure_model
+from phenoforge.setbuild.ship import pack_shipped_fits
 from phenoforge.setbuild.shipped_fits import (
     ShippedFitsError,
     library_content_stamp,
-    pack_shipped_fits,
     read_archive,
     read_manifest,
 )

@@ -1,5 +1,5 @@
 """A fresh ``build`` of this checkout (new vocabulary build, libraries and dense index, as on a new machine)
-finds the shipped set-builder fits for every fit it needs, and installs them without fitting."""
+installs the shipped set-builder fits for every fit it needs instead of fitting them."""
 
 from __future__ import annotations
 
@@ -24,11 +24,20 @@ REPO = Path(__file__).resolve().parents[2]
 def test_a_fresh_build_installs_every_shipped_fit(tmp_path: Path) -> None:
     data = tmp_path / "data"
     env = {**os.environ, "PHENOFORGE_DATA_DIR": str(data), "HF_HUB_OFFLINE": "1"}
-    build = [sys.executable, "-m", "phenoforge", "build", "--no-fit", "--quiet"]
-    subprocess.run(build, cwd=REPO, env=env, check=True, timeout=600)
+    # minutes if a fit is not found (it is then made here): the lines below say which one
+    done = subprocess.run(
+        [sys.executable, "-m", "phenoforge", "build", "--quiet"],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=900,
+        capture_output=True,
+        text=True,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("set builders for")]
     manifest = read_manifest()
     assert manifest is not None
-    shipped = {fit.content_signature: fit.held_out for fit in manifest.fits}
+    shipped = {fit.content_signature for fit in manifest.fits}
     con = connect(data / "vocab.duckdb")
     try:
         dense = load_dense_if_ready(con)
@@ -40,23 +49,10 @@ def test_a_fresh_build_installs_every_shipped_fit(tmp_path: Path) -> None:
             inputs = fit_inputs(con, dense, group, libraries, extra)
             signature = content_signature(con, inputs.train_libraries, bundled, dense, inputs.held_key)
             assert signature in shipped, f"held out {inputs.held_out}: no shipped fit for this build's inputs"
-        with fits_refused("a fresh build must find every fit shipped"):
+        assert len(lines) == len(keys) and all(": installed as shipped, fitted on" in line for line in lines), lines
+        with fits_refused("every fit is stored now"):
             for group, extra in keys:
                 fitted = fit_builders(con, dense, group, libraries, also_held_out=extra)
-                assert any(note.startswith("installed the set builders") for note in fitted.notes)
                 assert fitted.model is not None and fitted.context_model is not None
     finally:
         con.close()
-    # the CLI's own fit step, on another fresh data folder: every fit installed, none made
-    other = {**env, "PHENOFORGE_DATA_DIR": str(tmp_path / "other")}
-    done = subprocess.run(
-        [sys.executable, "-m", "phenoforge", "build", "--quiet"],
-        cwd=REPO,
-        env=other,
-        check=True,
-        timeout=600,
-        capture_output=True,
-        text=True,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("set builders for")]
-    assert len(lines) == len(keys) and all(": installed as shipped, fitted on" in line for line in lines), lines
