@@ -15,11 +15,15 @@ content rather than by build (a fresh build's ids and times are new on every mac
 A bundle is installed only when its content signature equals the one computed here, and each file is
 checked against the manifest's SHA-256; anything else (no archive, a damaged one, other code or data)
 leaves the fit to be made locally, as before. Installing writes the membership models under fresh names
-with this vocabulary build's id: nothing in ``data/models`` is replaced.
+with this vocabulary build's id, each whole or not at all (a staging folder, then a rename); names that would
+be written outside their model folder or outside ``data/models`` refuse the bundle. Nothing in ``data/models``
+is replaced but a folder under an installed model's name that is not that model, whole (damaged, or left by a
+build whose id starts alike): it is set aside, never read as this build's model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -264,49 +268,105 @@ def install_shipped_models(
         return None
     try:
         files = read_archive(manifest)
-        stored = json.loads(files[entry.fitted_file])
-        states: dict[str, dict[str, Any]] = stored["states"]
+        stored = _ShippedFitted.model_validate_json(files[entry.fitted_file])
+        for name in entry.model_directories:  # every model checked before one is written: all or nothing
+            _model_members(files, name, hierarchy.build_id)
         renamed = {name: f"{name}-b{hierarchy.build_id[:8]}" for name in entry.model_directories}
+        for state in stored.states.values():
+            for key, value in state.items():
+                if key.endswith("model_directory") and value is not None and value not in renamed:
+                    raise ShippedFitsError(f"{entry.fitted_file}: {key} names {value!r}, a model it does not ship")
         for name, target in renamed.items():
             _install_model(files, name, models_dir() / target, hierarchy.build_id)
     except (ShippedFitsError, KeyError, ValueError, TypeError, OSError):
         return None
-    for state in states.values():
+    for state in stored.states.values():
         for key, value in list(state.items()):
             if isinstance(value, str) and value in renamed:
                 state[key] = renamed[value]
     return ShippedBundle(
-        training_libraries=list(stored["training_libraries"]),
-        states=states,
-        notes=list(stored.get("notes", [])),
+        training_libraries=stored.training_libraries,
+        states=stored.states,
+        notes=stored.notes,
         note=f"installed the set builders fitted on {', '.join(entry.training_libraries)} shipped with phenoforge "
         f"(same code, libraries, vocabulary release and dense vectors; {signature})",
     )
 
 
-def _install_model(files: Mapping[str, bytes], name: str, target: Path, build_id: str) -> None:
-    """Write one membership model's folder under ``target`` for vocabulary build ``build_id``, whole or not at all."""
-    if (target / "manifest.json").is_file():
-        return  # installed before for this build (another process, or an earlier run)
+class _ShippedFitted(BaseModel):
+    """What an install reads of a shipped ``fitted-*.json`` (anything else in it is the stored fit's own)."""
+
+    training_libraries: list[str]
+    states: dict[str, dict[str, Any]]
+    notes: list[str] = []
+
+
+def _plain_name(name: str) -> bool:
+    """One file or folder name: no separator, not ``.`` or ``..``, not hidden (staging folders and locks are)."""
+    return name not in ("", ".", "..") and not name.startswith(".") and not any(c in name for c in "/\\\0")
+
+
+def _model_members(files: Mapping[str, bytes], name: str, build_id: str) -> dict[str, bytes]:
+    """The files of model folder ``name`` by file name, its manifest rewritten for vocabulary build ``build_id``;
+    ``ShippedFitsError`` for a name that would be written outside its folder or outside ``data/models``."""
+    if not _plain_name(name):
+        raise ShippedFitsError(f"{name!r} is not a model folder's name")
     members = {key[len(name) + 1 :]: data for key, data in files.items() if key.startswith(f"{name}/")}
+    unsafe = sorted(relative for relative in members if not _plain_name(relative))
+    if unsafe:
+        raise ShippedFitsError(f"{name}: {unsafe[0]!r} is not a file name in a model folder")
     if "manifest.json" not in members:
         raise ShippedFitsError(f"{name} has no manifest")
     manifest = json.loads(members["manifest.json"])
+    if not isinstance(manifest, dict):
+        raise ShippedFitsError(f"{name}: the manifest is not an object")
     manifest["vocabulary_build_id"] = build_id
     members["manifest.json"] = json.dumps(manifest, indent=1).encode()
+    return members
+
+
+def _holds(target: Path, members: Mapping[str, bytes]) -> bool:
+    """Whether ``target`` is this model's folder, whole: these files with these bytes, and no other."""
+    try:
+        if sorted(path.name for path in target.iterdir()) != sorted(members):
+            return False
+        return all((target / relative).read_bytes() == data for relative, data in members.items())
+    except OSError:
+        return False
+
+
+def _install_model(files: Mapping[str, bytes], name: str, target: Path, build_id: str) -> None:
+    """Write one membership model's folder under ``target`` for vocabulary build ``build_id``, whole or not at all.
+
+    A folder already there that is not this model, whole (damaged, or left by another build whose id starts
+    alike), is set aside and replaced: it is never read as this build's model."""
+    members = _model_members(files, name, build_id)
+    if _holds(target, members):
+        return  # installed before for this build (another process, or an earlier run)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         for relative, data in members.items():
-            (staging / relative).parent.mkdir(parents=True, exist_ok=True)
             with open(staging / relative, "wb") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
         try:
             staging.rename(target)
+            return
         except OSError:
-            if not (target / "manifest.json").is_file():  # not a concurrent installer: a real failure
-                raise
+            if _holds(target, members):  # a concurrent installer was first
+                return
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
+        try:
+            with contextlib.suppress(FileNotFoundError):  # another installer set it aside first
+                target.rename(aside / target.name)
+            try:
+                staging.rename(target)
+            except OSError:
+                if not _holds(target, members):  # not a concurrent installer: a real failure
+                    raise
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
