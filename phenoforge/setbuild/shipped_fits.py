@@ -14,9 +14,10 @@ content rather than by build (a fresh build's ids and times are new on every mac
 
 A bundle is installed only when its content signature equals the one computed here, and each file is
 checked against the manifest's SHA-256; anything else (no archive, a damaged one, other code or data)
-leaves the fit to be made locally, as before. Installing writes the membership models under fresh names
-with this vocabulary build's id, each whole or not at all (a staging folder, then a rename); names that would
-be written outside their model folder or outside ``data/models`` refuse the bundle. Nothing in ``data/models``
+leaves the fit to be made locally, as before. Installing writes the membership models under names of their own
+for this vocabulary build (:func:`installed_name`), with its id, each whole or not at all (a temporary sibling
+that names the process, then a rename); names that would be written outside their model folder or outside
+``data/models`` refuse the bundle. Nothing in ``data/models``
 is replaced but a folder under an installed model's name that is not that model, whole (damaged, or left by a
 build whose id starts alike): it is set aside, never read as this build's model.
 """
@@ -29,9 +30,9 @@ import io
 import json
 import lzma
 import os
+import re
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -45,6 +46,7 @@ from pydantic import BaseModel, ValidationError
 from phenoforge.engine.curated import Library
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.setbuild.model_store import models_dir
+from phenoforge.storage import remove_stale_temporaries, temporary_sibling
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_FITS_DIR = Path(__file__).resolve().parent / "shipped_fits"
@@ -271,7 +273,7 @@ def install_shipped_models(
         stored = _ShippedFitted.model_validate_json(files[entry.fitted_file])
         for name in entry.model_directories:  # every model checked before one is written: all or nothing
             _model_members(files, name, hierarchy.build_id)
-        renamed = {name: f"{name}-b{hierarchy.build_id[:8]}" for name in entry.model_directories}
+        renamed = {name: installed_name(name, hierarchy.build_id) for name in entry.model_directories}
         for state in stored.states.values():
             for key, value in state.items():
                 if key.endswith("model_directory") and value is not None and value not in renamed:
@@ -299,6 +301,21 @@ class _ShippedFitted(BaseModel):
     training_libraries: list[str]
     states: dict[str, dict[str, Any]]
     notes: list[str] = []
+
+
+_FIT_MODEL_DIRECTORY = re.compile(r"membership-[0-9a-f]{12}(?P<key>-[0-9a-f]{12}-k[0-9a-f]{10})")
+"""a model folder ``fit_builders`` names: model digest, then the examples' and the knowledge's key"""
+
+
+def installed_name(name: str, build_id: str) -> str:
+    """The folder shipped model ``name`` is installed in for vocabulary build ``build_id``: a name of its own in
+    the form of a fit's model folder (same examples' and knowledge's key), so ``prune`` knows it, keeps it while
+    this build's installed fit names it and removes it once another vocabulary build is current."""
+    match = _FIT_MODEL_DIRECTORY.fullmatch(name)
+    if match is None:
+        raise ShippedFitsError(f"{name!r} is not the name of a fit's model folder")
+    own = hashlib.sha1(json.dumps([name, build_id]).encode()).hexdigest()[:12]
+    return f"membership-{own}{match['key']}"
 
 
 def _plain_name(name: str) -> bool:
@@ -344,7 +361,9 @@ def _install_model(files: Mapping[str, bytes], name: str, target: Path, build_id
     if _holds(target, members):
         return  # installed before for this build (another process, or an earlier run)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    remove_stale_temporaries(target.parent)  # what a killed installer left (its name says its process)
+    staging = temporary_sibling(target)
+    staging.mkdir()
     try:
         for relative, data in members.items():
             with open(staging / relative, "wb") as handle:
@@ -357,7 +376,8 @@ def _install_model(files: Mapping[str, bytes], name: str, target: Path, build_id
         except OSError:
             if _holds(target, members):  # a concurrent installer was first
                 return
-        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
+        aside = temporary_sibling(target, "old")
+        aside.mkdir()
         try:
             with contextlib.suppress(FileNotFoundError):  # another installer set it aside first
                 target.rename(aside / target.name)

@@ -21,6 +21,7 @@ import pytest
 
 from phenoforge.engine.curated import Library, load_library
 from phenoforge.engine.expansion import get_hierarchy
+from phenoforge.prune import current_state, plan_prune
 from phenoforge.setbuild import shipped_fits
 from phenoforge.setbuild.api import FitRefused, FittedBuilders, fit_builders, fit_inputs, fits_refused
 from phenoforge.setbuild.model_store import load_model, models_dir
@@ -111,7 +112,11 @@ def _installs(con: duckdb.DuckDBPyConnection, libraries: list[Library]) -> Fitte
 
 
 def _target(con: duckdb.DuckDBPyConnection, name: str) -> Path:
-    return models_dir() / f"{name}-b{get_hierarchy(con).build_id[:8]}"
+    return models_dir() / shipped_fits.installed_name(name, get_hierarchy(con).build_id)
+
+
+DEAD_PID = 999_999_999
+"""a process id no process has (past any pid_max): what it left is a killed writer's"""
 
 
 # -- names that point outside data/models ------------------------------------------------------------------
@@ -238,12 +243,14 @@ def test_what_a_killed_installer_or_a_damage_left_is_never_read(
     manifest = read_manifest(out)
     assert manifest is not None
     files = read_archive(manifest, out)
+    killed: list[Path] = []
     for name in manifest.fits[0].model_directories:
         target = _target(con, name)
         if left == "staging folder":
-            folder = target.parent / f".{target.name}-x1y2z3"
+            folder = target.parent / f".{target.name}.{DEAD_PID}.0badf00d.tmp"
             folder.mkdir(parents=True)
             (folder / "model.onnx").write_bytes(files[f"{name}/model.onnx"][:10])
+            killed.append(folder)
         elif left == "folder without manifest":
             target.mkdir(parents=True)
             (target / "model.onnx").write_bytes(files[f"{name}/model.onnx"][:10])
@@ -256,7 +263,9 @@ def test_what_a_killed_installer_or_a_damage_left_is_never_read(
         model = load_model(_target(con, name), build)  # whole, and for this build
         assert model.manifest.vocabulary_build_id == build
     assert installed.states()["learned"]["model_directory"] == _target(con, _first_directory(out)).name
-    assert not [p for p in models_dir().iterdir() if p.name.startswith(".") and "damaged" in p.name]
+    # nothing set aside or staged stays, and what the killed installer left is gone
+    assert [p.name for p in models_dir().iterdir() if p.name.startswith(".membership")] == []
+    assert killed == [] or not any(folder.exists() for folder in killed)
 
 
 def test_a_full_disk_installs_nothing_and_a_later_run_installs_whole(
@@ -296,11 +305,15 @@ def test_a_data_folder_that_cannot_be_written_leaves_the_fit_to_be_made(
     _, out = shipped
     con, libraries = fresh_machine
 
-    def read_only(*_args: object, **_kwargs: object) -> str:
-        raise PermissionError(errno.EACCES, "Permission denied")
+    real_mkdir = Path.mkdir
+
+    def read_only(path: Path, *args: Any, **kwargs: Any) -> None:
+        if path.name.startswith(".membership"):  # the installer's folder: data/models refuses new entries
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        real_mkdir(path, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(shipped_fits.tempfile, "mkdtemp", read_only)
+        patch.setattr(Path, "mkdir", read_only)
         _refused(con, libraries)
     assert not list(models_dir().glob("membership-*"))
     # where it can be written again, it installs; and without refusal a read-only failure still fits here
@@ -429,3 +442,27 @@ def test_a_user_import_beside_the_bundled_libraries_changes_nothing(
     assert content_signature(con, inputs.train_libraries, [*libraries, imported], None, inputs.held_key) != signature
     installed = _installs(con, [*libraries, imported])
     assert installed.training_libraries == ["fixture-train"]
+
+
+def test_prune_knows_installed_models_and_removes_those_of_another_build(
+    shipped: tuple[FittedBuilders, Path], fresh_machine: Machine, tmp_path: Path
+) -> None:
+    """Installed model folders are a fit's model folders to ``prune``: an earlier build's are stale (not
+    'not recognised', kept forever), this build's are not, and a killed installer's staging folder is stale."""
+    con, libraries = fresh_machine
+    first = _installs(con, libraries)
+    old_folders = [first.states()["learned"][key] for key in ("model_directory", "context_model_directory")]
+    rebuilt = duckdb.connect(str(build_fixture_vocab(tmp_path / "rebuilt-vocab.duckdb")), read_only=True)
+    try:
+        again = _installs(rebuilt, libraries)
+        new_folders = [again.states()["learned"][key] for key in ("model_directory", "context_model_directory")]
+        killed = f".{new_folders[0]}.{DEAD_PID}.0badf00d.tmp"
+        (models_dir() / killed).mkdir()
+        plan = plan_prune(models_dir(), current_state(rebuilt, None))
+    finally:
+        rebuilt.close()
+    stale = {entry.name for entry in plan.stale}
+    assert set(old_folders) <= stale, [(entry.name, entry.reason) for entry in plan.unknown]
+    assert killed in stale
+    assert not set(new_folders) & stale
+    assert not [entry.name for entry in plan.unknown if "membership" in entry.name]
