@@ -116,6 +116,8 @@ def fit_source_files(root: Path = PACKAGE_ROOT) -> list[Path]:
         relative = path.relative_to(root).as_posix()
         if relative.split("/")[0] in NOT_FIT_CODE or relative in NOT_FIT_MODULES:
             continue
+        if not all(part.isidentifier() for part in path.relative_to(root).with_suffix("").parts):
+            continue  # no module Python imports: an editor's lock (``.#api.py``) or backup, a copy (``api copy.py``)
         files.append(path)
     return files
 
@@ -259,7 +261,10 @@ def install_shipped_models(
         manifest = read_manifest()
     except ShippedFitsError:
         return None
-    if manifest is None or manifest.format_version != FORMAT_VERSION or manifest.code_digest != code_digest():
+    try:
+        if manifest is None or manifest.format_version != FORMAT_VERSION or manifest.code_digest != code_digest():
+            return None
+    except OSError:  # a module that cannot be read: the code is not known to be the shipped fits' code
         return None
     try:
         signature = content_signature(con, train_libraries, knowledge_libraries, dense, held_key)

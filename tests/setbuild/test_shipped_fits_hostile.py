@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import lzma
+import multiprocessing
 import shutil
 import tarfile
 import threading
@@ -26,8 +27,10 @@ from phenoforge.setbuild import shipped_fits
 from phenoforge.setbuild.api import FitRefused, FittedBuilders, fit_builders, fit_inputs, fits_refused
 from phenoforge.setbuild.model_store import load_model, models_dir
 from phenoforge.setbuild.shipped_fits import (
+    PACKAGE_ROOT,
     ShippedFitsError,
     ShippedFitsManifest,
+    code_digest,
     content_signature,
     install_shipped_models,
     read_archive,
@@ -234,7 +237,9 @@ def test_an_archive_that_is_no_tar_of_the_fits_is_not_installed(
 # -- an installer killed mid-way, a damaged install ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("left", ["staging folder", "folder without manifest", "manifest without model"])
+@pytest.mark.parametrize(
+    "left", ["staging folder", "folder without manifest", "manifest without model", "first model only", "a link"]
+)
 def test_what_a_killed_installer_or_a_damage_left_is_never_read(
     shipped: tuple[FittedBuilders, Path], fresh_machine: Machine, left: str
 ) -> None:
@@ -254,14 +259,26 @@ def test_what_a_killed_installer_or_a_damage_left_is_never_read(
         elif left == "folder without manifest":
             target.mkdir(parents=True)
             (target / "model.onnx").write_bytes(files[f"{name}/model.onnx"][:10])
-        else:
+        elif left == "manifest without model":
             target.mkdir(parents=True)
             (target / "manifest.json").write_bytes(files[f"{name}/manifest.json"])
+        elif left == "a link":  # to a folder outside data/models: never written through
+            outside = target.parent.parent / f"outside-{name}"
+            outside.mkdir(parents=True)
+            (outside / "model.onnx").write_bytes(b"not this model")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(outside, target_is_directory=True)
+            killed.append(outside / "manifest.json")
+        elif name == manifest.fits[0].model_directories[0]:  # killed after its first model
+            shipped_fits._install_model(files, name, target, get_hierarchy(con).build_id)
     installed = _installs(con, libraries)
     build = get_hierarchy(con).build_id
     for name in manifest.fits[0].model_directories:
         model = load_model(_target(con, name), build)  # whole, and for this build
         assert model.manifest.vocabulary_build_id == build
+        assert not _target(con, name).is_symlink()
+    if left == "a link":
+        assert sorted(p.name for p in models_dir().parent.glob("outside-*/*")) == ["model.onnx", "model.onnx"]
     assert installed.states()["learned"]["model_directory"] == _target(con, _first_directory(out)).name
     # nothing set aside or staged stays, and what the killed installer left is gone
     assert [p.name for p in models_dir().iterdir() if p.name.startswith(".membership")] == []
@@ -466,3 +483,74 @@ def test_prune_knows_installed_models_and_removes_those_of_another_build(
     assert killed in stale
     assert not set(new_folders) & stale
     assert not [entry.name for entry in plan.unknown if "membership" in entry.name]
+
+
+def _install_in_a_process(files: dict[str, bytes], name: str, target: Path, build: str, barrier: Any) -> None:
+    barrier.wait()
+    shipped_fits._install_model(files, name, target, build)
+
+
+def test_two_processes_installing_one_model_at_once(
+    shipped: tuple[FittedBuilders, Path], fresh_machine: Machine
+) -> None:
+    _, out = shipped
+    con, _ = fresh_machine
+    manifest = read_manifest(out)
+    assert manifest is not None
+    files = read_archive(manifest, out)
+    name, build = _first_directory(out), get_hierarchy(con).build_id
+    target = _target(con, name)
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(3)
+    processes = [
+        context.Process(target=_install_in_a_process, args=(files, name, target, build, barrier)) for _ in range(3)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=60)
+    assert [process.exitcode for process in processes] == [0, 0, 0]
+    assert load_model(target, build).manifest.vocabulary_build_id == build
+    assert [p.name for p in models_dir().iterdir() if p.name.startswith(".")] == []
+
+
+def _package_copy(root: Path) -> Path:
+    for path in PACKAGE_ROOT.rglob("*.py"):
+        if "__pycache__" not in path.parts:
+            copy = root / path.relative_to(PACKAGE_ROOT)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(path.read_bytes())
+    return root
+
+
+@pytest.mark.parametrize("stray", ["an editor's lock", "a copy", "a notebook checkpoint"])
+def test_a_file_python_never_imports_leaves_the_code_digest_alone(tmp_path: Path, stray: str) -> None:
+    """An editor's dangling ``.#api.py`` link made the digest raise (fit_builders crashed), and a stray copy
+    made every shipped fit stale: neither is code a fit runs."""
+    root = _package_copy(tmp_path / "phenoforge")
+    before = code_digest(root)
+    assert before == code_digest(PACKAGE_ROOT)
+    if stray == "an editor's lock":
+        (root / "setbuild" / ".#api.py").symlink_to("me@host.4242:1733500000")  # dangling, as emacs makes it
+    elif stray == "a copy":
+        (root / "setbuild" / "api copy.py").write_bytes((root / "setbuild" / "api.py").read_bytes() + b"# mine\n")
+    else:
+        (root / "setbuild" / ".ipynb_checkpoints").mkdir()
+        (root / "setbuild" / ".ipynb_checkpoints" / "learned-checkpoint.py").write_text("x = 1\n", encoding="utf-8")
+    code_digest.cache_clear()
+    assert code_digest(root) == before
+    (root / "setbuild" / "learned.py").write_bytes((root / "setbuild" / "learned.py").read_bytes() + b"# changed\n")
+    code_digest.cache_clear()
+    assert code_digest(root) != before  # a real change still moves it
+
+
+def test_fitting_code_that_cannot_be_read_is_refused_not_a_crash(
+    shipped: tuple[FittedBuilders, Path], fresh_machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    con, libraries = fresh_machine
+
+    def unreadable() -> str:
+        raise PermissionError(errno.EACCES, "Permission denied", str(PACKAGE_ROOT / "setbuild" / "api.py"))
+
+    monkeypatch.setattr(shipped_fits, "code_digest", unreadable)
+    _refused(con, libraries)
