@@ -223,6 +223,8 @@ def read_archive(manifest: ShippedFitsManifest, folder: Path | None = None) -> d
     """Every file of the archive by name, each checked against the manifest."""
     folder = SHIPPED_FITS_DIR if folder is None else folder
     path = folder / manifest.archive
+    if not _plain_name(manifest.archive):  # only the shipped folder's own file: not ``../x`` nor ``/dev/zero``
+        raise ShippedFitsError(f"{folder / MANIFEST_FILE}: the archive {manifest.archive!r} is not a file beside it")
     try:
         data = path.read_bytes()
     except OSError as error:

@@ -234,6 +234,26 @@ def test_an_archive_that_is_no_tar_of_the_fits_is_not_installed(
     _refused(con, libraries)
 
 
+@pytest.mark.parametrize("archive", ["../elsewhere/fits.tar.xz", "{tmp}/elsewhere/fits.tar.xz"])
+def test_an_archive_named_outside_the_shipped_folder_is_never_read(
+    shipped: tuple[FittedBuilders, Path], fresh_machine: Machine, tmp_path: Path, archive: str
+) -> None:
+    """Only the file beside the manifest is read (a manifest naming ``/dev/zero`` would read forever)."""
+    _, out = shipped
+    con, libraries = fresh_machine
+    elsewhere = out.parent / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(out / shipped_fits.ARCHIVE_FILE, elsewhere / "fits.tar.xz")  # the very archive, checksum and all
+    manifest = json.loads((out / shipped_fits.MANIFEST_FILE).read_text(encoding="utf-8"))
+    manifest["archive"] = archive.format(tmp=tmp_path)
+    (out / shipped_fits.MANIFEST_FILE).write_text(json.dumps(manifest), encoding="utf-8")
+    loaded = read_manifest(out)
+    assert loaded is not None
+    with pytest.raises(ShippedFitsError, match="not a file beside it"):
+        read_archive(loaded, out)
+    _refused(con, libraries)
+
+
 # -- an installer killed mid-way, a damaged install ---------------------------------------------------------
 
 
@@ -332,9 +352,11 @@ def test_a_data_folder_that_cannot_be_written_leaves_the_fit_to_be_made(
     with monkeypatch.context() as patch:
         patch.setattr(Path, "mkdir", read_only)
         _refused(con, libraries)
-    assert not list(models_dir().glob("membership-*"))
-    # where it can be written again, it installs; and without refusal a read-only failure still fits here
-    _installs(con, libraries)
+        assert not list(models_dir().glob("membership-*"))
+        # without refusal the fit is made here (models in memory): working builders, not said to be installed
+        fitted = fit_builders(con, None, HELD_OUT, libraries)
+    assert fitted.model is not None and fitted.context_model is not None
+    assert not any(note.startswith("installed the set builders") for note in fitted.notes)
 
 
 def test_two_installers_at_once_both_end_with_the_whole_model(
