@@ -45,6 +45,8 @@ from pydantic import BaseModel, ValidationError
 
 from phenoforge.engine.curated import Library
 from phenoforge.engine.expansion import Hierarchy
+from phenoforge.setbuild.learned import MANIFEST_FILE as MANIFEST_FILE_OF_MODEL
+from phenoforge.setbuild.learned import MODEL_FILE
 from phenoforge.setbuild.model_store import models_dir
 from phenoforge.storage import remove_stale_temporaries, temporary_sibling
 
@@ -332,20 +334,23 @@ def _plain_name(name: str) -> bool:
 
 def _model_members(files: Mapping[str, bytes], name: str, build_id: str) -> dict[str, bytes]:
     """The files of model folder ``name`` by file name, its manifest rewritten for vocabulary build ``build_id``;
-    ``ShippedFitsError`` for a name that would be written outside its folder or outside ``data/models``."""
+    ``ShippedFitsError`` for a name that would be written outside ``data/models``, or other files than a model's."""
     if not _plain_name(name):
         raise ShippedFitsError(f"{name!r} is not a model folder's name")
     members = {key[len(name) + 1 :]: data for key, data in files.items() if key.startswith(f"{name}/")}
-    unsafe = sorted(relative for relative in members if not _plain_name(relative))
-    if unsafe:
-        raise ShippedFitsError(f"{name}: {unsafe[0]!r} is not a file name in a model folder")
-    if "manifest.json" not in members:
-        raise ShippedFitsError(f"{name} has no manifest")
-    manifest = json.loads(members["manifest.json"])
+    # a membership model's two files and nothing else (``../x``, ``/x`` or a stray file would land elsewhere,
+    # or make a folder ``prune`` leaves alone for good)
+    unexpected = sorted(set(members) - {MANIFEST_FILE_OF_MODEL, MODEL_FILE})
+    if unexpected:
+        raise ShippedFitsError(f"{name}: {unexpected[0]!r} is not a file of a membership model")
+    for wanted in (MANIFEST_FILE_OF_MODEL, MODEL_FILE):
+        if wanted not in members:
+            raise ShippedFitsError(f"{name} has no {wanted}")
+    manifest = json.loads(members[MANIFEST_FILE_OF_MODEL])
     if not isinstance(manifest, dict):
         raise ShippedFitsError(f"{name}: the manifest is not an object")
     manifest["vocabulary_build_id"] = build_id
-    members["manifest.json"] = json.dumps(manifest, indent=1).encode()
+    members[MANIFEST_FILE_OF_MODEL] = json.dumps(manifest, indent=1).encode()
     return members
 
 

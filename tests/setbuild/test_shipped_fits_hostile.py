@@ -140,7 +140,9 @@ def test_a_model_folder_named_outside_data_models_is_never_written(
     assert not (models_dir() / "sub").exists()
 
 
-@pytest.mark.parametrize("member", ["../../escaped.txt", "{tmp}/escaped.txt", "sub/../../../escaped.txt"])
+@pytest.mark.parametrize(
+    "member", ["../../escaped.txt", "{tmp}/escaped.txt", "sub/../../../escaped.txt", "escaped.txt", "Manifest.json"]
+)
 def test_a_member_named_outside_its_model_folder_is_never_written(
     shipped: tuple[FittedBuilders, Path], fresh_machine: Machine, tmp_path: Path, member: str
 ) -> None:
@@ -158,7 +160,7 @@ def test_a_member_named_outside_its_model_folder_is_never_written(
     before = _everything(tmp_path, models_dir())
     _refused(con, libraries)
     assert _everything(tmp_path, models_dir()) == before
-    assert not list(tmp_path.rglob("escaped.txt"))
+    assert not list(tmp_path.rglob("escaped.txt")) and not list(tmp_path.rglob("Manifest.json"))
 
 
 # -- manifests and archives that do not hold what they say ----------------------------------------------
@@ -531,6 +533,8 @@ def test_two_processes_installing_one_model_at_once(
         process.start()
     for process in processes:
         process.join(timeout=60)
+        if process.is_alive():  # hung: end it, and fail below
+            process.terminate()
     assert [process.exitcode for process in processes] == [0, 0, 0]
     assert load_model(target, build).manifest.vocabulary_build_id == build
     assert [p.name for p in models_dir().iterdir() if p.name.startswith(".")] == []
