@@ -273,7 +273,7 @@ def _fit_builders(
     view = knowledge.view(held_out)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     installed: str | None = None
-    if stored is None and unusable is None:  # none on disk yet: the fit shipped with phenoforge, when it matches
+    if stored is None:  # none on disk, or one that cannot be used: the fit shipped with phenoforge, when it matches
         installed = _install_shipped_fit(con, hierarchy, train_libraries, libraries, dense, held_key, signature)
         if installed is not None:
             stored, unusable = _load_fitted(signature, hierarchy, names, groups)

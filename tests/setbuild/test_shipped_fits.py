@@ -185,3 +185,26 @@ def test_no_shipped_folder_means_no_install(
     monkeypatch.setattr("phenoforge.setbuild.api.is_training_library", lambda manifest: True)
     with pytest.raises(FitRefused), fits_refused("this test fits nothing"):
         fit_builders(con, None, HELD_OUT, libraries)
+
+
+@pytest.mark.parametrize("damage", ["model folder removed", "bundle file edited"])
+def test_an_installed_fit_damaged_later_is_installed_again_not_refitted(
+    shipped: tuple[FittedBuilders, Path],
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    damage: str,
+) -> None:
+    con, libraries = fresh_machine
+    with fits_refused("this test fits nothing"):
+        first = fit_builders(con, None, HELD_OUT, libraries)
+    models = Path(shipped_fits.models_dir())
+    if damage == "model folder removed":
+        shutil.rmtree(models / str(first.states()["learned"]["model_directory"]))
+    else:
+        (bundle,) = models.glob("fitted-*.json")
+        bundle.write_text(
+            bundle.read_text(encoding="utf-8").replace("fixture-train", "fixture-trian"), encoding="utf-8"
+        )
+    with fits_refused("this test fits nothing"):
+        again = fit_builders(con, None, HELD_OUT, libraries)
+    assert any(note.startswith("installed the set builders") for note in again.notes)
+    assert again.model is not None and again.states() == first.states()
