@@ -53,6 +53,8 @@ from phenoforge.storage import remove_stale_temporaries, temporary_sibling
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_FITS_DIR = Path(__file__).resolve().parent / "shipped_fits"
 """Where the archive and its manifest live (read when a fit is looked up, so tests can point it elsewhere)."""
+SHIPPED_FITS_ENV = "PHENOFORGE_SHIPPED_FITS"
+"""Set to 0 to fit every set builder here instead of installing shipped fits (to reproduce or time them)."""
 MANIFEST_FILE = "manifest.json"
 ARCHIVE_FILE = "fits.tar.xz"
 FORMAT_VERSION = 1
@@ -109,6 +111,11 @@ class ShippedBundle:
 
 class ShippedFitsError(Exception):
     """The archive or its manifest cannot be trusted (damaged, edited, truncated)."""
+
+
+def shipped_fits_enabled() -> bool:
+    """Whether shipped fits may be installed (``PHENOFORGE_SHIPPED_FITS`` unset, or anything but 0/false/no/off)."""
+    return os.environ.get(SHIPPED_FITS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def fit_source_files(root: Path = PACKAGE_ROOT) -> list[Path]:
@@ -261,6 +268,8 @@ def install_shipped_models(
 ) -> ShippedBundle | None:
     """Install the membership models of the bundle shipped for exactly these inputs and return its states;
     None when none ships for them (or the archive cannot be trusted: the fit is then made here)."""
+    if not shipped_fits_enabled():
+        return None
     try:
         manifest = read_manifest()
     except ShippedFitsError:

@@ -208,3 +208,17 @@ def test_an_installed_fit_damaged_later_is_installed_again_not_refitted(
         again = fit_builders(con, None, HELD_OUT, libraries)
     assert any(note.startswith("installed the set builders") for note in again.notes)
     assert again.model is not None and again.states() == first.states()
+
+
+def test_phenoforge_shipped_fits_0_fits_here_instead(
+    shipped: tuple[FittedBuilders, Path],
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    con, libraries = fresh_machine
+    monkeypatch.setenv(shipped_fits.SHIPPED_FITS_ENV, "0")
+    with pytest.raises(FitRefused), fits_refused("this test fits nothing"):
+        fit_builders(con, None, HELD_OUT, libraries)
+    monkeypatch.setenv(shipped_fits.SHIPPED_FITS_ENV, "yes")
+    with fits_refused("this test fits nothing"):
+        assert any(note.startswith("installed") for note in fit_builders(con, None, HELD_OUT, libraries).notes)
