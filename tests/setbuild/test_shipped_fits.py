@@ -28,22 +28,41 @@ from tests.setbuild.conftest import SMALL
 HELD_OUT = "fixture-other"
 
 
-@pytest.fixture
-def shipped(
-    fixture_con: duckdb.DuckDBPyConnection, libraries_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[FittedBuilders, Path]:
-    """The fixture's fit without ``fixture-other``, packed as ``scripts/ship_fits.py`` packs the real ones."""
-    monkeypatch.setattr("phenoforge.setbuild.api.is_training_library", lambda manifest: True)
+def _small_fixture_training(patch: pytest.MonkeyPatch) -> None:
+    patch.setattr("phenoforge.setbuild.api.is_training_library", lambda manifest: True)
     # the fixture library is small: let it train both membership models, so they are shipped too
-    monkeypatch.setattr(
+    patch.setattr(
         learned_builder,
         "ensure_model",
         partial(ensure_model, min_cohorts=SMALL["min_cohorts"], min_positives=SMALL["min_positives"]),
     )
-    libraries = [load_library(libraries_root / "train"), load_library(libraries_root / "other")]
-    fitted = fit_builders(fixture_con, None, HELD_OUT, libraries)
+
+
+@pytest.fixture(scope="session")
+def packed_fixture_fit(
+    fixture_con: duckdb.DuckDBPyConnection, libraries_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[FittedBuilders, Path]:
+    """The fixture's fit without ``fixture-other``, packed once per session as ``scripts/ship_fits.py`` packs
+    the real ones (in a data folder of its own)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path_factory.mktemp("shipped-fit-data")))
+        _small_fixture_training(patch)
+        libraries = [load_library(libraries_root / "train"), load_library(libraries_root / "other")]
+        fitted = fit_builders(fixture_con, None, HELD_OUT, libraries)
+        out = tmp_path_factory.mktemp("shipped")
+        pack_shipped_fits(fixture_con, None, libraries, [(HELD_OUT, ())], out, say=lambda _message: None)
+    return fitted, out
+
+
+@pytest.fixture
+def shipped(
+    packed_fixture_fit: tuple[FittedBuilders, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[FittedBuilders, Path]:
+    """The packed fixture fit, copied for this test (which may damage it) and installed from."""
+    fitted, packed = packed_fixture_fit
     out = tmp_path / "shipped"
-    pack_shipped_fits(fixture_con, None, libraries, [(HELD_OUT, ())], out, say=lambda _message: None)
+    shutil.copytree(packed, out)
+    _small_fixture_training(monkeypatch)
     monkeypatch.setattr(shipped_fits, "SHIPPED_FITS_DIR", out)
     return fitted, out
 

@@ -40,7 +40,8 @@ from tests.fixture_vocab import build_fixture_vocab
 from tests.setbuild import test_shipped_fits as base
 
 HELD_OUT = base.HELD_OUT
-shipped = base.shipped  # the fixture fit, packed as scripts/ship_fits.py packs the real ones
+packed_fixture_fit = base.packed_fixture_fit  # the fixture fit, packed once as scripts/ship_fits.py packs the real ones
+shipped = base.shipped  # a copy of it for each test
 fresh_machine = base.fresh_machine  # another machine's first run
 
 Machine = tuple[duckdb.DuckDBPyConnection, list[Library]]
