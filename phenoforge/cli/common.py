@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 from phenoforge.config import ProgressCallback
 from phenoforge.console import dense_unavailable_message
+from phenoforge.errors import PhenoforgeError
 
 
 def _connect():  # noqa: ANN202 - a DuckDB connection
@@ -77,3 +79,16 @@ def _seconds(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError("a number of seconds, 0 or more")
     return value
+
+
+def write_or_print(text: str, output: str | None, wrote: str) -> None:
+    """``text`` into the file ``output`` and ``wrote`` said on stdout, or ``text`` on stdout without one; a file
+    that cannot be written is one line, not a traceback."""
+    if not output:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise PhenoforgeError(f"cannot write {output} ({error.strerror or error})") from None
+    print(wrote)

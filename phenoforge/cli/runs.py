@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from phenoforge.cli.benchmark import _benchmark_table
-from phenoforge.cli.common import _connect, _dense_or_none, _unit_interval
+from phenoforge.cli.common import _connect, _dense_or_none, _unit_interval, write_or_print
 from phenoforge.console import positive_int, progress_bar
 from phenoforge.errors import PhenoforgeError
 from phenoforge.libraries.resolve import resolve_library_dirs
@@ -98,14 +97,9 @@ def cmd_run_export(args: argparse.Namespace) -> int:
         raise PhenoforgeError(f"run {args.run_id} has methods {', '.join(methods)}: choose one with --method")
     run = run_from_results(app_state.iter_saved_results(args.run_id, method), method)  # its rows only
     text = run_to_json(run) if args.format == "json" else run_to_csv(run)
-    if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as error:
-            raise PhenoforgeError(f"cannot write {args.output} ({error.strerror or error})") from None
-        print(f"wrote {sum(len(v) for v in run.cohorts.values())} codes of {method} to {args.output}")
-    else:
-        sys.stdout.write(text)
+    write_or_print(
+        text, args.output, f"wrote {sum(len(v) for v in run.cohorts.values())} codes of {method} to {args.output}"
+    )
     return 0
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from phenoforge.cli.common import _connect
+from phenoforge.cli.common import _connect, write_or_print
 from phenoforge.errors import PhenoforgeError
 from phenoforge.lists import releases, store
 
@@ -147,14 +146,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     check_output_path("--output", args.output, f"list.{'json' if args.format == 'fhir' else 'csv'}")
     version = store.load_ref(args.ref)
     text = version_fhir_json(version) if args.format == "fhir" else version_csv(version, excluded=args.excluded)
-    if not args.output:
-        sys.stdout.write(text)
-        return 0
-    try:
-        Path(args.output).write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise PhenoforgeError(f"cannot write {args.output} ({error.strerror or error})") from None
-    print(f"wrote {version.ref} ({len(version.codes)} codes, {args.format}) to {args.output}")
+    write_or_print(
+        text, args.output, f"wrote {version.ref} ({len(version.codes)} codes, {args.format}) to {args.output}"
+    )
     return 0
 
 
