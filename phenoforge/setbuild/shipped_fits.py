@@ -44,6 +44,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from phenoforge.engine.curated import Library
+from phenoforge.engine.db import read_metadata
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.setbuild.learned import MANIFEST_FILE as MANIFEST_FILE_OF_MODEL
 from phenoforge.setbuild.learned import MODEL_FILE
@@ -164,10 +165,10 @@ def _bytes_or_marker(path: Path) -> bytes:
         return b"\0unreadable"
 
 
-def vocabulary_identity(con: duckdb.DuckDBPyConnection) -> list[str | None]:
-    """The source a vocabulary was built from (the same pinned package builds the same rows)."""
-    rows = dict(con.cursor().execute("SELECT key, value FROM metadata").fetchall())
-    return [rows.get(key) for key in ("source", "source_version", "vocabulary_release", "schema_version")]
+def vocabulary_source(con: duckdb.DuckDBPyConnection) -> list[str | None]:
+    """The source a vocabulary was built from (the same pinned package builds the same rows); not its build id."""
+    metadata = read_metadata(con)
+    return [metadata.get(key) for key in ("source", "source_version", "vocabulary_release", "schema_version")]
 
 
 def dense_identity(dense: object | None) -> list[Any] | None:
@@ -198,7 +199,7 @@ def content_signature(
 
     parts = [
         FORMAT_VERSION,
-        vocabulary_identity(con),
+        vocabulary_source(con),
         sorted((lib.library_id, library_content_stamp(lib)) for lib in train_libraries),
         sorted((lib.library_id, library_content_stamp(lib)) for lib in knowledge_libraries),
         dense_identity(dense),
