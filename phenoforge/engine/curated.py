@@ -110,6 +110,17 @@ class Library:
         except KeyError:
             raise LibraryError(f"cohort {cohort_id!r} is not in library {self.library_id!r} ({self.path})") from None
 
+    def stamp(self, manifest_text: str | None = None) -> str:
+        """A digest of what the library holds: its manifest (``manifest_text`` in its place when given) and every
+        cohort file's bytes, so a cohort file edited in place (same ids, names and counts) changes it too."""
+        digest = hashlib.sha1((self.manifest.model_dump_json() if manifest_text is None else manifest_text).encode())
+        for entry in self.manifest.cohorts:
+            try:
+                digest.update((self.path / entry.file).read_bytes())
+            except OSError:
+                digest.update(b"\0unreadable")
+        return digest.hexdigest()[:16]
+
     def definition(self, cohort_id: str) -> dict[str, Any]:
         file = self.path / self.cohort(cohort_id).file
         try:

@@ -444,17 +444,8 @@ _EXAMPLES_LOCK = threading.Lock()
 
 
 def library_stamp(library: Library) -> str:
-    """What a library's examples depend on: its manifest and every cohort file's bytes.
-
-    The manifest alone misses a cohort file edited in place (same ids, names and counts, other codes).
-    """
-    digest = hashlib.sha1(library.manifest.model_dump_json().encode())
-    for entry in library.manifest.cohorts:
-        try:
-            digest.update((library.path / entry.file).read_bytes())
-        except OSError:
-            digest.update(b"\0unreadable")
-    return digest.hexdigest()[:16]
+    """What a library's examples depend on: its manifest and every cohort file's bytes (:meth:`Library.stamp`)."""
+    return library.stamp()
 
 
 def _library_examples_cached(

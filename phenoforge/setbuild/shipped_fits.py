@@ -145,24 +145,15 @@ def code_digest(root: Path = PACKAGE_ROOT) -> str:
 
 
 def library_content_stamp(library: Library) -> str:
-    """A library's manifest and cohort files, without what a rebuild of the same library changes (its build
-    time and the vocabulary build id it records)."""
+    """A library's stamp without what a rebuild of the same library changes (its build time and the vocabulary
+    build id it records)."""
     manifest = library.manifest.model_dump(mode="json")
     for name in VOLATILE_LIBRARY_FIELDS:
         manifest.pop(name, None)
     build = manifest.get("report", {}).get("build")
     if isinstance(build, dict):
         build.pop("vocabulary_build_id", None)
-    parts = [json.dumps(manifest, sort_keys=True).encode()]
-    parts += [_bytes_or_marker(library.path / entry.file) for entry in library.manifest.cohorts]
-    return hashlib.sha1(b"\0".join(hashlib.sha1(part).digest() for part in parts)).hexdigest()[:16]
-
-
-def _bytes_or_marker(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b"\0unreadable"
+    return library.stamp(json.dumps(manifest, sort_keys=True))
 
 
 def vocabulary_source(con: duckdb.DuckDBPyConnection) -> list[str | None]:
