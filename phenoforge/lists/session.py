@@ -73,8 +73,9 @@ def draft_from_session(
             )
         )
     excluded = []
+    in_set = {entry.code for entry in concept_set.entries}
     for candidate in state.candidates:
-        if candidate.decision != "reject" or candidate.code in {entry.code for entry in concept_set.entries}:
+        if candidate.decision != "reject" or candidate.code in in_set:
             continue
         best = min(candidate.sources, key=lambda source: source.rank, default=None)
         excluded.append(
