@@ -53,8 +53,8 @@ def pack_shipped_fits(
         directories = sorted(
             value
             for state in stored["states"].values()
-            for value in state.values()
-            if isinstance(value, str) and value.startswith("membership-") and (models_dir() / value).is_dir()
+            for key, value in state.items()
+            if key.endswith("model_directory") and value is not None  # as an install reads them
         )
         files[path.name] = path.read_bytes()
         for directory in directories:
