@@ -52,6 +52,15 @@ settings.register_profile("phenoforge", deadline=None, suppress_health_check=[He
 settings.load_profile("phenoforge")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_session_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Session-scoped fixtures are set up before a test's own folder below: they get a temporary one too (their
+    training examples wrote node tables and word counts into the real ``data/models`` before)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path_factory.mktemp("session-data") / "data"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test writes into the real data directory."""
