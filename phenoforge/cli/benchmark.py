@@ -62,6 +62,8 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES, tally: 
             lines.append(f"  ! {name} {record.status}")
         if record.trained_on:
             lines.append(f"  {name} trained on: {', '.join(record.trained_on)}")
+        if record.fits:
+            lines.append(f"  {name} fits: {record.fits}")
         empty = tally.empty.get(name, [])
         if empty:
             # an empty answer scores zero: say which cohorts, and why when the method said so

@@ -104,6 +104,8 @@ def method_flags(report: BenchmarkReport) -> dict[str, str]:
             parts.append(f"degraded: {record.degraded}")
         if record.trained_on:
             parts.append(f"trained on {', '.join(record.trained_on)}")
+        if record.fits:
+            parts.append(record.fits)
         parts += [note for note in record.notes if note.startswith("skipped")]
         if record.source not in ("built-in", ""):
             parts.append(f"from {record.source}")

@@ -166,6 +166,7 @@ class _MethodRun:
                 return running
             else:
                 record.trained_on, record.notes = list(setup.trained_on), list(setup.notes)
+                record.fits = setup.fits
                 record.degraded = setup.degraded
                 context.setups[declared.name] = setup.state
         if problem is not None:

@@ -66,6 +66,11 @@ class MethodRecord(BaseModel):
     needs: list[str] = Field(default_factory=list)
     degraded: str | None = Field(default=None, description="why the results are not what the method would give")
     trained_on: list[str] = Field(default_factory=list, description="libraries a fitted model or parameter came from")
+    fits: str = Field(
+        default="",
+        description="which fit made the results: 'shipped fit <content signature>' (the same on every machine) or "
+        "'local fit <signature>' (made on this machine); empty for a method that fits nothing",
+    )
     notes: list[str] = Field(default_factory=list)
     status: str = Field(
         default="ok",

@@ -133,6 +133,8 @@ class MethodSetup:
     degraded: str | None = None
     notes: list[str] = field(default_factory=list)
     state: Any = None
+    fits: str = ""
+    """which fit made the results (``shipped fit <signature>`` or ``local fit <signature>``), when fitted"""
 
 
 Predict = Callable[[MethodContext, CohortTask], Sequence[RunEntry | str]]

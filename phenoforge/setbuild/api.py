@@ -100,6 +100,10 @@ class FittedBuilders:
     """curated cohorts of bundled libraries outside the held-out group (the transfer features' source)"""
     failed: dict[str, str] = field(default_factory=dict)
     """plug-in builders whose fit failed, with why (their methods are skipped saying so; the others run)"""
+    origin: str = ""
+    """which fit this is, so two users can tell whether their figures should agree: ``shipped fit <content
+    signature>`` (installed from the fits shipped with phenoforge, the same on every machine) or ``local fit
+    <signature>`` (made here)"""
 
     def builder(self, name: str) -> SetBuilder:
         """The fitted builder ``name`` (``UnknownBuilder`` for a name nothing registered)."""
@@ -319,8 +323,24 @@ def _fit_builders(
     # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
     key = f"{_examples_digest(examples)}-k{_knowledge_key(knowledge.digest, held_key)}"
     training = Training(
-        con, hierarchy, examples, names, dense is not None, knowledge, held_out, key, notes=notes, stage=stage
+        con,
+        hierarchy,
+        examples,
+        names,
+        dense is not None,
+        knowledge,
+        held_out,
+        key,
+        notes=notes,
+        stage=stage,
+        choices=fit_choices(names),
     )
+    if training.choices:
+        notes.append(
+            "the membership models' rules and tree variants were chosen out of fold on the same training groups "
+            "when the shipped fits were made: each model is fitted once here (PHENOFORGE_FIT_CHOICES=choose "
+            "chooses them again)"
+        )
     classes = builder_classes()
     tuned = [name for name, cls in classes.items() if cls.examples_only]
     stage(f"tuning the {' and '.join(tuned)} parameters")
@@ -332,7 +352,7 @@ def _fit_builders(
             done[0] = 1 + sum(c.stages for n, c in classes.items() if not c.examples_only and n in training.fitted)
             _fit_one(cls, training, failed)
     progress(total, total, f"{what}: fitted")
-    fitted = FittedBuilders(names, groups, dict(training.fitted), notes, view, failed)
+    fitted = FittedBuilders(names, groups, dict(training.fitted), notes, view, failed, origin=f"local fit {signature}")
     _save_fitted(signature, fitted, hierarchy)
     return fitted
 
@@ -398,6 +418,7 @@ def _install_shipped_fit(
         training_libraries=shipped.training_libraries,
         states=shipped.states,
         notes=shipped.notes,
+        origin=f"shipped fit {shipped.signature}",
     )
     failed: list[str] = []
     _store(_fit_path(signature), stored.sealed().model_dump_json(indent=1), failed)
@@ -414,8 +435,17 @@ def _fit_identity(
     """The training libraries' ids, their groups, and the signature a fitted bundle is stored under."""
     names = sorted(lib.library_id for lib in train_libraries)
     groups = sorted({group for lib in train_libraries for group in groups_of(lib)})
-    signature = _fit_signature(hierarchy, train_libraries, dense, _knowledge_key(knowledge_digest, held_out_group))
+    knowledge_key = _knowledge_key(knowledge_digest, held_out_group)
+    signature = _fit_signature(hierarchy, train_libraries, dense, knowledge_key, fit_choices(names))
     return names, groups, signature
+
+
+def fit_choices(training_library_ids: Sequence[str]) -> dict[str, Any]:
+    """The choices a fit on these libraries takes as made when the shipped fits were (``Training.choices``);
+    empty when it makes them here (none shipped for these training libraries, or ``PHENOFORGE_FIT_CHOICES=choose``)."""
+    from phenoforge.setbuild.shipped_fits import shipped_choices
+
+    return shipped_choices(training_library_ids)
 
 
 def groups_of(library: Library) -> set[str]:
@@ -473,13 +503,20 @@ class _StoredFit(_Digested):
     states: dict[str, dict[str, Any]]
     """each registered builder's fitted state, by name (``SetBuilder.state``)"""
     notes: list[str]
+    origin: str = ""
+    """where the fit was made: ``shipped fit <content signature>`` or ``local fit <signature>`` (empty: stored
+    before this was recorded)"""
 
 
 def _fit_signature(
-    hierarchy: Hierarchy, train_libraries: Sequence[Library], dense: object | None, knowledge_key: str = ""
+    hierarchy: Hierarchy,
+    train_libraries: Sequence[Library],
+    dense: object | None,
+    knowledge_key: str = "",
+    choices: dict[str, Any] | None = None,
 ) -> str:
     """What a fitted bundle depends on: vocabulary build, training libraries, the dense index build,
-    features, and the curated knowledge the training cohorts saw."""
+    features, the curated knowledge the training cohorts saw, and the choices it was given (none: made here)."""
     dense_build = str(getattr(getattr(dense, "status", None), "built_at", "")) if dense is not None else None
     parts = [
         hierarchy.build_id,
@@ -493,6 +530,8 @@ def _fit_signature(
         PARAMS_RECIPE,
         FIT_FORMAT_VERSION,
     ]
+    if choices:  # appended only when given: a fit that makes its choices keeps the signature it had
+        parts.append(json.dumps(choices, sort_keys=True))
     return hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:16]
 
 
@@ -529,7 +568,7 @@ def _load_fitted(
         except StateError as error:
             return None, f"{path.name}: the {name} builder's {error}: refitted"
     notes = [f"reused the builders fitted on {', '.join(names) or 'nothing'} ({path.name})", *stored.notes]
-    return FittedBuilders(names, groups, builders, notes), None
+    return FittedBuilders(names, groups, builders, notes, origin=stored.origin or f"local fit {signature}"), None
 
 
 def _examples_digest(examples: Sequence[Example]) -> str:
@@ -553,6 +592,7 @@ def _save_fitted(signature: str, fitted: FittedBuilders, hierarchy: Hierarchy) -
         training_libraries=fitted.training_libraries,
         states={name: builder.state() for name, builder in fitted.builders.items()},
         notes=[note for builder in fitted.builders.values() for note in builder.training_notes()],
+        origin=fitted.origin,
     )
     _store(_fit_path(signature), stored.sealed().model_dump_json(indent=1), fitted.notes)
 

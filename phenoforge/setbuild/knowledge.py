@@ -183,7 +183,9 @@ class KnowledgeView:
         out = np.array([dice(words, c.words) for c in self.knowledge.cohorts], dtype=np.float64)
         vector = self.knowledge.query_vector(query)
         if vector is not None and self.knowledge.vectors is not None:
-            out = 0.5 * out + 0.5 * (self.knowledge.vectors @ vector).astype(np.float64)
+            # float64 products: a float32 BLAS kernel rounds the last bit otherwise on another CPU
+            cosines = np.asarray(self.knowledge.vectors, dtype=np.float64) @ np.asarray(vector, dtype=np.float64)
+            out = 0.5 * out + 0.5 * cosines.astype(np.float32).astype(np.float64)
         sign = polarity(query)
         out -= POLARITY_PENALTY * np.array([c.polarity != sign for c in self.knowledge.cohorts], dtype=np.float64)
         out[~self.keep] = -1.0

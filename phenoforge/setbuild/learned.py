@@ -349,6 +349,7 @@ def train_membership_model(
     min_positives: int = MIN_TRAINING_POSITIVES,
     rule: tuple[str, float] | None = None,
     variant: str | None = None,
+    given_by: str | None = None,
 ) -> MembershipModel:
     """Fit on ``examples`` (other libraries than the ones to score); choose the rule and variant out of fold.
 
@@ -356,7 +357,8 @@ def train_membership_model(
     are chosen together, by the same out-of-fold objective. A given ``rule`` (e.g. the full model's,
     for an ablation) skips the out-of-fold fits and uses ``variant`` (``free`` when not given); a given
     ``variant`` alone restricts the choice to it.
-    ``features`` defaults to every column the examples carry (see :func:`default_features`).
+    ``features`` defaults to every column the examples carry (see :func:`default_features`). ``given_by`` says
+    where a given rule and variant were chosen (the manifest's ``threshold_chosen_on``).
     """
     if rule is not None:
         known_rule(rule[0])
@@ -382,7 +384,7 @@ def train_membership_model(
     # out-of-fold probabilities: by library group when there are several, else by cohort folds
     if rule is not None:
         folds = []
-        chosen_on = "given by the caller"
+        chosen_on = given_by or "given by the caller"
     elif len(groups) >= 2:
         folds = [[i for i, ex in enumerate(usable) if ex.group == g] for g in groups]
         chosen_on = f"out-of-fold predictions, one fold per training group ({', '.join(groups)})"

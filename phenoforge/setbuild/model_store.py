@@ -174,6 +174,7 @@ def ensure_model(
     min_positives: int = MIN_TRAINING_POSITIVES,
     rule: tuple[str, float] | None = None,
     variant: str | None = None,
+    given_by: str | None = None,
 ) -> tuple[MembershipModel, list[str]]:
     """Reuse the stored model trained on exactly these examples' libraries, else train and store one.
 
@@ -199,6 +200,7 @@ def ensure_model(
             rule,
             libraries,
             variant,
+            given_by,
         )
 
 
@@ -232,6 +234,7 @@ def _ensure_model_locked(
     rule: tuple[str, float] | None,
     libraries: list[str],
     variant: str | None = None,
+    given_by: str | None = None,
 ) -> tuple[MembershipModel, list[str]]:
     notes: list[str] = []
     try:
@@ -267,7 +270,7 @@ def _ensure_model_locked(
         if (directory / MANIFEST_FILE).exists():
             notes.append(f"stored model unusable, retrained: {error}")
     model = train_membership_model(
-        con, hierarchy, examples, features, with_dense, min_cohorts, min_positives, rule, variant
+        con, hierarchy, examples, features, with_dense, min_cohorts, min_positives, rule, variant, given_by
     )
     notes.append(f"trained model {directory.name} on {', '.join(libraries)} ({model.manifest.n_rows} candidates)")
     try:

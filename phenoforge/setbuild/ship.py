@@ -20,12 +20,15 @@ from phenoforge.setbuild.shipped_fits import (
     ARCHIVE_FILE,
     FORMAT_VERSION,
     MANIFEST_FILE,
+    REFERENCE_FILE,
     ShippedFit,
     ShippedFitsError,
     ShippedFitsManifest,
     code_digest,
     content_signature,
 )
+
+__all__ = ["REFERENCE_FILE", "pack_shipped_fits"]
 
 
 def pack_shipped_fits(

@@ -6,7 +6,8 @@ content rather than by build (a fresh build's ids and times are new on every mac
 
 - the vocabulary's source package, version, release and schema;
 - each training and knowledge library's manifest without its build time and build id, and its cohort files;
-- the dense index's vectors and codes checksums, model, text recipe and precision, and the query embedding;
+- the dense index's vectors and codes checksums, model, text recipe and precision, the query embedding's recipe
+  (not the CPU) and the shipped query vectors (:mod:`phenoforge.engine.dense.shipped_queries`);
 - the held-out key, the features, every recipe and format version, scikit-learn's and numpy's versions;
 - a digest of the source of every module a fit runs (all of ``phenoforge`` but the dashboard, the CLI,
   the workbench and the agent): a changed retriever, feature or rule makes the shipped fits unusable
@@ -47,7 +48,7 @@ from phenoforge.engine.curated import Library
 from phenoforge.engine.db import read_metadata
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.setbuild.learned import MANIFEST_FILE as MANIFEST_FILE_OF_MODEL
-from phenoforge.setbuild.learned import MODEL_FILE
+from phenoforge.setbuild.learned import MODEL_FILE, known_rule, known_variant
 from phenoforge.setbuild.model_store import models_dir
 from phenoforge.storage import remove_stale_temporaries, temporary_sibling
 
@@ -58,6 +59,8 @@ SHIPPED_FITS_ENV = "PHENOFORGE_SHIPPED_FITS"
 """Set to 0 to fit every set builder here instead of installing shipped fits (to reproduce or time them)."""
 MANIFEST_FILE = "manifest.json"
 ARCHIVE_FILE = "fits.tar.xz"
+REFERENCE_FILE = "reference_benchmark.json"
+"""The bundled benchmark's figures with these fits (``phenoforge.eval.reference``): any CPU must give the same."""
 FORMAT_VERSION = 1
 
 NOT_FIT_CODE = ("agent", "cli", "dashboard", "lists")
@@ -67,6 +70,7 @@ NOT_FIT_MODULES = (
     "app_state.py",
     "console.py",
     "csv_safe.py",
+    "simulated_cpu.py",
     "setbuild/shipped_fits.py",
     "setbuild/ship.py",
 )
@@ -108,10 +112,26 @@ class ShippedBundle:
     states: dict[str, dict[str, Any]]
     notes: list[str]
     note: str
+    signature: str
+    """the bundle's content signature (the same on every machine that installs it)"""
 
 
 class ShippedFitsError(Exception):
     """The archive or its manifest cannot be trusted (damaged, edited, truncated)."""
+
+
+FIT_CHOICES_ENV = "PHENOFORGE_FIT_CHOICES"
+"""``shipped`` (default): a fit made here takes the membership models' rule and tree variant that were chosen out
+of fold on the same training groups when the shipped fits were made, and fits each model once (minutes saved);
+``choose``: it chooses them again here by out-of-fold fits (what ``scripts/ship_fits.py`` does)."""
+
+
+def fit_choices_mode() -> str:
+    """``shipped`` or ``choose`` (``PHENOFORGE_FIT_CHOICES``; anything else is refused, not guessed)."""
+    mode = os.environ.get(FIT_CHOICES_ENV, "shipped").strip().lower() or "shipped"
+    if mode not in ("shipped", "choose"):
+        raise ValueError(f"{FIT_CHOICES_ENV}={mode!r}: 'shipped' or 'choose'")
+    return mode
 
 
 def shipped_fits_enabled() -> bool:
@@ -163,16 +183,20 @@ def vocabulary_source(con: duckdb.DuckDBPyConnection) -> list[str | None]:
 
 
 def dense_identity(dense: object | None) -> list[Any] | None:
-    """The dense index's content (checksums of its vectors and codes) and how queries are embedded."""
+    """The dense index's content (checksums of its vectors and codes), how queries are embedded (the embed
+    function's recipe: model, runtime, precision, versions; not the CPU) and the shipped query vectors the
+    cohort names are read from (the same on every CPU: :mod:`phenoforge.engine.dense.shipped_queries`)."""
     if dense is None:
         return None
-    from phenoforge.setbuild.knowledge_store import embed_identity_of
+    from phenoforge.engine.dense.model import embed_recipe
+    from phenoforge.engine.dense.shipped_queries import shipped_queries_identity
 
+    query_side = [embed_recipe(getattr(dense, "embed_fn", None)), shipped_queries_identity()]
     manifest = getattr(dense, "manifest", None)
     fields = ("format_version", "model", "text_recipe", "precision", "count", "vectors_sha256", "codes_sha256")
     if manifest is None:
-        return ["no manifest", embed_identity_of(dense)]
-    return [*(getattr(manifest, name, None) for name in fields), embed_identity_of(dense)]
+        return ["no manifest", *query_side]
+    return [*(getattr(manifest, name, None) for name in fields), *query_side]
 
 
 def content_signature(
@@ -302,7 +326,51 @@ def install_shipped_models(
         notes=stored.notes,
         note=f"installed the set builders fitted on {', '.join(entry.training_libraries)} shipped with phenoforge "
         f"(same code, libraries, vocabulary release and dense vectors; {signature})",
+        signature=signature,
     )
+
+
+def shipped_choices(training_libraries: Sequence[str]) -> dict[str, Any]:
+    """The choices made out of fold when the shipped fit on the same training libraries (so with the same groups
+    held out) was made, as ``Training.choices`` holds them: ``{"learned": {"model": {...}, "context_model": {...}}}``
+    with each model's rule, threshold, variant and where they were chosen. Empty when none ships for them, when
+    ``PHENOFORGE_FIT_CHOICES=choose``, or when the archive cannot be trusted (the fit then chooses them here)."""
+    if fit_choices_mode() == "choose":
+        return {}
+    try:
+        manifest = read_manifest()
+        if manifest is None:
+            return {}
+        wanted = sorted(training_libraries)
+        entry = next((fit for fit in manifest.fits if sorted(fit.training_libraries) == wanted), None)
+        if entry is None:
+            return {}
+        return json.loads(_choices_in_archive(SHIPPED_FITS_DIR, manifest.model_dump_json(), entry.fitted_file))
+    except (ShippedFitsError, KeyError, ValueError, TypeError, OSError):
+        return {}
+
+
+@cache
+def _choices_in_archive(folder: Path, manifest_json: str, fitted_file: str) -> str:
+    """``shipped_choices`` of one bundle as JSON (the archive is read once per process and manifest)."""
+    manifest = ShippedFitsManifest.model_validate_json(manifest_json)
+    files = read_archive(manifest, folder)
+    stored = _ShippedFitted.model_validate_json(files[fitted_file])
+    learned = stored.states.get("learned", {})
+    parts: dict[str, Any] = {}
+    for part, key in (("model", "model_directory"), ("context_model", "context_model_directory")):
+        name = learned.get(key)
+        if not isinstance(name, str):
+            continue
+        made = json.loads(files[f"{name}/{MANIFEST_FILE_OF_MODEL}"])
+        parts[part] = {
+            "rule": known_rule(str(made["rule"])),
+            "threshold": float(made["threshold"]),
+            "variant": known_variant(str(made["variant"])),
+            "chosen_on": f"{made['threshold_chosen_on']}, when the shipped fits were made (reused: the same "
+            "training groups)",
+        }
+    return json.dumps({"learned": parts} if parts else {})
 
 
 class _ShippedFitted(BaseModel):

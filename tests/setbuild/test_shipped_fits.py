@@ -241,3 +241,112 @@ def test_phenoforge_shipped_fits_0_fits_here_instead(
     monkeypatch.setenv(shipped_fits.SHIPPED_FITS_ENV, "yes")
     with fits_refused("this test fits nothing"):
         assert any(note.startswith("installed") for note in fit_builders(con, None, HELD_OUT, libraries).notes)
+
+
+def test_an_installed_fit_says_it_is_the_shipped_one(
+    shipped: tuple[FittedBuilders, Path], fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]]
+) -> None:
+    con, libraries = fresh_machine
+    manifest = read_manifest(shipped[1])
+    assert manifest is not None
+    with fits_refused("this test fits nothing"):
+        installed = fit_builders(con, None, HELD_OUT, libraries)
+        again = fit_builders(con, None, HELD_OUT, libraries)  # read back from data/models
+    assert installed.origin == again.origin == f"shipped fit {manifest.fits[0].content_signature}"
+
+
+def _counting_fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from phenoforge.setbuild import learned as learned_module
+
+    calls: list[int] = []
+    real = learned_module._fit
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(learned_module, "_fit", counted)
+    return calls
+
+
+def test_a_local_fit_takes_the_shipped_choices_and_fits_each_model_once(
+    shipped: tuple[FittedBuilders, Path],
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original, _ = shipped
+    con, libraries = fresh_machine
+    monkeypatch.setenv(shipped_fits.SHIPPED_FITS_ENV, "0")  # nothing installed: fitted here
+    calls = _counting_fits(monkeypatch)
+    fitted = fit_builders(con, None, HELD_OUT, libraries)
+    assert len(calls) == 2  # the two membership models, once each: no out-of-fold fits
+    for made, shipped_model in ((fitted.model, original.model), (fitted.context_model, original.context_model)):
+        assert made is not None and shipped_model is not None
+        chosen = (made.manifest.rule, made.manifest.threshold, made.manifest.variant)
+        assert chosen == (shipped_model.manifest.rule, shipped_model.manifest.threshold, shipped_model.manifest.variant)
+        assert made.manifest.threshold_chosen_on.endswith(
+            "when the shipped fits were made (reused: the same training groups)"
+        )
+    assert any("chosen out of fold on the same training groups" in note for note in fitted.notes)
+    assert fitted.origin.startswith("local fit ")
+
+
+def test_fit_choices_choose_makes_them_here_again(
+    shipped: tuple[FittedBuilders, Path],
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    con, libraries = fresh_machine
+    monkeypatch.setenv(shipped_fits.SHIPPED_FITS_ENV, "0")
+    monkeypatch.setenv(shipped_fits.FIT_CHOICES_ENV, "choose")
+    calls = _counting_fits(monkeypatch)
+    fitted = fit_builders(con, None, HELD_OUT, libraries)
+    assert len(calls) > 2
+    assert fitted.model is not None and sorted(fitted.model.manifest.variants_compared) == ["free", "monotone"]
+
+
+def test_a_misspelt_fit_choices_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(shipped_fits.FIT_CHOICES_ENV, "chose")
+    with pytest.raises(ValueError, match="'shipped' or 'choose'"):
+        shipped_fits.shipped_choices(["fixture-train"])
+
+
+def test_no_shipped_bundle_for_these_libraries_means_no_choices(shipped: tuple[FittedBuilders, Path]) -> None:
+    assert shipped_fits.shipped_choices(["fixture-train"])["learned"]["model"]["variant"] in ("free", "monotone")
+    assert shipped_fits.shipped_choices(["fixture-other"]) == {}
+    assert shipped_fits.shipped_choices([]) == {}
+
+
+def test_the_content_signature_is_the_same_on_another_cpu(
+    fixture_con: duckdb.DuckDBPyConnection, libraries_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from phenoforge.engine.dense.model import _identity, _recipe
+
+    libraries = [load_library(libraries_root / "train")]
+    signatures, identities = [], []
+    for flags in ("fpu sse2 avx2 fma", "fpu sse2 avx2 fma avx512f avx512_bf16 amx_bf16"):
+        cpuinfo = tmp_path / f"cpuinfo-{len(signatures)}"
+        cpuinfo.write_text(f"model name\t: Some CPU {len(signatures)}\nflags\t\t: {flags}\n", encoding="utf-8")
+        monkeypatch.setenv("PHENOFORGE_CPUINFO", str(cpuinfo))
+
+        def embed(texts: list[str]) -> None:  # pragma: no cover - never called
+            raise AssertionError
+
+        embed.recipe = _recipe("onnx", "fp32", ("onnxruntime",), [], 64, 128, None)  # type: ignore[attr-defined]
+        embed.identity = _identity(embed.recipe)  # type: ignore[attr-defined]
+        manifest = SimpleNamespace(
+            format_version=3,
+            model="m",
+            text_recipe="r",
+            precision="fp32",
+            count=1,
+            vectors_sha256="v",
+            codes_sha256="c",
+        )
+        dense = SimpleNamespace(manifest=manifest, embed_fn=embed)
+        signatures.append(shipped_fits.content_signature(fixture_con, libraries, libraries, dense, None))
+        identities.append(embed.identity)  # type: ignore[attr-defined]
+    assert signatures[0] == signatures[1]
+    assert identities[0] != identities[1]  # what is cached here still tells the CPUs apart

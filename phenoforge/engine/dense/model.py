@@ -142,6 +142,27 @@ def quantized_onnx_file() -> Path:
     return target
 
 
+ORT_OPTIMIZATION_ENV = "PHENOFORGE_ORT_OPTIMIZATION"
+"""ONNX Runtime's graph optimisation (``all`` by default; ``extended``, ``basic`` or ``disabled``): other fused
+kernels round otherwise in the last bits, as another CPU's kernels do, so a test runs as another machine would."""
+
+
+def ort_optimization_level():  # noqa: ANN201 - an onnxruntime GraphOptimizationLevel
+    """The graph optimisation level ``PHENOFORGE_ORT_OPTIMIZATION`` asks for (``ORT_ENABLE_ALL`` by default)."""
+    import onnxruntime as ort
+
+    levels = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    }
+    wanted = (os.environ.get(ORT_OPTIMIZATION_ENV) or "all").strip().lower()
+    if wanted not in levels:
+        raise ValueError(f"{ORT_OPTIMIZATION_ENV}={wanted!r}: one of {', '.join(levels)}")
+    return levels[wanted]
+
+
 def _onnx_embed_fn(batch_size: int, precision: Precision, max_seq_length: int, num_threads: int | None) -> EmbedFn:
     """ONNX Runtime: mean-pooled, normalised, as the sentence-transformers modules do.
 
@@ -161,7 +182,7 @@ def _onnx_embed_fn(batch_size: int, precision: Precision, max_seq_length: int, n
 
     def session(threads: int | None):  # noqa: ANN202
         options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.graph_optimization_level = ort_optimization_level()
         options.inter_op_num_threads = 1
         if threads:
             options.intra_op_num_threads = threads
@@ -209,9 +230,10 @@ def _onnx_embed_fn(batch_size: int, precision: Precision, max_seq_length: int, n
     embed.batch_invariant = True  # type: ignore[attr-defined]
     embed.open_sessions = lambda: sorted(sessions)  # type: ignore[attr-defined]
     embed.model_name = DEFAULT_MODEL_NAME  # type: ignore[attr-defined]
-    embed.identity = _identity(  # type: ignore[attr-defined]
+    embed.recipe = _recipe(  # type: ignore[attr-defined]
         "onnx", precision, ("onnxruntime", "tokenizers"), [path], batch_size, max_seq_length, num_threads
     )
+    embed.identity = _identity(embed.recipe)  # type: ignore[attr-defined]
     return embed
 
 
@@ -318,7 +340,7 @@ def default_embed_fn(
     embed.runtime = "torch"  # type: ignore[attr-defined]
     embed.choice = describe_auto_choice() if auto else "torch-" + precision  # type: ignore[attr-defined]
     embed.model_name = DEFAULT_MODEL_NAME  # type: ignore[attr-defined]
-    embed.identity = _identity(  # type: ignore[attr-defined]
+    embed.recipe = _recipe(  # type: ignore[attr-defined]
         "torch",
         precision,
         ("torch", "transformers", "sentence-transformers"),
@@ -328,10 +350,11 @@ def default_embed_fn(
         torch.get_num_threads(),
         f"single texts {'direct' if direct_ok else 'encode'}",
     )
+    embed.identity = _identity(embed.recipe)  # type: ignore[attr-defined]
     return embed
 
 
-def _identity(
+def _recipe(
     runtime: str,
     precision: str,
     packages: tuple[str, ...],
@@ -341,9 +364,9 @@ def _identity(
     threads: int | None,
     *extra: str,
 ) -> str:
-    """What a text's vector from one embed function depends on besides the texts embedded with it: model
-    files, runtime and precision, library versions, batch and thread settings, this CPU. Vectors stored
-    under it (``embed_identity``) are used only by a process whose embed function has the same one."""
+    """How an embed function turns text into vectors, on any machine: model files, runtime and precision,
+    library versions, batch and thread settings. Not the CPU: two machines with the same recipe give
+    vectors that differ in their last bits at most (``embed_recipe``; the shipped vectors are named by it)."""
     from importlib.metadata import PackageNotFoundError, version
 
     def installed(package: str) -> str:
@@ -360,23 +383,46 @@ def _identity(
         f"batch {batch_size}",
         f"max_seq {max_seq_length}",
         f"threads {threads}",
-        platform.machine(),
-        _cpu_model(),
         *extra,
     ]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
-def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+def _identity(recipe: str) -> str:
+    """What a text's vector from one embed function depends on besides the texts embedded with it: its
+    recipe and this machine (architecture, CPU name and instruction-set flags), since another CPU's kernels
+    round otherwise. Vectors computed here and stored under it (``embed_identity``: the cached query and
+    cohort-name vectors) are used only by a process whose embed function has the same one."""
+    parts = [recipe, platform.machine(), _cpu_model()]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+CPUINFO_ENV = "PHENOFORGE_CPUINFO"
+"""A file read instead of ``/proc/cpuinfo``: a test runs as another CPU would (its name and flags)."""
+
+
+def cpuinfo_path() -> Path:
+    """``/proc/cpuinfo``, or the file ``PHENOFORGE_CPUINFO`` names."""
+    return Path(os.environ.get(CPUINFO_ENV) or "/proc/cpuinfo")
+
+
+def _cpu_model(cpuinfo: Path | None = None) -> str:
     """The CPU's name and a hash of its instruction-set flags (x86 ``flags``, ARM ``Features`` and part)."""
     try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+        text = (cpuinfo or cpuinfo_path()).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return platform.processor() or "unknown cpu"
     found = re.search(r"^(?:model name|CPU part)\s*:\s*(.+)$", text, re.MULTILINE)
     flags = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.MULTILINE)
     described = found.group(1).strip() if found else platform.processor() or "unknown cpu"
     return described + " " + hashlib.sha1((flags.group(1) if flags else "").encode()).hexdigest()[:8]
+
+
+def embed_recipe(embed_fn: object) -> str | None:
+    """The ``recipe`` an embed function declares (``default_embed_fn``'s do): its identity without the CPU,
+    for what is the same on every machine (the shipped vectors and fits). None when it declares none."""
+    recipe = getattr(embed_fn, "recipe", None)
+    return recipe if isinstance(recipe, str) and recipe else None
 
 
 def embed_identity(embed_fn: object) -> str | None:
@@ -389,7 +435,7 @@ def embed_identity(embed_fn: object) -> str | None:
 def cpu_has_native_bf16() -> bool:
     """True on CPUs that run bf16 matrix products natively (Linux ``/proc/cpuinfo`` flags)."""
     try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        flags = cpuinfo_path().read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
     return bool(re.search(r"\b(amx_bf16|avx512_bf16)\b", flags))

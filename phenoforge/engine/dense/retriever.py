@@ -13,6 +13,8 @@ import mmap
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -30,6 +32,7 @@ from phenoforge.engine.dense.model import (
     normalise,
 )
 from phenoforge.engine.dense.shipped import ShippedFirst, shipped_first
+from phenoforge.engine.dense.shipped_queries import shipped_queries_for
 from phenoforge.engine.dense.store import (
     DISTINCT_LEVELS,
     FORMAT_VERSION,
@@ -60,6 +63,34 @@ from phenoforge.engine.topk import top_indices
 ScanPath = Literal["best", "distinct", "int8", "exact"]
 
 _log = logging.getLogger(__name__)
+
+_RECORDED: set[str] | None = None
+"""The query texts every retriever of this process was asked to embed, while :func:`recording_queries` runs."""
+
+
+@contextmanager
+def recording_queries() -> Iterator[set[str]]:
+    """Collect every query text any retriever embeds (or finds cached) within: what ``scripts/ship_fits.py``
+    ships as query vectors, so the fits and the bundled benchmark read the same vectors on every CPU."""
+    global _RECORDED
+    previous, _RECORDED = _RECORDED, set()
+    try:
+        yield _RECORDED
+    finally:
+        _RECORDED = previous
+
+
+RESCORE_MARGIN = 64
+"""Rows past the ``n`` an exact fp32 scan keeps for the float64 re-scoring: a near tie at the cut that fp32
+rounding turns on this CPU is still inside them."""
+
+
+def exact_cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``rows @ query`` as float32, the same on every CPU: each product is exact in float64 (24-bit mantissas)
+    and the sum's order error (~1e-16) almost never reaches float32's last bit, where a float32 BLAS kernel's
+    summation order (AVX2, AVX-512, NEON) changes it and turns near ties among codes."""
+    return (np.asarray(rows, dtype=np.float64) @ np.asarray(query, dtype=np.float64)).astype(np.float32)
+
 
 ANN_CANDIDATES = 320
 """Rows the graph proposes per query before exact re-scoring; rankings up to this deep use it."""
@@ -116,6 +147,8 @@ class DenseRetriever:
         self._distinct_scan: _DistinctScan | None = None
         self._searches = 0
         self.embed_calls = 0
+        self.shipped_queries = 0
+        """query texts whose vectors came from the shipped query vectors"""
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query_cache_fn: EmbedFn | None = None
         self._query_cache_lock = threading.Lock()
@@ -301,15 +334,34 @@ class DenseRetriever:
             for text in known:
                 self._query_cache.move_to_end(text)
         missing = [text for text in dict.fromkeys(texts) if text not in known]
+        if _RECORDED is not None:
+            _RECORDED.update(texts)
         if missing:
-            fresh = np.asarray(embed(missing))
-            self.embed_calls += 1
+            fresh = self._shipped_or_embedded(embed, missing)
             with self._query_cache_lock:
                 for text, row in zip(missing, fresh, strict=True):
                     known[text] = self._query_cache[text] = row.copy()  # a copy: not a view pinning the batch
                 while len(self._query_cache) > QUERY_CACHE_SIZE:
                     self._query_cache.popitem(last=False)
         return np.stack([known[text] for text in texts])
+
+    def _shipped_or_embedded(self, embed: EmbedFn, texts: list[str]) -> np.ndarray:
+        """Each text's vector from the shipped query vectors when it is there and ``embed`` may take them
+        (:mod:`~phenoforge.engine.dense.shipped_queries`: the same on every CPU), else from ``embed``."""
+        shipped = shipped_queries_for(embed, self.model_name)
+        if shipped is None:
+            self.embed_calls += 1
+            return np.asarray(embed(texts))
+        found, vectors = shipped.lookup(texts)
+        self.shipped_queries += int(found.sum())
+        if found.all():
+            return vectors
+        self.embed_calls += 1
+        embedded = np.asarray(embed([text for text, hit in zip(texts, found.tolist(), strict=True) if not hit]))
+        out = np.zeros((len(texts), embedded.shape[1]), dtype=embedded.dtype)
+        out[~found] = embedded
+        out[found] = vectors
+        return out
 
     def clear_query_cache(self) -> None:
         """Forget every remembered query vector (``bench/`` times the embedding this way)."""
@@ -385,7 +437,7 @@ class DenseRetriever:
                 for query, row_scores in zip(block, approximate, strict=True):
                     best = _largest(row_scores, COARSE_CANDIDATES)
                     candidates = np.sort(best if scan.rows is None else scan.rows[best])
-                    scores = vectors[candidates] @ query
+                    scores = exact_cosines(vectors[candidates], query)
                     top = top_indices(scores, n)
                     out.append((candidates[top], scores[top]))
             if len(queries) > DISTINCT_MAX_QUERIES:  # a block re-scores rows all over the file
@@ -400,21 +452,18 @@ class DenseRetriever:
                 if int(counts[row]) < count:
                     # HNSW can leave rows unreachable (sparse or duplicate vectors, a threaded
                     # build): a short answer may miss true neighbours, so scan this query exactly
-                    all_scores = vectors @ query
-                    top = top_indices(all_scores, n)
-                    out.append((top, all_scores[top]))
+                    out.append(_rescored(vectors, vectors @ query, query, n))
                     continue
                 candidates = np.sort(keys[row, : int(counts[row])].astype(np.int64))
-                scores = vectors[candidates] @ query
+                scores = exact_cosines(vectors[candidates], query)
                 top = top_indices(scores, n)
                 out.append((candidates[top], scores[top]))
             return out
         for start in range(0, len(queries), EXACT_QUERY_CHUNK):
             block = queries[start : start + EXACT_QUERY_CHUNK]
             all_scores = block @ vectors.T if len(block) > 1 else (vectors @ block[0])[None, :]
-            for scores in all_scores:
-                top = top_indices(scores, n)  # prefix-stable: identical texts give exact ties
-                out.append((top, scores[top]))
+            for query, scores in zip(block, all_scores, strict=True):
+                out.append(_rescored(vectors, scores, query, n))
         release_mapped_pages(vectors)
         return out
 
@@ -510,6 +559,16 @@ class DenseRetriever:
         if not result.hits:
             result.reason = "the dense index is empty"
         return result
+
+
+def _rescored(vectors: np.ndarray, scores: np.ndarray, query: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``n`` rows by :func:`exact_cosines`, from an fp32 scan's ``scores`` of every row: its top
+    ``n + RESCORE_MARGIN`` rows scored again the same on every CPU, then cut prefix-stably (identical texts
+    give exact ties, broken by row)."""
+    wide = np.sort(top_indices(scores, min(n + RESCORE_MARGIN, len(scores))))
+    exact = exact_cosines(vectors[wide], query)
+    top = top_indices(exact, n)
+    return wide[top], exact[top]
 
 
 def release_mapped_pages(array: np.ndarray) -> bool:

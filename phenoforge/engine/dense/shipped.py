@@ -21,6 +21,7 @@ import lzma
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -133,17 +134,34 @@ class ShippedUnavailable(Exception):
     """Why the shipped vectors are not used (the build then embeds every text itself)."""
 
 
+_Manifest = TypeVar("_Manifest", bound=BaseModel)
+
+
+def read_shipped_manifest(path: Path, model: type[_Manifest], what: str) -> _Manifest:
+    """A shipped file's manifest, or ``ShippedUnavailable`` naming ``what`` is missing or unreadable."""
+    if not path.is_file():
+        raise ShippedUnavailable(f"no {what} ({path} is missing)")
+    try:
+        return model.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ValidationError) as error:
+        raise ShippedUnavailable(f"the {what}' manifest is unreadable ({type(error).__name__})") from None
+
+
+def checked_shipped_file(directory: Path, name: str, sha256: str, what: str) -> Path:
+    """``directory / name`` when it is a file beside its manifest with that checksum; else ``ShippedUnavailable``."""
+    path = directory / name
+    if Path(name).name != name or not path.is_file():
+        raise ShippedUnavailable(f"the {what} file {name} is missing")
+    if sha256_file(path) != sha256:
+        raise ShippedUnavailable(f"the {what} file {name} does not match its checksum")
+    return path
+
+
 def load_shipped(directory: Path | None = None) -> ShippedVectors:
     """Read and verify the shipped vectors (``SHIPPED_DIR`` unless ``directory``); ``ShippedUnavailable`` says
     what is wrong with them."""
     directory = SHIPPED_DIR if directory is None else directory
-    manifest_path = directory / MANIFEST_FILE
-    if not manifest_path.is_file():
-        raise ShippedUnavailable(f"no shipped vectors ({manifest_path} is missing)")
-    try:
-        manifest = ShippedManifest.model_validate(json.loads(manifest_path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, ValidationError) as error:
-        raise ShippedUnavailable(f"the shipped vectors' manifest is unreadable ({type(error).__name__})") from None
+    manifest = read_shipped_manifest(directory / MANIFEST_FILE, ShippedManifest, "shipped vectors")
     installed = installed_model_version()
     if manifest.model != DEFAULT_MODEL_NAME or manifest.model_package != MODEL_PACKAGE:
         raise ShippedUnavailable(f"the shipped vectors are of another model ({manifest.model_package})")
@@ -160,11 +178,7 @@ def load_shipped(directory: Path | None = None) -> ShippedVectors:
         raise ShippedUnavailable(
             f"the shipped vectors are stored as {manifest.quantization}, which this version does not read"
         )
-    vectors_path = directory / manifest.vectors_file
-    if Path(manifest.vectors_file).name != manifest.vectors_file or not vectors_path.is_file():
-        raise ShippedUnavailable(f"the shipped vectors file {manifest.vectors_file} is missing")
-    if sha256_file(vectors_path) != manifest.vectors_sha256:
-        raise ShippedUnavailable(f"the shipped vectors file {manifest.vectors_file} does not match its checksum")
+    vectors_path = checked_shipped_file(directory, manifest.vectors_file, manifest.vectors_sha256, "shipped vectors")
     try:
         keys, codes, scales = read_vectors(vectors_path)
     except (OSError, ValueError, KeyError, lzma.LZMAError) as error:

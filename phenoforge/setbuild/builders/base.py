@@ -53,6 +53,10 @@ class Training:
     notes: list[str] = field(default_factory=list)
     stage: Callable[[str], None] = lambda _message: None
     """says which fit step runs (each takes from seconds to minutes)"""
+    choices: dict[str, Any] = field(default_factory=dict)
+    """choices made out of fold on the same training groups when the shipped fits were made, by builder and
+    part (``learned``: ``model`` and ``context_model``, each its rule, threshold, variant and where it was chosen):
+    a builder that finds its own fits once with them instead of choosing again (``PHENOFORGE_FIT_CHOICES``)"""
 
 
 @dataclass

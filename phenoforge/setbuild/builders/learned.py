@@ -74,6 +74,7 @@ class Learned(SetBuilder):
                 ALL_FEATURE_NAMES,
                 with_dense=with_dense,
                 directory=models_dir() / plain_directory,
+                **_given(training, "model"),
             )
             self.model_directory_ = plain_directory
             training.notes.extend(notes)
@@ -87,6 +88,7 @@ class Learned(SetBuilder):
                     MATRIX_COLUMNS,
                     with_dense=with_dense,
                     directory=models_dir() / context_directory,
+                    **_given(training, "context_model"),
                 )
                 self.context_model_directory_ = context_directory
                 training.notes.extend(f"library context: {note}" for note in notes)
@@ -173,3 +175,16 @@ class Learned(SetBuilder):
                 builder.context_model_, builder.context_model_directory_ = model, directory
         builder._fitted = True
         return builder
+
+
+def _given(training: Training, part: str) -> dict[str, Any]:
+    """``ensure_model``'s rule, variant and their origin for one model from ``training.choices`` (made out of fold
+    on the same training groups when the shipped fits were made); nothing, so both are chosen here, without."""
+    choice = training.choices.get(Learned.name, {}).get(part)
+    if not isinstance(choice, dict):
+        return {}
+    return {
+        "rule": (str(choice["rule"]), float(choice["threshold"])),
+        "variant": str(choice["variant"]),
+        "given_by": str(choice["chosen_on"]),
+    }
