@@ -62,19 +62,20 @@ def diff_section(version: store.ListVersion) -> None:
 
 
 def releases_section(version: store.ListVersion) -> None:
-    with st.expander("Terminology releases: codes added, deleted or retitled since FY2025"):
+    with st.expander("Terminology releases: codes added, deleted or retitled since FY2024"):
         with ui.cursor() as con:
-            changes = views.release_changes(version, con)
-        if not changes.available:
-            st.info(plain(changes.unavailable))
-            return
-        for message in changes.messages():
-            st.markdown(plain(message))
-        rows = views.release_rows(changes)
-        if rows:
-            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-        else:
-            st.caption("None of this list's codes changed between the two releases.")
+            steps = views.release_changes(version, con)
+        for changes in steps:
+            if not changes.available:
+                st.info(plain(changes.unavailable))
+                continue
+            for message in changes.messages():
+                st.markdown(plain(message))
+            rows = views.release_rows(changes)
+            if rows:
+                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+            else:
+                st.caption("None of this list's codes changed between these two releases.")
 
 
 def version_section(list_id: str) -> None:

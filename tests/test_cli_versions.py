@@ -127,8 +127,9 @@ def test_version_releases_names_the_codes_that_changed_since_the_earlier_release
     assert "added     E11.9" in out
     assert "retitled  I50.21     'Acute systolic heart failure' -> 'Acute systolic (congestive) heart failure'" in out
     assert main(["version", "releases", "hf-adults@1", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert [c["code"] for c in data["added"]] == ["E11.9"] and data["counts"]["deleted"] == 1
+    steps = json.loads(capsys.readouterr().out)
+    assert [step["current_release"] for step in steps][0] == "ICD-10-CM FY2025 (CMS code table)"  # FY2024 first
+    assert [c["code"] for c in steps[-1]["added"]] == ["E11.9"] and steps[-1]["counts"]["deleted"] == 1
     assert main(["version", "show", "hf-adults", "--releases"]) == 0
     assert "releases: " in capsys.readouterr().out
     assert main(["version", "show", "hf-adults"]) == 0

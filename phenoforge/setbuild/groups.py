@@ -32,8 +32,9 @@ def library_group(manifest: LibraryManifest | dict[str, Any]) -> str:
 
 
 DEVELOPMENT_PREFIXES = ("elixhauser-2026", "cms-hcc-v24", "cms-hcc-v28")
-TEST_PREFIXES = ("charlson-quan", "elixhauser-quan")
-"""The bundled Quan libraries (``phenoforge.libraries.quan``): training data for other groups' builders."""
+TEST_PREFIXES = ("charlson-quan", "elixhauser-quan", "ahrq-ccs", "pediatric-ccc")
+"""The bundled Quan libraries (``phenoforge.libraries.quan``), AHRQ CCS (``libraries.ccs``) and the pediatric
+complex chronic conditions (``libraries.ccc``): training data for other groups' builders, only reported."""
 
 
 def _library_id(manifest: LibraryManifest | dict[str, Any]) -> str:

@@ -128,7 +128,10 @@ def test_the_versions_page_shows_codes_changed_since_the_earlier_release(
     store.save_version(draft(dash_con, ["I50.21", "I50.9", "E11.9"]))
     at = app("pages/8_Versions.py").run()
     assert not at.exception, at.exception
-    rows = frame_with(at, "change")
+    steps = [element.value for element in at.dataframe if "change" in element.value.columns]
+    assert len(steps) == 2  # FY2024 -> FY2025, then FY2025 -> the open vocabulary
+    assert "title in ICD-10-CM FY2024 (CDC code file)" in steps[0].columns
+    rows = steps[-1]
     assert list(zip(rows["change"], rows["code"], strict=True)) == [("added", "E11.9"), ("retitled", "I50.21")]
     assert any("1 added, 0 deleted, 1 retitled" in shown(m.value) for m in at.markdown)
 

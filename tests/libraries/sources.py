@@ -92,3 +92,50 @@ def write_csv(path: Path, rows: list[tuple]) -> Path:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows(rows)
     return path
+
+
+CCS_LINES = [
+    "'ICD-10-CM CODE','CCS CATEGORY','ICD-10-CM CODE DESCRIPTION','CCS CATEGORY DESCRIPTION','MULTI CCS LVL 1',"
+    "'MULTI CCS LVL 1 LABEL','MULTI CCS LVL 2','MULTI CCS LVL 2 LABEL'",
+    "'I5021','108',\"Acute systolic (congestive) heart failure\",\"Congestive heart failure; nonhypertensive\",'7',"
+    '"Diseases of the circulatory system",\'7.2\',"Diseases of the heart"',
+    "'I509','108',\"Heart failure, unspecified\",\"Congestive heart failure; nonhypertensive\",'7',"
+    '"Diseases of the circulatory system",\'7.2\',"Diseases of the heart"',
+    "'I5099','108',\"A code FY2026 does not have\",\"Congestive heart failure; nonhypertensive\",'7',"
+    '"Diseases of the circulatory system",\'7.2\',"Diseases of the heart"',
+    "'E1122','50',\"Type 2 diabetes mellitus with diabetic chronic kidney disease\",\"Diabetes mellitus with "
+    "complications\",'3',\"Endocrine; nutritional; and metabolic diseases and immunity disorders\",'3.3',"
+    '"Diabetes mellitus with complications"',
+]
+"""The AHRQ CCS file's shape: codes in single quotes, texts in double quotes (commas inside them)."""
+
+CCC_ROWS = [
+    (
+        "ICD_Code",
+        "ICD_Code_Description",
+        "DX_PR",
+        "CCC_Category",
+        "CCC_Subcategory",
+        "ICD9_ICD10",
+        "Tech_Dep",
+        "Transplant",
+    ),
+    ("4280", "Heart failure (ICD-9)", "DX", "cvd", "Cardiomyopathies", "9", "0", "0"),
+    ("I5021", "Acute systolic heart failure", "DX", "cvd", "Cardiomyopathies", "0", "0", "0"),
+    ("I509", "Heart failure, unspecified", "DX", "cvd   ", "Other Cardiovascular ", "0", "0", "0"),
+    ("Z950", "Presence of cardiac pacemaker", "DX", "cvd", "Device & Technology Use", "0", "1", "0"),
+    ("02HK3JZ", "A procedure", "PR", "cvd", "Device & Technology Use", "0", "1", "0"),
+    ("E1122", "T2DM with CKD", "DX", "Metabolic", "Other metabolic disorders", "0", "0", "0"),
+]
+"""The pediatric CCC file's shape: an ICD-9 row and a procedure row (left out), spellings that differ."""
+
+
+def write_ccs_csv(path: Path, lines: list[str] = CCS_LINES) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_ccc_csv(path: Path, rows: list[tuple[str, ...]] = CCC_ROWS) -> Path:
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    return path

@@ -27,10 +27,20 @@ def test_build_bundled_libraries(
         "cms-hcc-v24-py2026",
         "charlson-quan2005",
         "elixhauser-quan2005",
+        "ahrq-ccs-dx-2019.1",
+        "pediatric-ccc-v3",
     ]
     # near-duplicates share a group, so leave-one-group-out holds them out together
-    assert [m.group for m in manifests] == ["elixhauser", "cms-hcc", "cms-hcc", "charlson", "elixhauser"]
-    assert calls[-1][:2] == (5, 5)
+    assert [m.group for m in manifests] == [
+        "elixhauser",
+        "cms-hcc",
+        "cms-hcc",
+        "charlson",
+        "elixhauser",
+        "ahrq-ccs",
+        "pediatric-ccc",
+    ]
+    assert calls[-1][:2] == (7, 7)
     elix = load_library(root / "elixhauser").manifest
     assert elix.stats.n_cohorts == 3
     assert elix.stats.n_listed_codes == len(MAPPING_ROWS)
@@ -73,9 +83,17 @@ def test_build_skips_up_to_date_and_rebuilds_changed(
     monkeypatch.setattr(bundled, "write_library", spy)
     again = build_bundled_libraries(fixture_con, root=root, **sources)
     assert written == []
-    assert [m.stats.n_cohorts for m in again] == [3, 4, 3, 17, 31]
+    assert [m.stats.n_cohorts for m in again] == [3, 4, 3, 17, 31, 2, 7]
     build_bundled_libraries(fixture_con, root=root, force=True, **sources)
-    assert written == ["elixhauser", "cms-hcc-v28", "cms-hcc-v24", "charlson-quan", "elixhauser-quan"]
+    assert written == [
+        "elixhauser",
+        "cms-hcc-v28",
+        "cms-hcc-v24",
+        "charlson-quan",
+        "elixhauser-quan",
+        "ahrq-ccs",
+        "pediatric-ccc",
+    ]
     written.clear()
     write_elixhauser_xlsx(sources["elixhauser_xlsx"], rows=MAPPING_ROWS[:3])
     rebuilt = build_bundled_libraries(fixture_con, root=root, **sources)
@@ -99,11 +117,13 @@ def test_failed_rebuild_leaves_library_untouched(
         build_bundled_libraries(fixture_con, root=root, **sources)
     assert (root / "elixhauser" / "manifest.json").read_bytes() == before
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".libraries")) == [
+        "ahrq-ccs",
         "charlson-quan",
         "cms-hcc-v24",
         "cms-hcc-v28",
         "elixhauser",
         "elixhauser-quan",
+        "pediatric-ccc",
     ]
 
 
@@ -119,7 +139,8 @@ def test_two_processes_build_at_once(fixture_db_path: Path, sources: dict[str, P
         f"build_bundled_libraries(con, root=Path({str(root)!r}), force=True,"
         f" elixhauser_xlsx=Path({str(sources['elixhauser_xlsx'])!r}),"
         f" hcc_dx_csv=Path({str(sources['hcc_dx_csv'])!r}),"
-        f" hcc_labels_csv=Path({str(sources['hcc_labels_csv'])!r}))"
+        f" hcc_labels_csv=Path({str(sources['hcc_labels_csv'])!r}),"
+        f" ccs_csv=Path({str(sources['ccs_csv'])!r}), ccc_csv=Path({str(sources['ccc_csv'])!r}))"
     )
     repo = Path(__file__).resolve().parents[2]
     runs = [subprocess.Popen([sys.executable, "-c", script], cwd=repo, stderr=subprocess.PIPE) for _ in range(2)]
@@ -128,11 +149,13 @@ def test_two_processes_build_at_once(fixture_db_path: Path, sources: dict[str, P
         assert run.returncode == 0, err.decode()
     assert sorted(p.name for p in root.iterdir()) == [
         ".libraries.lock",
+        "ahrq-ccs",
         "charlson-quan",
         "cms-hcc-v24",
         "cms-hcc-v28",
         "elixhauser",
         "elixhauser-quan",
+        "pediatric-ccc",
     ]
     assert load_library(root / "elixhauser").manifest.stats.n_cohorts == 3
 
@@ -154,8 +177,10 @@ def test_ensure_bundled_libraries_defaults_to_data_dir(
         "cms-hcc-v24",
         "charlson-quan",
         "elixhauser-quan",
+        "ahrq-ccs",
+        "pediatric-ccc",
     }
-    assert len(manifests) == 5
+    assert len(manifests) == 7
 
 
 def test_real_packaged_libraries(tmp_path: Path) -> None:
@@ -174,6 +199,8 @@ def test_real_packaged_libraries(tmp_path: Path) -> None:
             "cms-hcc-v24-py2026": 86,
             "charlson-quan2005": 17,
             "elixhauser-quan2005": 31,
+            "ahrq-ccs-dx-2019.1": 283,
+            "pediatric-ccc-v3": 80,
         }
         assert by_id["elixhauser-2026.1"].stats.n_listed_codes == 4567
         assert by_id["cms-hcc-v28-py2026"].stats.n_listed_codes == 8037

@@ -140,3 +140,46 @@ def test_the_bundled_fy2025_table() -> None:
     assert "E11A" not in table.titles  # E11.A (type 2 diabetes in remission) is new in FY2026
     # S62.91 was retitled in FY2026 ("... of right hand")
     assert table.titles["S6291"] == "Unspecified fracture of right wrist and hand"
+
+
+def test_fy2024_to_fy2025_counts_the_official_addenda() -> None:
+    """CMS's FY2025 addenda: 252 codes added, 36 deleted, 13 revised (74,044 -> 74,260 billable codes)."""
+    fy2024, fy2025 = releases.fy2024_release(), releases.billable_only(releases.earlier_release())
+    step = releases.compare_releases(["I50.21", "E11.9", "Z99.99"], fy2024, fy2025)
+    assert step.counts is not None
+    counts = step.counts
+    assert (counts.earlier_codes, counts.current_codes) == (74_044, 74_260)
+    assert (counts.added, counts.deleted, counts.retitled) == (252, 36, 13)
+    assert step.unknown == ["Z99.99"] and not step.added and not step.deleted
+
+
+def test_a_list_history_reads_release_by_release(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
+    from phenoforge.engine.expansion import get_hierarchy
+
+    fy2024 = tmp_path / "codes-2024.txt"
+    # FY2024 lists I50.21 (other title), E11.9 (gone by FY2025), not E11.8 (added in FY2025)
+    fy2024.write_text("I5021   Acute systolic HF\nI509    Heart failure, unspecified\nE119    Type 2 DM\n")
+    table_2024 = releases.read_codes_file(fy2024, releases.FY2024_RELEASE, "fixture")
+    table_2025 = releases.read_release_table(write_earlier(tmp_path / "icd10cm.db"), releases.EARLIER_RELEASE, "x")
+    step = releases.compare_releases(
+        ["I50.21", "I50.9", "E11.9", "E11.8"], table_2024, releases.billable_only(table_2025)
+    )
+    assert [c.code for c in step.deleted] == ["E11.9"]
+    assert [c.code for c in step.added] == ["E11.8"]
+    assert [(c.code, c.earlier_title) for c in step.retitled] == [("I50.21", "Acute systolic HF")]
+    assert step.counts is not None and step.counts.earlier_codes == 3  # header codes E11, I50 not compared
+    history = releases.list_release_history(["I50.21"], get_hierarchy(fixture_con), "now", "fixture")
+    assert len(history) == 2 and history[0].current_release == releases.EARLIER_RELEASE
+
+
+def test_a_missing_fy2024_file_says_so(monkeypatch: pytest.MonkeyPatch, fixture_con: duckdb.DuckDBPyConnection) -> None:
+    from phenoforge.engine.expansion import get_hierarchy
+
+    def missing() -> Path:
+        raise releases.ReleaseUnavailable("no FY2024 ICD-10-CM release to compare with: not installed")
+
+    monkeypatch.setattr(releases, "fy2024_table_path", missing)
+    releases._TABLES.clear()
+    history = releases.list_release_history(["I50.21"], get_hierarchy(fixture_con), "now", "fixture")
+    assert not history[0].available and "FY2024" in history[0].unavailable
+    assert history[1].available or "FY2025" in history[1].unavailable
