@@ -33,3 +33,7 @@ class DataDirError(PhenoforgeError):
 
 class DiskFullError(PhenoforgeError):
     """A write ran out of disk space; what was there before is kept."""
+
+
+class SettingError(PhenoforgeError, ValueError):
+    """An environment setting (``PHENOFORGE_...``) holds a value phenoforge does not know: said, not guessed."""

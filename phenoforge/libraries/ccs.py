@@ -85,7 +85,7 @@ def read_ccs(csv_path: Path | None = None) -> SourceLibrary:
     cohorts = [
         SourceCohort(
             cohort_id=f"ccs-{category}",
-            cohort_name=names[category],
+            cohort_name=names[category].replace("`", "'"),  # the file writes "Hodgkin`s disease"
             codes=list(dict.fromkeys(codes[category])),
             description=f"AHRQ CCS for ICD-10-CM diagnoses v2019.1, single-level category {category}",
         )

@@ -321,7 +321,10 @@ def _fit_builders(
         done[0] += 1
 
     # named by what the examples hold, not only by library ids: a re-imported library with other codes retrains
-    key = f"{_examples_digest(examples)}-k{_knowledge_key(knowledge.digest, held_key)}"
+    # and by the choices it is given: a fit that chooses them here and one that takes the shipped ones store
+    # their models in folders of their own (one would otherwise retrain and overwrite the other's)
+    choices = fit_choices(names)
+    key = f"{_examples_digest(examples)}-k{_knowledge_key(knowledge.digest, held_key, choices)}"
     training = Training(
         con,
         hierarchy,
@@ -333,13 +336,15 @@ def _fit_builders(
         key,
         notes=notes,
         stage=stage,
-        choices=fit_choices(names),
+        choices=choices,
     )
     if training.choices:
+        other_code = any(part.get("code") == "other" for part in training.choices.get("learned", {}).values())
         notes.append(
             "the membership models' rules and tree variants were chosen out of fold on the same training groups "
-            "when the shipped fits were made: each model is fitted once here (PHENOFORGE_FIT_CHOICES=choose "
-            "chooses them again)"
+            "when the shipped fits were made"
+            + (", by fitting code other than this checkout's (its features may differ)" if other_code else "")
+            + ": each model is fitted once here (PHENOFORGE_FIT_CHOICES=choose chooses them again)"
         )
     classes = builder_classes()
     tuned = [name for name, cls in classes.items() if cls.examples_only]
@@ -365,8 +370,11 @@ def bundled_knowledge(
     return curated_knowledge(con, hierarchy, bundled, library_stamp, embed_fn_of(dense), embed_identity_of(dense))
 
 
-def _knowledge_key(knowledge_digest: str, held_out_group: str | None) -> str:
-    return hashlib.sha1(json.dumps([knowledge_digest, held_out_group]).encode()).hexdigest()[:10]
+def _knowledge_key(knowledge_digest: str, held_out_group: str | None, choices: dict[str, Any] | None = None) -> str:
+    parts: list[Any] = [knowledge_digest, held_out_group]
+    if choices:  # appended only when given: a fit that makes its choices keeps the key it had
+        parts.append(json.dumps(choices, sort_keys=True))
+    return hashlib.sha1(json.dumps(parts).encode()).hexdigest()[:10]
 
 
 def held_out_groups(held_out_group: str | None, also_held_out: Sequence[str] = ()) -> list[str]:

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ValidationError
 from phenoforge.engine.curated import Library
 from phenoforge.engine.db import read_metadata
 from phenoforge.engine.expansion import Hierarchy
+from phenoforge.errors import SettingError
 from phenoforge.setbuild.learned import MANIFEST_FILE as MANIFEST_FILE_OF_MODEL
 from phenoforge.setbuild.learned import MODEL_FILE, known_rule, known_variant
 from phenoforge.setbuild.model_store import models_dir
@@ -130,7 +131,7 @@ def fit_choices_mode() -> str:
     """``shipped`` or ``choose`` (``PHENOFORGE_FIT_CHOICES``; anything else is refused, not guessed)."""
     mode = os.environ.get(FIT_CHOICES_ENV, "shipped").strip().lower() or "shipped"
     if mode not in ("shipped", "choose"):
-        raise ValueError(f"{FIT_CHOICES_ENV}={mode!r}: 'shipped' or 'choose'")
+        raise SettingError(f"{FIT_CHOICES_ENV}={mode!r}: 'shipped' or 'choose'")
     return mode
 
 
@@ -345,9 +346,21 @@ def shipped_choices(training_libraries: Sequence[str]) -> dict[str, Any]:
         entry = next((fit for fit in manifest.fits if sorted(fit.training_libraries) == wanted), None)
         if entry is None:
             return {}
-        return json.loads(_choices_in_archive(SHIPPED_FITS_DIR, manifest.model_dump_json(), entry.fitted_file))
+        choices: dict[str, Any] = json.loads(
+            _choices_in_archive(SHIPPED_FITS_DIR, manifest.model_dump_json(), entry.fitted_file)
+        )
+        same_code = manifest.code_digest == code_digest()
+    except SettingError:
+        raise
     except (ShippedFitsError, KeyError, ValueError, TypeError, OSError):
         return {}
+    for part in choices.get("learned", {}).values():
+        part["code"] = "same" if same_code else "other"
+        if not same_code:  # the features may have changed since: say so wherever the choice is named
+            part["chosen_on"] += (
+                "; by fitting code other than this checkout's (PHENOFORGE_FIT_CHOICES=choose makes them here)"
+            )
+    return choices
 
 
 @cache

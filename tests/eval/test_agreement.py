@@ -75,6 +75,8 @@ def libraries_root(tmp_path: Path) -> Path:
 def test_shipped_crosswalk_names_cohorts_the_bundled_sources_have() -> None:
     """Every row of the shipped crosswalk points at a cohort of a bundled library (read from the packages)."""
     from phenoforge.libraries import read_cms_hcc, read_elixhauser
+    from phenoforge.libraries.ccc import read_ccc
+    from phenoforge.libraries.ccs import read_ccs
     from phenoforge.libraries.quan import read_quan_charlson, read_quan_elixhauser
 
     sources = [
@@ -83,6 +85,8 @@ def test_shipped_crosswalk_names_cohorts_the_bundled_sources_have() -> None:
         read_cms_hcc("V24"),
         read_quan_charlson(),
         read_quan_elixhauser(),
+        read_ccs(),
+        read_ccc(),
     ]
     cohorts = {source.library_id: {cohort.cohort_id for cohort in source.cohorts} for source in sources}
     groups = {source.library_id: source.group for source in sources}

@@ -350,3 +350,128 @@ def test_the_content_signature_is_the_same_on_another_cpu(
         identities.append(embed.identity)  # type: ignore[attr-defined]
     assert signatures[0] == signatures[1]
     assert identities[0] != identities[1]  # what is cached here still tells the CPUs apart
+
+
+# -- found by a hostile pass (each test failed before its fix)
+
+
+def _other_choices(fitted) -> dict:  # noqa: ANN001
+    """Choices unlike the ones this machine makes (another variant), as a shipping machine may have made them
+    on data or code that differ from this one's: what happens whenever a local fit runs."""
+    parts = {}
+    for part, model in (("model", fitted.model), ("context_model", fitted.context_model)):
+        assert model is not None
+        other = "monotone" if model.manifest.variant == "free" else "free"
+        parts[part] = {
+            "rule": model.manifest.rule,
+            "threshold": model.manifest.threshold,
+            "variant": other,
+            "chosen_on": "out-of-fold predictions, when the shipped fits were made (reused: the same training groups)",
+        }
+    return {"learned": parts}
+
+
+def test_a_stored_choose_mode_fit_keeps_its_own_models_after_a_shipped_choices_fit(
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hostile pass: the learned builder's model folders are named without the choices, so a fit made
+    with the shipped choices overwrites the models a choose-mode fit (another signature) stored; reusing the
+    choose-mode bundle then serves the given-choices model as if it had been chosen here (and vice versa)."""
+    con, libraries = fresh_machine
+    _small_fixture_training(monkeypatch)
+    monkeypatch.setenv(shipped_fits.SHIPPED_FITS_ENV, "0")
+    monkeypatch.setenv(shipped_fits.FIT_CHOICES_ENV, "choose")
+    chosen = fit_builders(con, None, HELD_OUT, libraries)
+    assert chosen.model is not None
+    made_here = (chosen.model.manifest.rule, chosen.model.manifest.threshold, chosen.model.manifest.variant)
+    assert sorted(chosen.model.manifest.variants_compared) == ["free", "monotone"]
+
+    other = _other_choices(chosen)
+    monkeypatch.setenv(shipped_fits.FIT_CHOICES_ENV, "shipped")
+    monkeypatch.setattr(
+        shipped_fits, "shipped_choices", lambda _ids: {} if shipped_fits.fit_choices_mode() == "choose" else other
+    )
+    given = fit_builders(con, None, HELD_OUT, libraries)
+    assert given.model is not None and given.model.manifest.variant == other["learned"]["model"]["variant"]
+    assert given.origin != chosen.origin  # two signatures, two stored bundles
+
+    monkeypatch.setenv(shipped_fits.FIT_CHOICES_ENV, "choose")
+    again = fit_builders(con, None, HELD_OUT, libraries)  # reuses the choose-mode bundle (its signature)
+    assert again.origin == chosen.origin
+    assert again.model is not None
+    assert (again.model.manifest.rule, again.model.manifest.threshold, again.model.manifest.variant) == made_here
+    assert sorted(again.model.manifest.variants_compared) == ["free", "monotone"]
+
+
+def test_choices_from_fits_of_other_code_say_so(
+    shipped: tuple,
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hostile pass: once the fitting code changed after shipping (code digest mismatch: the shipped
+    fits are not installed), a local fit still takes the shipped rules, thresholds and tree variants, and its
+    notes and each model's ``threshold_chosen_on`` claim they were chosen "on the same training groups", with the
+    shipped out-of-fold objectives, without a word that those fits were made by other code (other features):
+    a developer benchmarking a feature change reads figures with thresholds tuned for the old features."""
+    con, libraries = fresh_machine
+    monkeypatch.setattr(shipped_fits, "code_digest", lambda *_a, **_k: "0" * 64)  # the fitting code changed
+    fitted = fit_builders(con, None, HELD_OUT, libraries)
+    assert fitted.origin.startswith("local fit ")  # not installed: other code
+    given = fitted.model is not None and not fitted.model.manifest.variants_compared
+    if given:  # the shipped choices were applied: the notes must say they come from other code
+        told = " ".join(fitted.notes + [fitted.model.manifest.threshold_chosen_on])
+        assert "code" in told and ("other" in told or "changed" in told or "differ" in told), fitted.notes
+
+
+def test_the_reference_figures_name_the_shipped_fits_they_came_from() -> None:
+    """Hostile pass: ``reference_benchmark.json`` is documented to name the fit of each fitted
+    method as ``shipped fit <content signature>`` (``eval.reference.MethodFigures.fits``), the name a user's
+    ``benchmark --json`` shows with these fits installed; it holds ``local fit <signature>`` of the shipping
+    machine's data folder instead (its vocabulary build and dense build time), a name no other machine can
+    match or look up: the provenance the reference was meant to carry is lost."""
+    from phenoforge.eval.reference import read_figures
+    from phenoforge.setbuild.shipped_fits import REFERENCE_FILE, SHIPPED_FITS_DIR, read_manifest
+
+    manifest = read_manifest()
+    assert manifest is not None
+    shipped_names = {f"shipped fit {fit.content_signature}" for fit in manifest.fits}
+    named = {
+        figures.fits
+        for methods in read_figures(SHIPPED_FITS_DIR / REFERENCE_FILE).libraries.values()
+        for figures in methods.values()
+        if figures.fits
+    }
+    assert named and named <= shipped_names, sorted(named - shipped_names)
+
+
+def test_a_stored_shipped_choices_fit_keeps_its_own_models_after_a_choose_mode_fit(
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DEFECT (hostile-39 #1, the default mode's side): after one ``PHENOFORGE_FIT_CHOICES=choose`` run in the same
+    data folder, the default run reuses its stored bundle, whose notes say the shipped choices were taken, but
+    the model it loads is the one the choose run chose and wrote into the shared folder."""
+    con, libraries = fresh_machine
+    _small_fixture_training(monkeypatch)
+    monkeypatch.setenv(shipped_fits.SHIPPED_FITS_ENV, "0")
+    monkeypatch.setenv(shipped_fits.FIT_CHOICES_ENV, "choose")
+    probe = fit_builders(con, None, HELD_OUT, libraries)  # what this machine chooses
+    other = _other_choices(probe)
+    from phenoforge.setbuild.model_store import models_dir
+
+    (models_dir() / f"fitted-{probe.origin.split()[-1]}.json").unlink()  # as if the choose run came later
+    monkeypatch.setattr(
+        shipped_fits, "shipped_choices", lambda _ids: {} if shipped_fits.fit_choices_mode() == "choose" else other
+    )
+    monkeypatch.setenv(shipped_fits.FIT_CHOICES_ENV, "shipped")
+    given = fit_builders(con, None, HELD_OUT, libraries)
+    assert given.model is not None
+    wanted = other["learned"]["model"]["variant"]
+    assert given.model.manifest.variant == wanted
+    monkeypatch.setenv(shipped_fits.FIT_CHOICES_ENV, "choose")
+    fit_builders(con, None, HELD_OUT, libraries)  # a choose run: its stored bundle, and the shared model folder
+    monkeypatch.setenv(shipped_fits.FIT_CHOICES_ENV, "shipped")
+    again = fit_builders(con, None, HELD_OUT, libraries)
+    assert again.origin == given.origin
+    assert again.model is not None and again.model.manifest.variant == wanted

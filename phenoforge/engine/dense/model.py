@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from phenoforge.errors import IndexError_
+from phenoforge.errors import IndexError_, SettingError
 
 EmbedFn = Callable[[list[str]], np.ndarray]
 """Embeds a batch of texts; returns float32 rows, shape ``(len(texts), dim)``."""
@@ -157,10 +157,15 @@ def ort_optimization_level():  # noqa: ANN201 - an onnxruntime GraphOptimization
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
         "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     }
+    return levels[ort_optimization_name()]
+
+
+def ort_optimization_name() -> str:
+    """``PHENOFORGE_ORT_OPTIMIZATION`` as one of ``all`` (default), ``extended``, ``basic``, ``disabled``."""
     wanted = (os.environ.get(ORT_OPTIMIZATION_ENV) or "all").strip().lower()
-    if wanted not in levels:
-        raise ValueError(f"{ORT_OPTIMIZATION_ENV}={wanted!r}: one of {', '.join(levels)}")
-    return levels[wanted]
+    if wanted not in ("all", "extended", "basic", "disabled"):
+        raise SettingError(f"{ORT_OPTIMIZATION_ENV}={wanted!r}: one of all, extended, basic, disabled")
+    return wanted
 
 
 def _onnx_embed_fn(batch_size: int, precision: Precision, max_seq_length: int, num_threads: int | None) -> EmbedFn:
@@ -233,7 +238,8 @@ def _onnx_embed_fn(batch_size: int, precision: Precision, max_seq_length: int, n
     embed.recipe = _recipe(  # type: ignore[attr-defined]
         "onnx", precision, ("onnxruntime", "tokenizers"), [path], batch_size, max_seq_length, num_threads
     )
-    embed.identity = _identity(embed.recipe)  # type: ignore[attr-defined]
+    # the kernels' rounding is the machine's side, like the CPU: in the identity (what is cached), not the recipe
+    embed.identity = _identity(embed.recipe, f"ort {ort_optimization_name()}")  # type: ignore[attr-defined]
     return embed
 
 
@@ -388,12 +394,12 @@ def _recipe(
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
-def _identity(recipe: str) -> str:
+def _identity(recipe: str, *machine: str) -> str:
     """What a text's vector from one embed function depends on besides the texts embedded with it: its
     recipe and this machine (architecture, CPU name and instruction-set flags), since another CPU's kernels
     round otherwise. Vectors computed here and stored under it (``embed_identity``: the cached query and
     cohort-name vectors) are used only by a process whose embed function has the same one."""
-    parts = [recipe, platform.machine(), _cpu_model()]
+    parts = [recipe, platform.machine(), _cpu_model(), *machine]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 

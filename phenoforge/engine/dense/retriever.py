@@ -64,25 +64,39 @@ ScanPath = Literal["best", "distinct", "int8", "exact"]
 
 _log = logging.getLogger(__name__)
 
-_RECORDED: set[str] | None = None
-"""The query texts every retriever of this process was asked to embed, while :func:`recording_queries` runs."""
+_RECORDINGS: list[set[str]] = []
+"""The sets of every :func:`recording_queries` running now (in any thread): each gets every query text asked for."""
+_RECORDINGS_LOCK = threading.Lock()
 
 
 @contextmanager
 def recording_queries() -> Iterator[set[str]]:
     """Collect every query text any retriever embeds (or finds cached) within: what ``scripts/ship_fits.py``
-    ships as query vectors, so the fits and the bundled benchmark read the same vectors on every CPU."""
-    global _RECORDED
-    previous, _RECORDED = _RECORDED, set()
+    ships as query vectors, so the fits and the bundled benchmark read the same vectors on every CPU. Recordings
+    may overlap (nested, or in other threads): each collects what was asked while it ran."""
+    texts: set[str] = set()
+    with _RECORDINGS_LOCK:
+        _RECORDINGS.append(texts)
     try:
-        yield _RECORDED
+        yield texts
     finally:
-        _RECORDED = previous
+        with _RECORDINGS_LOCK:
+            _RECORDINGS.remove(texts)
+
+
+def _record(texts: list[str]) -> None:
+    if _RECORDINGS:
+        with _RECORDINGS_LOCK:
+            for recording in _RECORDINGS:
+                recording.update(texts)
 
 
 RESCORE_MARGIN = 64
 """Rows past the ``n`` an exact fp32 scan keeps for the float64 re-scoring: a near tie at the cut that fp32
 rounding turns on this CPU is still inside them."""
+RESCORE_BAND = 1e-5
+"""And every row whose fp32 score is within this of the last one kept (fp32 cosines err by ~1e-7): a cluster of
+near-duplicate texts at the cut is re-scored whole, so a shallow ranking stays a prefix of a deeper one."""
 
 
 def exact_cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -334,8 +348,7 @@ class DenseRetriever:
             for text in known:
                 self._query_cache.move_to_end(text)
         missing = [text for text in dict.fromkeys(texts) if text not in known]
-        if _RECORDED is not None:
-            _RECORDED.update(texts)
+        _record(texts)
         if missing:
             fresh = self._shipped_or_embedded(embed, missing)
             with self._query_cache_lock:
@@ -358,6 +371,8 @@ class DenseRetriever:
             return vectors
         self.embed_calls += 1
         embedded = np.asarray(embed([text for text, hit in zip(texts, found.tolist(), strict=True) if not hit]))
+        if not found.any():
+            return embedded
         out = np.zeros((len(texts), embedded.shape[1]), dtype=embedded.dtype)
         out[~found] = embedded
         out[found] = vectors
@@ -565,7 +580,10 @@ def _rescored(vectors: np.ndarray, scores: np.ndarray, query: np.ndarray, n: int
     """The top ``n`` rows by :func:`exact_cosines`, from an fp32 scan's ``scores`` of every row: its top
     ``n + RESCORE_MARGIN`` rows scored again the same on every CPU, then cut prefix-stably (identical texts
     give exact ties, broken by row)."""
-    wide = np.sort(top_indices(scores, min(n + RESCORE_MARGIN, len(scores))))
+    kept = top_indices(scores, min(n + RESCORE_MARGIN, len(scores)))
+    if not len(kept):
+        return kept, np.zeros(0, dtype=np.float32)
+    wide = np.flatnonzero(scores >= scores[kept[-1]] - RESCORE_BAND)  # sorted rows; NaN rows never pass
     exact = exact_cosines(vectors[wide], query)
     top = top_indices(exact, n)
     return wide[top], exact[top]

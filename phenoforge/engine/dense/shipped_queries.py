@@ -83,7 +83,9 @@ def write_shipped_queries(
     """Store ``vectors`` (one per text, as the embed function of ``recipe`` gave them) and their manifest."""
     directory = SHIPPED_DIR if directory is None else directory
     vectors = np.asarray(vectors, dtype=np.float32)
-    if vectors.ndim != 2 or len(vectors) != len(texts):
+    if not len(texts):
+        raise ValueError("no query texts to ship (nothing was recorded)")
+    if vectors.ndim != 2 or len(vectors) != len(texts) or vectors.shape[1] == 0:
         raise ValueError(f"{len(texts)} texts and vectors of shape {vectors.shape}")
     keys = text_key(texts)
     order = np.argsort(keys, kind="stable")
@@ -132,6 +134,8 @@ def load_shipped_queries(directory: Path | None = None) -> ShippedQueries:
     if (
         keys.dtype != np.uint64
         or vectors.dtype != np.float32
+        or manifest.count == 0
+        or manifest.dim == 0
         or keys.shape != (manifest.count,)
         or vectors.shape != (manifest.count, manifest.dim)
         or not np.all(np.isfinite(vectors))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import duckdb
@@ -132,7 +133,7 @@ def test_recording_collects_every_text_asked_for_cached_or_not(
         retriever.embed_queries(["Gout", "Asthma"])
     retriever.embed_queries(["after"])
     assert texts == {"Gout", "Asthma"}
-    assert dense_retriever._RECORDED is None
+    assert dense_retriever._RECORDINGS == []
 
 
 def test_exact_cosines_agree_whatever_the_summation_order() -> None:
@@ -157,3 +158,117 @@ def test_rescored_top_n_is_the_exact_top_n() -> None:
     expected = np.lexsort((np.arange(3000), -exact))[:50]
     np.testing.assert_array_equal(rows, expected)
     np.testing.assert_array_equal(scores, exact[expected])
+
+
+# -- found by a hostile pass (each test failed before its fix)
+
+
+def test_an_empty_shipped_table_does_not_break_every_query(
+    shipped_dir: Path,
+    con: duckdb.DuckDBPyConnection,
+    tmp_path: Path,
+) -> None:
+    """Hostile pass: ``write_shipped_queries`` accepts no texts (what ``scripts/ship_fits.py`` writes when
+    it recorded none: ``embed_queries([])`` gives a (0, 0) array) and the table loads and verifies; then every
+    query any user embeds fails: ``out[found] = vectors`` broadcasts the (0, 0) lookup into (0, dim)."""
+    embed = PinnedLike()
+    try:
+        # the real ONNX embed function answers no texts with np.zeros((0, 0)) (model._onnx_embed_fn)
+        write_shipped_queries([], np.zeros((0, 0), np.float32), RECIPE, shipped_dir)
+    except ValueError:
+        return  # refusing to ship an empty table is a fix too
+    load_shipped_queries.cache_clear()
+    retriever = DenseRetriever(con, embed, tmp_path / "no-index")
+    vectors = retriever.embed_queries(["Gout", "Asthma"])
+    np.testing.assert_array_equal(vectors, embed(["Gout", "Asthma"]))
+
+
+def test_recording_from_two_threads_ends_with_nothing_recorded() -> None:
+    """Hostile pass: ``recording_queries`` keeps one process-wide set and restores "the previous"
+    one on exit; two recordings that overlap in two threads (the dashboard, a bench script) leave the first
+    one's set installed for good: every later query of the process is added to it (it grows without end) and
+    the second recording stopped collecting when the first ended."""
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with recording_queries():
+            first_in.set()
+            second_in.wait(5)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(5)
+        with recording_queries():
+            second_in.set()
+            first_out.wait(5)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert dense_retriever._RECORDINGS == []
+
+
+def test_the_ort_optimisation_level_is_part_of_the_embedding_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile pass: ``PHENOFORGE_ORT_OPTIMIZATION`` changes a text's vector in its last bits (its own
+    docstring says so: that is what it simulates), but neither ``recipe`` nor ``identity`` names it, so vectors
+    cached under the identity (the curated knowledge's cohort-name vectors in data/models) made with one level are
+    read by a process running the other as its own."""
+    from phenoforge.engine.dense import model
+
+    fake_export = tmp_path / "fake.onnx"
+    fake_export.write_bytes(b"not a model: the session opens only on the first embedding")
+    monkeypatch.setattr(model, "export_onnx", lambda *_a, **_k: fake_export)
+    identities = []
+    for level in ("all", "disabled"):
+        monkeypatch.setenv(model.ORT_OPTIMIZATION_ENV, level)
+        identities.append(model._onnx_embed_fn(64, "fp32", 128, None).identity)
+    assert identities[0] != identities[1]
+
+
+@pytest.mark.parametrize(
+    ("variable", "call"),
+    [
+        ("PHENOFORGE_FIT_CHOICES", "phenoforge.setbuild.shipped_fits:fit_choices_mode"),
+        ("PHENOFORGE_ORT_OPTIMIZATION", "phenoforge.engine.dense.model:ort_optimization_level"),
+    ],
+)
+def test_a_misspelt_setting_is_an_error_the_cli_shows(
+    variable: str, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile pass: a misspelt PHENOFORGE_FIT_CHOICES (or PHENOFORGE_ORT_OPTIMIZATION) raises a bare
+    ValueError from deep in ``fit_builders``: ``run_benchmark`` aborts as a whole (bm25 and every other method too)
+    and the CLI, which shows only ``PhenoforgeError`` as ``error: ...``, prints a traceback."""
+    import importlib
+
+    from phenoforge.errors import PhenoforgeError
+
+    module, _, name = call.partition(":")
+    monkeypatch.setenv(variable, "yes")
+    with pytest.raises(PhenoforgeError):
+        getattr(importlib.import_module(module), name)()
+
+
+def test_a_shallow_rescored_ranking_is_a_prefix_of_a_deeper_one() -> None:
+    """Hostile pass: ``_top_many`` promises every ``n`` is a prefix of a deeper ranking (the harness
+    takes several methods' answers from one deep query; ``top_indices``' "prefix-stable" cut gave it before).
+    ``_rescored`` re-scores only the fp32 scan's top ``n + RESCORE_MARGIN``: with more than 64 rows inside the fp32
+    rounding band at the cut (a cluster of near-duplicate texts), the exact top ``n`` of a shallow query is taken
+    from another subset of the cluster than a deep query's, and the shallow list is not the deep list's prefix."""
+    rng = np.random.default_rng(3)
+    dim = 64
+    query = rng.standard_normal(dim).astype(np.float32)
+    query /= np.linalg.norm(query)
+    base = rng.standard_normal(dim).astype(np.float32)
+    base = base / np.linalg.norm(base) + query  # a text near the query (cosine ~0.7)
+    base /= np.linalg.norm(base)
+    cluster = base + rng.standard_normal((400, dim)).astype(np.float32) * np.float32(1e-7)  # near-duplicate texts
+    vectors = np.vstack([cluster, rng.standard_normal((2000, dim)).astype(np.float32) * np.float32(0.01)])
+    exact = dense_retriever.exact_cosines(vectors, query)
+    fp32 = exact + rng.uniform(-2e-7, 2e-7, len(exact)).astype(np.float32)  # a float32 scan's rounding
+    shallow, _ = dense_retriever._rescored(vectors, fp32, query, 20)
+    deep, _ = dense_retriever._rescored(vectors, fp32, query, 320)
+    np.testing.assert_array_equal(shallow, deep[:20])
