@@ -386,6 +386,7 @@ def _sign_off(state: AssemblyState, drawn_list: str, seen: int | None) -> None:
                 list_id,
                 str(st.session_state.get("as_vs_note", "")),
                 seen if list_id.strip() == drawn_list.strip() else None,  # another list: none of it was seen
+                bool(st.session_state.get("as_vs_into", False)),
             )
         st.session_state["as_vs_saved"] = (result.version.ref, result.notes, None)
     except PhenoforgeError as error:
@@ -415,7 +416,11 @@ def save_as_version() -> None:
     list_id = cols[0].text_input("List name", value=version_views.suggested_list_id(state), key="as_vs_list")
     cols[1].text_input("What this version changes (optional)", key="as_vs_note")
     seen = version_views.latest_number(list_id)
-    cols[0].caption(f"{list_id} has {seen} versions: this is version {seen + 1}" if seen else "the list's first one")
+    cols[0].caption(
+        plain(f"{list_id} has {seen} versions: this is version {seen + 1}") if seen else "the list's first one"
+    )
+    if seen:
+        cols[1].checkbox("Add to this list although it describes another population", key="as_vs_into")
     cols[2].button(
         "Save as version",
         key="as_vs_save",

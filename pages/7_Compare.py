@@ -67,7 +67,7 @@ def side(container: st.delta_generator.DeltaGenerator, title: str, key: str, def
     source = container.radio("Source", views.SOURCES, index=default, key=f"{key}_source", horizontal=True)
     picked = PICKERS[source](container, key)
     if picked is not None:
-        container.caption(plain(f"{picked.name}: {len(picked.codes)} codes. " + " ".join(picked.notes)))
+        container.caption(plain(f"{picked.name}: {len(picked.codes):,} codes. " + " ".join(picked.notes)))
     return picked
 
 
@@ -76,9 +76,11 @@ def table(
     title: str,
     rows: list[dict[str, object]],
     widths: dict[str, int] | None = None,
+    total: int | None = None,
 ) -> None:
-    """A titled table whose columns fit its box at 1,280 px (a long description is cut, not scrolled to)."""
-    container.markdown(f"**{title}** ({len(rows)})")
+    """A titled table whose columns fit its box at 1,280 px (a long description is cut, not scrolled to); its
+    count says how many rows there are when only the first are drawn."""
+    container.markdown(f"**{title}** ({views.shown_of(len(rows) if total is None else total)})")
     if rows:
         frame = pd.DataFrame(rows)
         sizes = widths or {"code": 75, "description": 180}
@@ -112,22 +114,20 @@ def main() -> None:
         metrics = st.columns(7)
         for column, (label, value) in zip(metrics, views.score_metrics(result), strict=True):
             column.metric(label, value)
+        if result.undefined:
+            st.info(plain(f"Scores undefined: {result.undefined}."))
         if result.unknown:
-            st.caption(
-                plain(
-                    f"Not in this vocabulary: {', '.join(result.unknown)}. As in the benchmark, such a code of the "
-                    "right list counts as a miss; one of the left list (the ground truth) is left out of the scores."
-                )
-            )
+            st.caption(plain(views.unknown_caption(result)))
         lists = st.columns(3)
-        table(lists[0], "Shared", views.code_rows(con, result.shared))
-        table(lists[1], "Only left", views.code_rows(con, result.only_first))
-        table(lists[2], "Only right", views.code_rows(con, result.only_second))
-        for title, rows in (
-            ("Near misses, only left", views.near_rows(con, result.near_first, "left", "right")),
-            ("Near misses, only right", views.near_rows(con, result.near_second, "right", "left")),
+        table(lists[0], "Shared", views.code_rows(con, result.shared), total=len(result.shared))
+        table(lists[1], "Only left", views.code_rows(con, result.only_first), total=len(result.only_first))
+        table(lists[2], "Only right", views.code_rows(con, result.only_second), total=len(result.only_second))
+        for title, misses, rows in (
+            ("Near misses, only left", result.near_first, views.near_rows(con, result.near_first, "left", "right")),
+            ("Near misses, only right", result.near_second, views.near_rows(con, result.near_second, "right", "left")),
         ):
-            table(st, title, rows, dict(zip(rows[0], views.NEAR_WIDTHS, strict=True)) if rows else None)
+            widths = dict(zip(rows[0], views.NEAR_WIDTHS, strict=True)) if rows else None
+            table(st, title, rows, widths, total=len(misses))
 
 
 ui.run_page(main)

@@ -33,7 +33,7 @@ def edit_section(version: store.ListVersion) -> None:
             submitted = st.form_submit_button("Save as a new version", type="primary")
         if submitted:
             with ui.cursor() as con:
-                result = store.amend(version, con, reviewer, note, views.codes_typed(add), remove)
+                result = store.amend(version, con, reviewer, note, views.codes_typed(add), remove, seen=latest)
             st.session_state["vs_saved"] = (result.version.ref, result.notes)
             st.session_state.pop(f"vs_open_{version.list_id}", None)  # open the new version
             st.query_params["list"] = result.version.list_id
@@ -49,11 +49,15 @@ def diff_section(version: store.ListVersion) -> None:
         others = [n for n in reversed(numbers) if n != version.number]
         other = st.selectbox("Other version", others, key=f"vs_diff_{version.list_id}")
         first, second = sorted([version.number, other])
-        diff = store.diff_versions(
-            store.load_version(version.list_id, first), store.load_version(version.list_id, second)
-        )
+        try:
+            diff = store.diff_versions(
+                store.load_version(version.list_id, first), store.load_version(version.list_id, second)
+            )
+        except store.VersionError as error:
+            st.error(plain(str(error)))
+            return
         st.markdown(
-            f"**{diff.first} -> {diff.second}**: {diff.kept} kept, {len(diff.added)} added, "
+            f"**{plain(diff.first)} -> {plain(diff.second)}**: {diff.kept} kept, {len(diff.added)} added, "
             f"{len(diff.removed)} removed, {len(diff.changed)} decided otherwise"
         )
         rows = views.diff_rows(diff)
@@ -78,16 +82,31 @@ def releases_section(version: store.ListVersion) -> None:
                 st.caption("None of this list's codes changed between these two releases.")
 
 
+def unreadable(problems: list[str]) -> None:
+    for problem in problems:
+        st.error(plain(f"Unreadable, skipped: {problem}"))
+
+
 def version_section(list_id: str) -> None:
-    st.subheader(f"Versions of {list_id}")
-    st.dataframe(pd.DataFrame(views.version_rows(list_id)), hide_index=True, width="stretch")
+    st.subheader(plain(f"Versions of {list_id}"))
+    problems: list[str] = []
+    st.dataframe(pd.DataFrame(views.version_rows(list_id, problems)), hide_index=True, width="stretch")
+    unreadable(problems)
     numbers = list(reversed(store.version_numbers(list_id)))
     wanted = st.query_params.get("version")
     index = numbers.index(int(wanted)) if wanted and wanted.isdigit() and int(wanted) in numbers else 0
     number = st.selectbox("Open version", numbers, index=index, key=f"vs_open_{list_id}")
-    version = store.load_version(list_id, number)
+    try:
+        version = store.load_version(list_id, number)
+    except store.VersionError as error:
+        st.error(plain(str(error)))  # this version only: the list and the others stay on the page
+        return
     for line in views.header(version):
         st.markdown(line)  # escaped by views.header
+    if not version.signed_off:
+        st.warning(
+            plain(f"{version.ref} is not signed off: {version.signature_check.message}. Its FHIR export is a draft.")
+        )
     with ui.cursor() as con:
         check = store.check_vocabulary(version, con)
     for message in check.messages():
@@ -126,9 +145,12 @@ def main() -> None:
         st.success(plain(f"Saved {saved[0]}."))
         for note in saved[1]:
             st.warning(plain(note))
-    rows = views.list_rows()
+    problems: list[str] = []
+    rows = views.list_rows(problems)
+    unreadable(problems)
     if not rows:
-        st.info("No signed-off version yet: assemble a list on the Assemble page and save it as a version.")
+        if not problems:
+            st.info("No signed-off version yet: assemble a list on the Assemble page and save it as a version.")
         return
     st.subheader(f"Lists ({len(rows)})")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")

@@ -58,13 +58,15 @@ def _isolated_session_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iter
     training examples wrote node tables and word counts into the real ``data/models`` before)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path_factory.mktemp("session-data") / "data"))
+        patch.setenv("PHENOFORGE_CONFIG_DIR", str(tmp_path_factory.mktemp("session-config") / "config"))
         yield
 
 
 @pytest.fixture(autouse=True)
 def _isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test writes into the real data directory."""
+    """No test writes into the real data directory, nor a signing key into the user's configuration folder."""
     monkeypatch.setenv("PHENOFORGE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PHENOFORGE_CONFIG_DIR", str(tmp_path / "config"))
 
 
 @pytest.fixture(scope="session")

@@ -237,6 +237,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "phenoforge.prune",
             "phenoforge.artifacts",
             "phenoforge.lists.store",
+            "phenoforge.lists.signing",
         ),
     ),
     ("agent", ("phenoforge.agent",)),

@@ -207,7 +207,7 @@ def saved_state(session_id: str, path: Path | None = None) -> str:
 def load_state(session_id: str, path: Path | None = None) -> AssemblyState:
     text = saved_state(session_id, path)
     try:
-        return AssemblyState.model_validate_json(text)
+        state = AssemblyState.model_validate_json(text)
     except ValidationError as error:  # edited or cut off in the database: say so, not a pydantic traceback
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the saved state"
@@ -216,6 +216,13 @@ def load_state(session_id: str, path: Path | None = None) -> AssemblyState:
             f"it cannot be resumed: its decision trail is still there (`assemble --audit {session_id}`), "
             "start a new session for the description"
         ) from None
+    if state.session_id != session_id:  # a row is the session its key names, or it is not resumed
+        raise AppStateError(
+            f"assembly session {session_id!r} holds the state of another session ({state.session_id!r}) in the "
+            f"app-state database: it is not resumed, so neither session is overwritten; its decision trail is still "
+            f"there (`assemble --audit {session_id}`)"
+        )
+    return state
 
 
 def list_sessions(path: Path | None = None, limit: int = 50) -> list[SessionSummary]:

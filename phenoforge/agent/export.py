@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 import duckdb
@@ -165,6 +166,18 @@ ICD10CM_SYSTEM = "http://hl7.org/fhir/sid/icd-10-cm"
 """The code system URI HL7 assigns ICD-10-CM (terminology.hl7.org)."""
 
 
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]+")
+
+
+def fhir_name(text: str, prefix: str) -> str:
+    """A FHIR ``name`` (a machine identifier, ``[A-Z][A-Za-z0-9_]{0,254}``) from ``text``: its ASCII words
+    capitalised and joined; ``prefix`` put first when that does not start with a capital letter."""
+    name = "".join(word.capitalize() for word in _NOT_ALNUM.split(text) if word)
+    if not name or not ("A" <= name[0] <= "Z"):
+        name = prefix + name
+    return name[:255]
+
+
 def concept_set_fhir_valueset(
     con: duckdb.DuckDBPyConnection | None,
     concept_set: ConceptSet,
@@ -194,7 +207,7 @@ def concept_set_fhir_valueset(
         "resourceType": "ValueSet",
         "id": slug,
         "url": f"urn:phenoforge:valueset:{slug}",
-        "name": "".join(word.capitalize() for word in slug.replace(".", "-").split("-") if word)[:255] or "ConceptSet",
+        "name": fhir_name(slug, "ConceptSet"),
         "title": plain_description[:200] or "phenoforge concept set",
         "status": status,
         "experimental": True,

@@ -54,6 +54,7 @@ from phenoforge.agent.state import (
 )
 from phenoforge.agent.words import content_words
 from phenoforge.caches import ProcessCache
+from phenoforge.console import typed_text_problem
 from phenoforge.engine.curated import Library, list_libraries, load_curated_concept_set, load_library
 from phenoforge.engine.db import build_id
 from phenoforge.engine.expansion import get_hierarchy
@@ -454,6 +455,14 @@ def _generate_set(
     )
 
 
+def check_reason(reason: str) -> str:
+    """A decision's reason, on one line; control characters and undecodable bytes refused (``GateError``)."""
+    problem = typed_text_problem(reason, "reason")
+    if problem is not None:
+        raise GateError(problem)
+    return reason
+
+
 def confirm(
     state: AssemblyState,
     decisions: list[tuple[str, Decision, bool]],
@@ -464,6 +473,7 @@ def confirm(
     """Apply reviewer decisions ``(code, 'accept'|'reject', expand_descendants)`` to candidates, each with
     ``reason`` (one action, one reason; kept in the audit trail and the exports)."""
     reviewer = check_reviewer(reviewer)
+    reason = check_reason(reason)
     when = when or _now()
     wanted = {code: (decision, expand) for code, decision, expand in decisions}
     unknown = set(wanted) - {candidate.code for candidate in state.candidates}
@@ -491,7 +501,10 @@ class GateError(PhenoforgeError, ValueError):
 
 
 def check_reviewer(reviewer: object) -> str:
-    """The reviewer's name, stripped; a name of only spaces (or none) is refused with what to do."""
+    """The reviewer's name, stripped; a name of only spaces (or none), or one holding control characters or
+    undecodable bytes (:func:`phenoforge.console.typed_text_problem`), is refused with what to do."""
+    if isinstance(reviewer, str) and (problem := typed_text_problem(reviewer.strip(" \t"), "reviewer name")):
+        raise GateError(problem)
     name = " ".join(reviewer.split()) if isinstance(reviewer, str) else ""
     if not name:
         said = "a name of only spaces is not a name" if isinstance(reviewer, str) and reviewer else "no name given"
@@ -518,7 +531,7 @@ def settle_proposal(
     proposals = found.proposals
     if not proposals:
         raise GateError(f"'{term}' has no curated proposal to settle")
-    reason = " ".join(reason.split())
+    reason = " ".join(check_reason(reason).split())
     because = f" ({reason})" if reason else ""
     if cohort is None:
         update: dict[str, object] = {

@@ -20,6 +20,8 @@ from phenoforge.agent import audit, nodes
 from phenoforge.agent.errors import DescriptionError
 from phenoforge.agent.qualifiers import uncoded_qualifiers
 from phenoforge.agent.state import QUALIFIER_ADVICE, AssemblyState, Decision
+from phenoforge.console import printable as console_printable
+from phenoforge.console import typed_text_problem
 from phenoforge.engine.codes import codes_in_text, typed_as_code
 from phenoforge.engine.curated import Library, list_libraries, load_library
 from phenoforge.engine.expansion import get_hierarchy
@@ -54,12 +56,7 @@ def control_character(text: str) -> tuple[int, str] | None:
 
 def printable(text: str) -> str:
     """``text`` with every control character shown as an escape (``\\x1b``), for echoing stored text safely."""
-    shown = (_escape(ch) if ch in _BIDI_CONTROLS or unicodedata.category(ch) == "Cc" else ch for ch in text)
-    return "".join(shown)
-
-
-def _escape(ch: str) -> str:
-    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+    return console_printable(text)
 
 
 def check_description(description: object) -> str:
@@ -70,6 +67,8 @@ def check_description(description: object) -> str:
             f"the description holds a control character ({code_point} at character {position}), such as a "
             "terminal escape sequence; type plain text (tabs and line breaks are fine)"
         )
+    if isinstance(description, str) and (problem := typed_text_problem(description, "description", True)):
+        raise DescriptionError(problem)  # an undecodable byte (the one rule of phenoforge.console)
     text = " ".join(description.split()) if isinstance(description, str) else ""
     if not text:
         raise DescriptionError("describe the population first, e.g. 'adults hospitalized with heart failure'")

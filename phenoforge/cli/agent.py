@@ -282,7 +282,8 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         records = audit.decisions(args.audit)
         audit.saved_state(args.audit)  # unknown session -> readable error; a damaged one still has its trail
         if args.csv:  # the trail as CSV in that file (was: printed, and the file never written)
-            _write(Path(args.csv), audit.audit_csv(records), sys.stdout, again="write it again with --audit")
+            said = sys.stderr if args.json else sys.stdout  # under --json, stdout holds the JSON alone
+            _write(Path(args.csv), audit.audit_csv(records), said, again="write it again with --audit")
         if args.json or not args.csv:
             print(audit.audit_json(records) if args.json else audit.audit_csv(records), end="")
         return 0
@@ -295,9 +296,10 @@ def cmd_assemble(args: argparse.Namespace) -> int:
         if not args.description:
             raise PhenoforgeError('give a description, e.g. assemble "adults with heart failure", or --resume ID')
         workflow.check_description(args.description)
-    from phenoforge.agent.nodes import check_reviewer
+    from phenoforge.agent.nodes import check_reason, check_reviewer
 
     reviewer = check_reviewer(args.reviewer) if args.reviewer is not None else ""  # "   " refused before any work
+    check_reason(args.reason or "")  # control characters refused before any work, as in every typed field
     con = _connect()
     dense = None
     if args.circe:  # refused before any work: a file with this vocabulary's own ids would be other concepts

@@ -7,78 +7,121 @@ import json
 import sys
 
 from phenoforge.cli.common import _connect, write_or_print
+from phenoforge.console import positive_int, printable
 from phenoforge.errors import PhenoforgeError
 from phenoforge.lists import releases, store
 
 
+def _unreadable(problems: list[str]) -> None:
+    """Each unreadable record named on stderr, one line each (the others were listed)."""
+    for problem in problems:
+        print(f"unreadable, skipped: {printable(problem)}", file=sys.stderr)
+
+
+def _signature_mark(check: store.SignatureCheck) -> str:
+    return "" if check.verified else f"  [NOT SIGNED OFF: {check.message}]"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    problems: list[str] = []
     if args.list_id:
-        versions = store.list_versions(args.list_id)
-        if not versions:
+        versions = store.list_versions(args.list_id, problems=problems)
+        if not versions and not problems:
             raise PhenoforgeError(f"no list named {args.list_id!r} has a saved version")
         for v in versions:
             based = f" (from v{v.based_on})" if v.based_on is not None else ""
-            print(f"{v.list_id}@{v.number}  {v.saved_at}  {v.reviewer}  {v.n_codes} codes{based}  {v.note}".rstrip())
-        return 0
+            line = f"{v.list_id}@{v.number}  {v.saved_at}  {v.reviewer}  {v.n_codes} codes{based}  {v.note}".rstrip()
+            print(printable(line) + _signature_mark(v.signature))
+        _unreadable(problems)
+        return 1 if problems else 0
     lists = store.list_ids()
     if not lists:
         print("no saved versions yet: save one from the Assemble page or with `version save --session ID`")
     for list_id in lists:
-        latest = store.load_version(list_id)
-        print(
+        latest = store.latest_readable(list_id, problems=problems)
+        if latest is None:
+            continue
+        line = (
             f"{list_id}  {len(store.version_numbers(list_id))} versions; latest {latest.number} by {latest.reviewer} "
             f"at {latest.saved_at}, {len(latest.codes)} codes: {latest.description[:60]}"
         )
-    return 0
+        print(printable(line) + _signature_mark(latest.signature_check))
+    _unreadable(problems)
+    return 1 if problems else 0
 
 
 def _print_notes(notes: list[str]) -> None:
     for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {printable(note)}", file=sys.stderr)
 
 
 def cmd_save(args: argparse.Namespace) -> int:
     from phenoforge.agent import workflow
-    from phenoforge.lists.session import save_session
+    from phenoforge.lists.session import default_list_id, save_session
 
+    reviewer = store.check_reviewer(args.reviewer)  # refused before any work
+    note = store.check_text(args.note or "", "note")
     state = workflow.resume(args.session)
-    based_on = args.based_on
-    if based_on is None and args.list_id and store.version_numbers(args.list_id):
-        based_on = store.version_numbers(args.list_id)[-1]  # the command line sees the latest as it starts
-    result = save_session(state, _connect(), args.reviewer, args.list_id, args.note or "", based_on)
+    list_id = store.check_list_id(args.list_id) if args.list_id else default_list_id(state)
+    numbers = store.version_numbers(list_id)
+    seen = numbers[-1] if numbers else None  # the command line sees the latest as it starts
+    based_on = args.based_on if args.based_on is not None else seen
+    result = save_session(
+        state, _connect(), reviewer, list_id, note, based_on, seen=seen, other_description=args.into_existing
+    )
     _print_notes(result.notes)
-    print(f"saved {result.version.ref}: {len(result.version.codes)} codes, signed off by {result.version.reviewer}")
+    print(
+        printable(
+            f"saved {result.version.ref}: {len(result.version.codes)} codes, signed off by {result.version.reviewer}"
+        )
+    )
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     version = store.load_ref(args.ref)
-    if args.json:
-        print(version.model_dump_json(indent=2))
+    if args.json:  # JSON escapes C0 controls itself; C1 and bidi controls are escaped here as \\uXXXX
+        print(_json_escaped(version.model_dump_json(indent=2)))
         return 0
-    print(f"{version.ref}: {version.description}")
+    out = _Printer()
+    out(f"{version.ref}: {version.description}")
     note = f"; note: {version.note}" if version.note else ""
-    print(f"  signed off by {version.reviewer} at {version.saved_at}{note}")
-    print(f"  method: {version.method}")
+    check = version.signature_check
+    said = "signed off" if check.verified else f"NOT SIGNED OFF ({check.message}); saved"
+    out(f"  {said} by {version.reviewer} at {version.saved_at}{note}")
+    out(f"  method: {version.method}")
     if version.based_on is not None:
-        print(f"  based on version {version.based_on}")
-    print(f"  vocabulary: {version.vocabulary_release} (build {version.vocabulary_build_id})")
+        out(f"  based on version {version.based_on}")
+    out(f"  vocabulary: {version.vocabulary_release} (build {version.vocabulary_build_id})")
     for message in store.check_vocabulary(version, _connect()).messages():
-        print(f"  now: {message}")
-    print(f"  {len(version.codes)} codes:")
+        out(f"  now: {message}")
+    out(f"  {len(version.codes)} codes:")
     for entry in version.codes:
-        print(f"    {entry.code:10} {entry.decision:8} {entry.name}")
-        print(f"               from {entry.provenance}; {entry.reason}")
+        out(f"    {entry.code:10} {entry.decision:8} {entry.name}")
+        out(f"               from {entry.provenance}; {entry.reason}")
     if version.excluded:
-        print(f"  {len(version.excluded)} codes left out:")
+        out(f"  {len(version.excluded)} codes left out:")
         for entry in version.excluded:
-            print(f"    {entry.code:10} {entry.decision:8} {entry.name}: {entry.reason}")
+            out(f"    {entry.code:10} {entry.decision:8} {entry.name}: {entry.reason}")
     for note in version.notes:
-        print(f"  {note}")
+        out(f"  {note}")
     if args.releases:
         for step in release_changes(version):
             print_release_changes(step)
     return 0
+
+
+class _Printer:
+    """``print`` of stored text, every control character escaped (``\\x1b``)."""
+
+    def __call__(self, text: str) -> None:
+        print(printable(text))
+
+
+def _json_escaped(text: str) -> str:
+    """JSON text with C1 and bidi controls (which ``json`` leaves raw) written as ``\\uXXXX`` escapes: the
+    same JSON value, safe on a terminal."""
+    return "".join(f"\\u{ord(ch):04x}" if ch not in "\n\t" and printable(ch) != ch else ch for ch in text)
 
 
 def release_changes(version: store.ListVersion) -> list[releases.ListReleaseChanges]:
@@ -118,21 +161,22 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         print(diff.model_dump_json(indent=2))
         return 0
-    print(f"{diff.first} -> {diff.second}: {diff.kept} kept, {len(diff.added)} added, {len(diff.removed)} removed")
+    out = _Printer()
+    out(f"{diff.first} -> {diff.second}: {diff.kept} kept, {len(diff.added)} added, {len(diff.removed)} removed")
     for entry in diff.added:
-        print(f"  + {entry.code:10} {entry.decision}: {entry.reason or entry.provenance}")
+        out(f"  + {entry.code:10} {entry.decision}: {entry.reason or entry.provenance}")
     for entry in diff.removed:
-        print(f"  - {entry.code:10} {entry.name}")
+        out(f"  - {entry.code:10} {entry.name}")
     for code, then, now in diff.changed:
-        print(f"  ~ {code:10} {then} -> {now}")
+        out(f"  ~ {code:10} {then} -> {now}")
     return 0
 
 
 def cmd_edit(args: argparse.Namespace) -> int:
     base = store.load_ref(args.ref)
-    latest = store.version_numbers(base.list_id)[-1]
-    result = store.amend(base, _connect(), args.reviewer, args.note, args.add or [], args.remove or [])
-    _print_notes([n for n in result.notes if latest == base.number or "while you worked" not in n])
+    latest = store.version_numbers(base.list_id)[-1]  # what this edit sees as it starts
+    result = store.amend(base, _connect(), args.reviewer, args.note, args.add or [], args.remove or [], seen=latest)
+    _print_notes(result.notes)  # a version saved by someone else meanwhile, whichever version was edited
     if latest != base.number:
         print(f"note: you edited version {base.number}; version {latest} is the latest and is kept", file=sys.stderr)
     print(
@@ -148,6 +192,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     check_output_path("--output", args.output, f"list.{'json' if args.format == 'fhir' else 'csv'}")
     version = store.load_ref(args.ref)
+    if not version.signed_off:
+        status = "a draft ValueSet (status 'draft'), not an active one" if args.format == "fhir" else "anyway"
+        print(
+            f"note: {version.ref} is not signed off ({version.signature_check.message}): exported as {status}",
+            file=sys.stderr,
+        )
     text = version_fhir_json(version) if args.format == "fhir" else version_csv(version, excluded=args.excluded)
     write_or_print(
         text, args.output, f"wrote {version.ref} ({len(version.codes)} codes, {args.format}) to {args.output}"
@@ -172,7 +222,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     save.add_argument("--list", dest="list_id", help="the list's name (default: list-<session>)")
     save.add_argument("--note", help="what this version changes")
     save.add_argument(
-        "--based-on", type=int, help="the version you reviewed from (default: the latest when the command starts)"
+        "--based-on",
+        type=positive_int("based-on"),
+        help="the version you reviewed from, one the list has (default: the latest when the command starts)",
+    )
+    save.add_argument(
+        "--into-existing",
+        action="store_true",
+        help="save into an existing list although its latest version describes another population",
     )
     save.set_defaults(func=cmd_save)
     show = vsub.add_parser("show", help="one version: its sign-off, codes with provenance, and today's vocabulary")

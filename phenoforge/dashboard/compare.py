@@ -8,19 +8,22 @@ import duckdb
 from pydantic import BaseModel, Field
 
 from phenoforge.engine.expansion import get_hierarchy
-from phenoforge.eval.compare import ListComparison, NearMiss, compare_lists
+from phenoforge.eval.compare import NearMiss
+from phenoforge.lists.comparison import CodeListComparison, compare_code_lists, named
 from phenoforge.lists.sources import CodeList, check_codes
 
 NEAR_WIDTHS = (80, 270, 110, 260, 70)
 """Widths (px) of a near-miss table's five columns: the code, its title, the nearest code, its title, distance."""
 SOURCES = ["Signed-off version", "Curated cohort", "Saved run", "Uploaded CSV"]
 EMPTY_BOTH = "Both lists are empty: there is nothing to compare. Pick a list with codes on at least one side."
+MAX_ROWS = 1000
+"""The most rows a table of the page draws (the caption says how many there are; the CLI's --json has all)."""
 
 
 class Comparison(BaseModel):
     """What the page shows: the comparison, and per side what the vocabulary says of its codes."""
 
-    result: ListComparison | None = None
+    result: CodeListComparison | None = None
     messages: list[str] = Field(default_factory=list, description="warnings: unknown and non-billable codes")
     empty: str | None = None
 
@@ -34,7 +37,7 @@ def compare_sides(con: duckdb.DuckDBPyConnection, left: CodeList, right: CodeLis
         if not side.codes:
             messages.append(f"{side.name} is empty: every code of the other list is only on that side.")
         messages += check_codes(con, side.codes).messages(side.name)
-    result = compare_lists(get_hierarchy(con), left.codes, right.codes, left.name, right.name, max_distance)
+    result = compare_code_lists(get_hierarchy(con), left.codes, right.codes, left.name, right.name, max_distance)
     return Comparison(result=result, messages=messages)
 
 
@@ -48,11 +51,28 @@ def _names(con: duckdb.DuckDBPyConnection, codes: list[str]) -> dict[str, str]:
 
 
 def code_rows(con: duckdb.DuckDBPyConnection, codes: list[str]) -> list[dict[str, Any]]:
+    """The first ``MAX_ROWS`` codes with their titles (``shown_of`` says how many there are)."""
+    codes = codes[:MAX_ROWS]
     names = _names(con, codes)
     return [{"code": code, "description": names[code]} for code in codes]
 
 
+def shown_of(total: int) -> str:
+    """A table's count: '12', or 'first 1,000 of 1,000,000'."""
+    return f"{total:,}" if total <= MAX_ROWS else f"first {MAX_ROWS:,} of {total:,}"
+
+
+def unknown_caption(result: CodeListComparison) -> str:
+    """The codes no side's vocabulary knows, named up to a few and counted."""
+    return (
+        f"Not in this vocabulary ({len(result.unknown):,}): {named(result.unknown)}. As in the benchmark, such a "
+        "code of the right list counts as a miss and one of the left list (the ground truth) is left out of the "
+        "scores; one both lists hold counts as shared."
+    )
+
+
 def near_rows(con: duckdb.DuckDBPyConnection, misses: list[NearMiss], side: str, other: str) -> list[dict[str, Any]]:
+    misses = misses[:MAX_ROWS]
     names = _names(con, [m.code for m in misses] + [m.nearest for m in misses])
     return [
         {
@@ -66,13 +86,14 @@ def near_rows(con: duckdb.DuckDBPyConnection, misses: list[NearMiss], side: str,
     ]
 
 
-def score_metrics(result: ListComparison) -> list[tuple[str, str]]:
+def score_metrics(result: CodeListComparison) -> list[tuple[str, str]]:
+    score = result.score_text
     return [
-        ("shared", str(len(result.shared))),
-        ("only left", str(len(result.only_first))),
-        ("only right", str(len(result.only_second))),
-        ("hierarchical", f"{result.hierarchical:.3f}"),
-        ("coverage", f"{result.coverage:.3f}"),
-        ("over-inclusion", f"{result.over_inclusion:.3f}"),
-        ("exact F1", f"{result.exact_f1:.3f}"),
+        ("shared", f"{len(result.shared) + len(result.unknown_shared):,}"),
+        ("only left", f"{len(result.only_first):,}"),
+        ("only right", f"{len(result.only_second):,}"),
+        ("hierarchical", score(result.hierarchical)),
+        ("coverage", score(result.coverage)),
+        ("over-inclusion", score(result.over_inclusion)),
+        ("exact F1", score(result.exact_f1)),
     ]

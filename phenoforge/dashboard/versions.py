@@ -36,45 +36,72 @@ def suggested_list_id(state: AssemblyState) -> str:
 
 
 def save_state(
-    state: AssemblyState, con: duckdb.DuckDBPyConnection, reviewer: str, list_id: str, note: str, seen: int | None
+    state: AssemblyState,
+    con: duckdb.DuckDBPyConnection,
+    reviewer: str,
+    list_id: str,
+    note: str,
+    seen: int | None,
+    other_description: bool = False,
 ) -> SaveResult:
-    """Sign the session's list off; ``seen`` is the latest version the reviewer saw when the page was drawn."""
-    return save_session(state, con, reviewer, list_id.strip() or default_list_id(state), note, based_on=seen)
+    """Sign the session's list off; ``seen`` is the latest version the reviewer saw when the page was drawn;
+    ``other_description`` says the list may hold another population's versions (the reviewer ticked it)."""
+    return save_session(
+        state,
+        con,
+        reviewer,
+        list_id.strip() or default_list_id(state),
+        note,
+        based_on=seen,
+        seen=seen,
+        other_description=other_description,
+    )
 
 
 def save_blocker(state: AssemblyState) -> str | None:
     return not_ready(state)
 
 
-def list_rows() -> list[dict[str, Any]]:
+def signature_text(check: store.SignatureCheck) -> str:
+    """A version's sign-off as a cell says it: 'verified', or why it is not signed off."""
+    return "verified" if check.verified else f"NOT SIGNED OFF: {check.message}"
+
+
+def list_rows(problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every list's latest readable version; each unreadable one named in ``problems`` (the others are listed)."""
     rows = []
     for list_id in store.list_ids():
-        latest = store.load_version(list_id)
+        latest = store.latest_readable(list_id, problems=problems if problems is not None else [])
+        if latest is None:
+            continue
         rows.append(
             {
                 "list": list_id,
-                "versions": latest.number,
+                "versions": store.version_numbers(list_id)[-1],
                 "latest by": latest.reviewer,
                 "saved at": latest.saved_at,
                 "codes": len(latest.codes),
+                "sign-off": signature_text(latest.signature_check),
                 "description": latest.description,
             }
         )
     return rows
 
 
-def version_rows(list_id: str) -> list[dict[str, Any]]:
+def version_rows(list_id: str, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every readable version of the list, newest first; each unreadable one named in ``problems``."""
     return [
         {
             "version": v.number,
             "saved at": v.saved_at,
             "reviewer": v.reviewer,
             "codes": v.n_codes,
+            "sign-off": signature_text(v.signature),
             "based on": v.based_on,
             "note": v.note,
             "vocabulary": v.vocabulary_release,
         }
-        for v in reversed(store.list_versions(list_id))
+        for v in reversed(store.list_versions(list_id, problems=problems if problems is not None else []))
     ]
 
 
@@ -98,9 +125,11 @@ scrolled to (the CSV export and ``version show`` have every word; who decided an
 
 def header(version: ListVersion) -> list[str]:
     """Markdown lines about a version; every supplied piece (reviewer, note, method, list) escaped with ``plain``."""
+    check = version.signature_check
+    said = "signed off" if check.verified else f"NOT SIGNED OFF ({check.message}); saved"
     lines = [
         f"**{plain(version.ref)}** · "
-        + plain(f"signed off by {version.reviewer} at {version.saved_at} · {len(version.codes)} codes"),
+        + plain(f"{said} by {version.reviewer} at {version.saved_at} · {len(version.codes)} codes"),
         plain(f"method: {version.method}"),
         plain(f"vocabulary: {version.vocabulary_release} (build {version.vocabulary_build_id[:12]})"),
     ]

@@ -119,6 +119,10 @@ def save_session(
     note: str = "",
     based_on: int | None = None,
     root: Path | None = None,
+    seen: int | None = None,
+    other_description: bool = False,
 ) -> SaveResult:
-    """Sign the session's reviewed list off as the next version of ``list_id``."""
-    return save_version(draft_from_session(state, con, reviewer, list_id, note, based_on), root)
+    """Sign the session's reviewed list off as the next version of ``list_id`` (``seen`` and
+    ``other_description`` as :func:`phenoforge.lists.store.save_version` takes them)."""
+    draft = draft_from_session(state, con, reviewer, list_id, note, based_on)
+    return save_version(draft, root, seen=seen, other_description=other_description)

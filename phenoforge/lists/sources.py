@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import stat
 from pathlib import Path
 from typing import Literal
 
@@ -47,13 +49,17 @@ class CodeCheck(BaseModel):
     not_billable: list[str] = Field(default_factory=list)
 
     def messages(self, name: str) -> list[str]:
+        """One line per kind, naming at most ``SHOWN`` codes and counting the rest (a million unknown codes make
+        one short line, not ten megabytes)."""
+        from phenoforge.lists.comparison import named
+
         out = []
         if self.unknown:
-            out.append(f"{name}: not in this vocabulary ({len(self.unknown)}): {', '.join(self.unknown)}")
+            out.append(f"{name}: not in this vocabulary ({len(self.unknown):,}): {named(self.unknown)}")
         if self.not_billable:
             out.append(
-                f"{name}: not billable ({len(self.not_billable)}; a category or block, not a code a claim carries): "
-                f"{', '.join(self.not_billable)}"
+                f"{name}: not billable ({len(self.not_billable):,}; a category or block, not a code a claim "
+                f"carries): {named(self.not_billable)}"
             )
         return out
 
@@ -104,6 +110,9 @@ def read_reference(con: duckdb.DuckDBPyConnection, spec: str) -> CodeList:
     if spec.startswith(RUN_PREFIX):
         return run_list(spec.removeprefix(RUN_PREFIX))
     path = Path(spec)
+    kind = _special_file(path)
+    if kind is not None:
+        raise PhenoforgeError(f"{spec} is {kind}, not a file of codes: give a CSV or a text file")
     if path.is_file():
         try:
             text = read_user_file(path, MAX_LIST_BYTES, "a code list").decode("utf-8-sig")
@@ -118,6 +127,21 @@ def read_reference(con: duckdb.DuckDBPyConnection, spec: str) -> CodeList:
         "run:RUN_ID/METHOD/COHORT (`python -m phenoforge library list`, `version list` and the Benchmark page's "
         "saved runs name them)"
     )
+
+
+def _special_file(path: Path) -> str | None:
+    """What ``path`` is when it is a device, a pipe or a socket ('a device', ...); None otherwise."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return None
 
 
 def cohort_list(con: duckdb.DuckDBPyConnection, library: str, cohort: str) -> CodeList:

@@ -5,8 +5,12 @@ version is written to a temporary sibling (``storage.temporary_sibling``), flush
 and then *linked* to its name: ``os.link`` fails when the name exists, so a version file is created once and
 never replaced, not even by a second writer that raced past the lock. A process killed between the
 temporary write and the link leaves only the temporary (the next save removes it) and no version; one killed
-after the link leaves the whole version. Each file carries the SHA-256 of its content, so a version edited
-on disk after sign-off is reported on reading, never shown as if it were the signed-off one.
+after the link leaves the whole version. Each file carries the SHA-256 of its content (a damaged file is
+reported on reading) and an ed25519 signature by the reviewer's key, which lives outside the data folder
+(:mod:`phenoforge.lists.signing`): every read verifies it, and a version that does not verify is shown as
+unsigned or badly signed, never as signed off. A version file is a record of the list and number its path
+names: a regular file (not a link, device or pipe) of at most ``MAX_VERSION_BYTES``, whose content names that
+same list and number.
 
 Two reviewers saving the same list at once each get a version, numbered in the order they were written (a
 file lock orders them); a reviewer who worked from an older version than the latest is told which version
@@ -16,19 +20,24 @@ was saved meanwhile. An edit of a signed-off version is a new version ``based_on
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
+import phenoforge.lists.signing as signing
 from phenoforge.config import versions_dir
+from phenoforge.console import printable, typed_text_problem
 from phenoforge.errors import PhenoforgeError
+from phenoforge.lists.signing import SignatureCheck
 from phenoforge.locks import file_lock
 from phenoforge.storage import disk_full_error, is_disk_full, remove_stale_temporaries, temporary_sibling
 
@@ -37,8 +46,12 @@ if TYPE_CHECKING:
 
     from phenoforge.engine.expansion import Hierarchy
 
-VERSION_FORMAT = 1
-"""The format of a version file this phenoforge writes and reads."""
+VERSION_FORMAT = 2
+"""The format of a version file this phenoforge writes (2: signed with the reviewer's ed25519 key)."""
+READABLE_FORMATS = (1, 2)
+"""Formats read: a format-1 version (before signatures) reads as unsigned."""
+MAX_VERSION_BYTES = 32 * 1024 * 1024
+"""The largest version file read (a list of every ICD-10-CM code with long reasons is a few MB)."""
 
 CodeDecision = Literal["curated", "accept", "added", "reject", "removed"]
 """curated: taken from a curated cohort (no gate); accept: accepted at the review gate; added: added by hand
@@ -92,11 +105,24 @@ class ListVersion(VersionDraft):
     format: int = VERSION_FORMAT
     number: int
     saved_at: str
+    public_key: str = Field(default="", description="the public half of the reviewer's key (base64, ed25519)")
+    signature: str = Field(default="", description="ed25519 signature of the content but digest and signature")
     digest: str = ""
+    _signature_check: SignatureCheck = PrivateAttr(default=signing.UNCHECKED)
 
     @property
     def ref(self) -> str:
         return f"{self.list_id}@{self.number}"
+
+    @property
+    def signature_check(self) -> SignatureCheck:
+        """What the signature said when this version was read or saved (never taken from the file itself)."""
+        return self._signature_check
+
+    @property
+    def signed_off(self) -> bool:
+        """Whether the signature verified with the reviewer's key on this computer."""
+        return self._signature_check.verified
 
     @property
     def code_list(self) -> list[str]:
@@ -119,6 +145,7 @@ class VersionSummary(BaseModel):
     description: str
     based_on: int | None
     vocabulary_release: str
+    signature: SignatureCheck = signing.UNCHECKED
 
 
 def now_iso() -> str:
@@ -140,13 +167,21 @@ def check_list_id(list_id: str) -> str:
     return text
 
 
+def check_text(text: str, field: str, multiline: bool = False) -> str:
+    """``text`` when a person may store it as ``field`` (:func:`phenoforge.console.typed_text_problem`: no
+    control characters, no undecodable bytes, a line break only where ``multiline``); a ``VersionError`` else."""
+    problem = typed_text_problem(str(text), field, multiline)
+    if problem is not None:
+        raise VersionError(problem)
+    return str(text)
+
+
 def check_reviewer(reviewer: str) -> str:
     """The reviewer's name with blanks collapsed; a name of only spaces (or with control characters) refused."""
     from phenoforge.eval.runs import clean_name
 
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in str(reviewer).strip(" \t")):
-        raise VersionError("the reviewer name holds control characters (a line break?): type it on one line")
-    name = clean_name(str(reviewer))  # NFKC, zero-width and other format characters dropped, blanks collapsed
+    # NFKC, zero-width and other format characters dropped, blanks collapsed
+    name = clean_name(check_text(str(reviewer).strip(" \t"), "reviewer name"))
     if not name:
         raise VersionError("the reviewer name is empty (only spaces): type your name to sign off the version")
     if len(name) > 200:
@@ -154,9 +189,27 @@ def check_reviewer(reviewer: str) -> str:
     return name
 
 
+def _canonical(payload: dict[str, object], leave_out: tuple[str, ...]) -> bytes:
+    body = {key: value for key, value in payload.items() if key not in leave_out}
+    return json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")
+
+
 def _digest(payload: dict[str, object]) -> str:
-    body = {key: value for key, value in payload.items() if key != "digest"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return hashlib.sha256(_canonical(payload, ("digest",))).hexdigest()
+
+
+def _signed_content(payload: dict[str, object]) -> bytes:
+    """What the signature signs: every field but the digest and the signature (the public key included)."""
+    return _canonical(payload, ("digest", "signature"))
+
+
+def _check_draft_text(draft: VersionDraft) -> None:
+    """Every text a person typed into the draft, by the one rule (a description and reasons may hold lines)."""
+    check_text(draft.description, "description", multiline=True)
+    check_text(draft.note, "note")
+    for entry in [*draft.codes, *draft.excluded]:
+        check_text(entry.reason, f"reason of {entry.code}", multiline=True)
+        check_text(entry.decided_by, f"reviewer of {entry.code}")
 
 
 def version_path(list_id: str, number: int, root: Path | None = None) -> Path:
@@ -186,15 +239,28 @@ def list_ids(root: Path | None = None) -> list[str]:
     return [folder.name for folder in folders if _numbers(folder)]
 
 
-def save_version(draft: VersionDraft, root: Path | None = None) -> SaveResult:
+def _same_description(first: str, second: str) -> bool:
+    return " ".join(first.casefold().split()) == " ".join(second.casefold().split())
+
+
+def save_version(
+    draft: VersionDraft,
+    root: Path | None = None,
+    seen: int | None = None,
+    other_description: bool = False,
+) -> SaveResult:
     """Sign ``draft`` off as the list's next version; earlier versions are never touched.
 
-    Refused (``VersionError``): a reviewer name of only spaces, a list name that cannot name a folder, a list
-    of no codes. Two savers at once each get their own number; the one that worked from an older version than
+    Refused (``VersionError``): a reviewer name of only spaces, text with control characters, a list name that
+    cannot name a folder, a list of no codes, ``based_on`` naming a version the list does not have, and (unless
+    ``other_description``) a draft describing another population than the list's latest version. Two savers at
+    once each get their own number; the one whose latest seen version (``seen``, default ``based_on``) is not
     the latest hears which version was saved meanwhile.
     """
     list_id = check_list_id(draft.list_id)
     reviewer = check_reviewer(draft.reviewer)
+    _check_draft_text(draft)
+    seen = draft.based_on if seen is None else seen
     if not draft.codes:
         raise VersionError("the list has no codes: there is nothing to sign off (accept or add codes first)")
     codes = [code.code for code in draft.codes]
@@ -206,18 +272,34 @@ def save_version(draft: VersionDraft, root: Path | None = None) -> SaveResult:
     folder = _root(root) / list_id
     notes: list[str] = []
     try:
+        key = signing.signing_key(reviewer)  # made on the reviewer's first sign-off, outside the data folder
+    except signing.SigningError as error:
+        raise VersionError(f"cannot sign the version off: {error}") from None
+    try:
         folder.mkdir(parents=True, exist_ok=True)
         with file_lock(_root(root) / f".{list_id}.lock"):
             remove_stale_temporaries(folder)
             existing = _numbers(folder)
             latest = existing[-1] if existing else None
-            if latest is not None and draft.based_on != latest:
+            if draft.based_on is not None and draft.based_on not in existing:
+                has = _ranges(existing) if existing else "no version yet"
+                raise VersionError(f"{list_id} has no version {draft.based_on} to base yours on: it has {has}")
+            if latest is not None and not other_description:
+                other_text = _peek(folder / f"v{latest:04d}.json")[2]
+                if not _same_description(other_text, draft.description):
+                    raise VersionError(
+                        f"{list_id} is a list of {printable(other_text[:80])!r}; yours describes "
+                        f"{printable(draft.description[:80])!r}: save it under another list name, or say that it "
+                        "belongs to this list (`--into-existing`, or the page's checkbox)"
+                    )
+            if latest is not None and seen != latest:
                 other = _peek(folder / f"v{latest:04d}.json")
-                seen = f"version {draft.based_on}" if draft.based_on is not None else "no version of it"
+                worked = f"version {seen}" if seen is not None else "no version of it"
                 notes.append(
-                    f"{list_id} had version {latest} (saved by {other[0] or 'someone'} at {other[1] or '?'}) while you "
-                    f"worked from {seen}: yours is a new version, and version {latest} is kept as it is; compare "
-                    f"them (`python -m phenoforge version diff {list_id}@{latest} {list_id}@{latest + 1}`)"
+                    f"{list_id} had version {latest} (saved by {printable(other[0]) or 'someone'} at "
+                    f"{printable(other[1]) or '?'}) while you worked from {worked}: yours is a new version, and "
+                    f"version {latest} is kept as it is; compare them (`python -m phenoforge version diff "
+                    f"{list_id}@{latest} {list_id}@{latest + 1}`)"
                 )
             number = (latest or 0) + 1
             while True:
@@ -229,9 +311,12 @@ def save_version(draft: VersionDraft, root: Path | None = None) -> SaveResult:
                     },
                     number=number,
                     saved_at=now_iso(),
+                    public_key=signing.public_key_of(key),
                 )
                 payload = version.model_dump(mode="json")
+                payload["signature"] = version.signature = signing.sign(_signed_content(payload), key)[0]
                 payload["digest"] = version.digest = _digest(payload)
+                version._signature_check = signing.VERIFIED
                 path = folder / f"v{number:04d}.json"
                 if _publish(path, json.dumps(payload, indent=2, ensure_ascii=False).encode("utf-8")):
                     break
@@ -273,12 +358,47 @@ def _fsync_folder(folder: Path) -> None:
             os.close(handle)
 
 
-def _peek(path: Path) -> tuple[str, str]:
+def _peek(path: Path) -> tuple[str, str, str]:
+    """(reviewer, saved at, description) of a version file as it reads, unverified; blanks when unreadable."""
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-        return str(payload.get("reviewer", "")), str(payload.get("saved_at", ""))
-    except (OSError, ValueError):
-        return "", ""
+        payload = json.loads(read_record(path))
+        return str(payload.get("reviewer", "")), str(payload.get("saved_at", "")), str(payload.get("description", ""))
+    except (VersionError, ValueError, AttributeError):
+        return "", "", ""
+
+
+def read_record(path: Path, limit: int = MAX_VERSION_BYTES) -> str:
+    """The text of a version file: a regular file reached without following a link (a device, a pipe, a link
+    to another list's file is refused before it is read), of at most ``limit`` bytes, in UTF-8."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a pipe opens without a writer
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise VersionError(f"{path} is a symbolic link, not a version file phenoforge wrote") from None
+        raise VersionError(f"{path} cannot be read ({error.strerror or error})") from None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise VersionError(f"{path} is not a regular file (a device, pipe or socket), not a version file")
+        if info.st_size > limit:
+            raise VersionError(f"{path} is {info.st_size:,} bytes, more than a version file holds ({limit:,})")
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(handle, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise VersionError(f"{path} grew past {limit:,} bytes while it was read")
+    except OSError as error:
+        raise VersionError(f"{path} cannot be read ({error.strerror or error})") from None
+    finally:
+        os.close(handle)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise VersionError(f"{path} is not UTF-8 text, not a version file") from None
 
 
 def load_version(list_id: str, number: int | None = None, root: Path | None = None) -> ListVersion:
@@ -297,13 +417,21 @@ def load_version(list_id: str, number: int | None = None, root: Path | None = No
         raise VersionError(f"{list_id} has no version {number}: it has {_ranges(numbers)}")
     path = version_path(list_id, number, root)
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
+        payload = json.loads(read_record(path))
+    except VersionError as error:
+        raise VersionError(f"version {number} of {list_id} cannot be read: {error}") from None
+    except ValueError as error:
         raise VersionError(f"version {number} of {list_id} cannot be read ({path}: {error})") from None
-    if not isinstance(payload, dict) or payload.get("format") != VERSION_FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") not in READABLE_FORMATS:
         found = payload.get("format") if isinstance(payload, dict) else None
         raise VersionError(
-            f"version {number} of {list_id} is in format {found}, this phenoforge reads {VERSION_FORMAT}"
+            f"version {number} of {list_id} is in format {printable(found)}, this phenoforge reads "
+            f"{', '.join(map(str, READABLE_FORMATS))}"
+        )
+    if payload.get("list_id") != list_id or payload.get("number") != number:
+        raise VersionError(
+            f"{path} holds version {printable(payload.get('number'))} of list {printable(payload.get('list_id'))!r}, "
+            f"not version {number} of {list_id}: a file copied or linked in from elsewhere is not read as this list's"
         )
     if payload.get("digest") != _digest(payload):
         raise VersionError(
@@ -311,21 +439,32 @@ def load_version(list_id: str, number: int | None = None, root: Path | None = No
             "its digest): it is not shown as the signed-off version; restore the file from a backup"
         )
     try:
-        return ListVersion.model_validate(payload)
+        version = ListVersion.model_validate(payload)
     except ValidationError as error:
         problem = error.errors()[0]["msg"]
         raise VersionError(f"version {number} of {list_id} is not a version file ({problem})") from None
+    version._signature_check = signing.verify(
+        _signed_content(payload), version.reviewer, version.signature, version.public_key
+    )
+    return version
 
 
 def _ranges(numbers: list[int]) -> str:
     return f"versions {numbers[0]}-{numbers[-1]}" if len(numbers) > 1 else f"version {numbers[0]} only"
 
 
-def list_versions(list_id: str, root: Path | None = None) -> list[VersionSummary]:
-    """Every version of a list, oldest first (one unreadable version raises: nothing is hidden)."""
+def list_versions(list_id: str, root: Path | None = None, problems: list[str] | None = None) -> list[VersionSummary]:
+    """Every version of a list, oldest first. An unreadable version raises, unless ``problems`` is given: then
+    each is named there and skipped, and the others are listed (one damaged file hides none of them)."""
     out = []
     for number in version_numbers(list_id, root):
-        version = load_version(list_id, number, root)
+        try:
+            version = load_version(list_id, number, root)
+        except VersionError as error:
+            if problems is None:
+                raise
+            problems.append(str(error))
+            continue
         out.append(
             VersionSummary(
                 list_id=version.list_id,
@@ -337,9 +476,22 @@ def list_versions(list_id: str, root: Path | None = None) -> list[VersionSummary
                 description=version.description,
                 based_on=version.based_on,
                 vocabulary_release=version.vocabulary_release,
+                signature=version.signature_check,
             )
         )
     return out
+
+
+def latest_readable(list_id: str, root: Path | None = None, problems: list[str] | None = None) -> ListVersion | None:
+    """The list's latest version that reads; each newer one that does not is named in ``problems``."""
+    for number in reversed(version_numbers(list_id, root)):
+        try:
+            return load_version(list_id, number, root)
+        except VersionError as error:
+            if problems is None:
+                raise
+            problems.append(str(error))
+    return None
 
 
 def parse_ref(ref: str) -> tuple[str, int | None]:
@@ -347,7 +499,7 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
     list_id, at, number = str(ref).strip().partition("@")
     if not at:
         return check_list_id(list_id), None
-    if not number.isdigit() or int(number) < 1:
+    if not (number.isascii() and number.isdigit()) or int(number) < 1:
         raise VersionError(f"{ref!r}: the version after '@' is a number from 1 (e.g. {list_id or 'my-list'}@2)")
     return check_list_id(list_id), int(number)
 
@@ -436,15 +588,17 @@ def amend(
     add: Iterable[str] = (),
     remove: Iterable[str] = (),
     root: Path | None = None,
+    seen: int | None = None,
 ) -> SaveResult:
     """``base`` with codes added and removed, signed off as the list's next version (``base`` is unchanged).
 
     An added code must exist in the open vocabulary (its title is taken from there); a removed one must be in
-    ``base``. The note says why; it is each changed code's reason."""
+    ``base``. The note says why; it is each changed code's reason. ``seen`` is the latest version the editor saw
+    (default: ``base``): a version saved after it is named in the result's notes, as for any save."""
     from phenoforge.engine.expansion import get_hierarchy
 
     reviewer = check_reviewer(reviewer)
-    note = " ".join(str(note).split())
+    note = " ".join(check_text(str(note), "note").split())
     if not note:
         raise VersionError("say what the edit changes (the note is each changed code's reason)")
     hierarchy = get_hierarchy(con)
@@ -501,7 +655,7 @@ def amend(
             "excluded": [*base.excluded, *removed],
         }
     )
-    result = save_version(draft, root)
+    result = save_version(draft, root, seen=base.number if seen is None else seen)
     gone = [code for code in check_vocabulary(base, con).missing if code in current]
     if gone:  # kept as signed off: dropping them is the reviewer's call, made with --remove
         result.notes.append(f"kept, though this vocabulary no longer has them: {', '.join(gone)}")

@@ -4,6 +4,7 @@ description; and ``--audit --csv`` writes the file it was asked for."""
 from __future__ import annotations
 
 import csv
+import json
 import sqlite3
 from pathlib import Path
 
@@ -88,3 +89,53 @@ def test_list_shows_a_stored_escape_sequence_escaped(fixture_library: Path, caps
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\u202e" not in out
     assert "red \\x1b[31m\\u202e" in out
+
+
+def test_a_session_row_holding_another_sessions_state_is_not_resumed(
+    fixture_library: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _assembled(fixture_library)
+    _assembled(fixture_library)
+    (second,) = {s.session_id for s in audit.list_sessions()} - {first}
+    with sqlite3.connect(app_state_db_path()) as con:  # the second row now holds the first's state
+        state = con.execute("SELECT state FROM assembly_session WHERE session_id = ?", [first]).fetchone()[0]
+        con.execute("UPDATE assembly_session SET state = ? WHERE session_id = ?", [state, second])
+    capsys.readouterr()
+    assert main(["assemble", "--resume", second, "--reviewer", "bo", "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert f"session '{second}' holds the state of another session ('{first}')" in err and "Traceback" not in err
+    assert audit.saved_state(first) == state  # the first session is not overwritten by a resume of the second
+
+
+def test_audit_with_csv_and_json_keeps_stdout_json(
+    fixture_library: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = _assembled(fixture_library)
+    target = tmp_path / "trail.csv"
+    capsys.readouterr()
+    assert main(["assemble", "--audit", session, "--csv", str(target), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert isinstance(json.loads(captured.out), list) and f"wrote {target}" in captured.err
+    assert target.is_file()
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "said"),
+    [
+        ("--reviewer", "ann\x9b31m", "control character (U+009B"),
+        ("--reviewer", "ann\udcff", "not text in your terminal's encoding"),
+        ("--reason", "fine\x1b[2J", "control character (U+001B"),
+        ("--reason", "two\nlines", "line break"),
+    ],
+)
+def test_a_reviewer_or_reason_with_control_characters_is_refused_before_any_work(
+    fixture_library: Path, capsys: pytest.CaptureFixture[str], flag: str, text: str, said: str
+) -> None:
+    argv = ["assemble", DESCRIPTION, "--yes", "--library", str(fixture_library), flag, text]
+    if flag != "--reviewer":
+        argv += ["--reviewer", "ann"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert said in captured.err and "Traceback" not in captured.err
+    assert not any(ch in captured.out + captured.err for ch in "\x1b\x9b\udcff")
+    assert audit.list_sessions() == []

