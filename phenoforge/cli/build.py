@@ -71,6 +71,9 @@ def cmd_build(args: argparse.Namespace) -> int:
                 print(
                     f"set builders for {scored}: {how} on {', '.join(fitted.training_libraries) or 'nothing'} ({model})"
                 )
+                for note in fitted.notes:
+                    if note.startswith("fitted here, not installed as shipped: "):
+                        print(f"  note: {note}")  # minutes instead of seconds: say why
     if not args.keep_stale:
         # everything current is written now: what no current state reads goes (a failure is a warning)
         _prune_models(con, dry_run=False, verbose=False, prefix="stale: ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -59,6 +60,8 @@ from phenoforge.setbuild.transfer import (
     knowledge_digest,
 )
 from phenoforge.storage import write_atomically
+
+log = logging.getLogger(__name__)
 
 FIT_FORMAT_VERSION = 3
 """Bumped when what ``fit_builders`` stores changes shape: older fitted bundles are refitted.
@@ -277,8 +280,11 @@ def _fit_builders(
     view = knowledge.view(held_out)
     stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     installed: str | None = None
+    not_shipped = ""
     if stored is None:  # none on disk, or one that cannot be used: the fit shipped with phenoforge, when it matches
-        installed = _install_shipped_fit(con, hierarchy, train_libraries, libraries, dense, held_key, signature)
+        installed, not_shipped = _install_shipped_fit(
+            con, hierarchy, train_libraries, libraries, dense, held_key, signature
+        )
         if installed is not None:
             stored, unusable = _load_fitted(signature, hierarchy, names, groups)
     if stored is None and refused is not None:
@@ -311,6 +317,9 @@ def _fit_builders(
     notes: list[str] = [f"not used for fitting: {problem}" for problem in broken]
     if unusable:
         notes.append(unusable)
+    if not_shipped:  # a fit of minutes instead of an install of seconds: say why
+        notes.append(f"fitted here, not installed as shipped: {not_shipped}")
+        log.warning("set builders fitted here, not installed as shipped: %s", not_shipped)
     # each stage takes from seconds to minutes: say which one runs, and for which held-out group
     what = f"set builders without {', '.join(held_out)}" if held_out else "set builders on every library"
     total = fit_stages()
@@ -411,15 +420,15 @@ def _install_shipped_fit(
     dense: object | None,
     held_key: str | None,
     signature: str,
-) -> str | None:
+) -> tuple[str | None, str]:
     """Store the bundle shipped for exactly these inputs (:mod:`~phenoforge.setbuild.shipped_fits`) under
-    ``signature``, as if fitted here; the note that says so, or None when none ships for them."""
-    from phenoforge.setbuild.shipped_fits import install_shipped_models
+    ``signature``, as if fitted here: (the note that says so, ""), or (None, why none was installed)."""
+    from phenoforge.setbuild.shipped_fits import why_not_shipped
 
     bundled = [lib for lib in libraries if not is_user_import(lib)]
-    shipped = install_shipped_models(con, hierarchy, train_libraries, bundled, dense, held_key)
+    shipped, why = why_not_shipped(con, hierarchy, train_libraries, bundled, dense, held_key)
     if shipped is None:
-        return None
+        return None, why
     stored = _StoredFit(
         signature=signature,
         vocabulary_build_id=hierarchy.build_id,
@@ -430,7 +439,7 @@ def _install_shipped_fit(
     )
     failed: list[str] = []
     _store(_fit_path(signature), stored.sealed().model_dump_json(indent=1), failed)
-    return None if failed else shipped.note
+    return (None, f"the shipped fit could not be stored ({'; '.join(failed)})") if failed else (shipped.note, "")
 
 
 def _fit_identity(

@@ -284,25 +284,65 @@ def install_shipped_models(
     held_key: str | None,
 ) -> ShippedBundle | None:
     """Install the membership models of the bundle shipped for exactly these inputs and return its states;
-    None when none ships for them (or the archive cannot be trusted: the fit is then made here)."""
+    None when none ships for them (or the archive cannot be trusted: the fit is then made here).
+    :func:`why_not_shipped` says which."""
+    found = _install_shipped_models(con, hierarchy, train_libraries, knowledge_libraries, dense, held_key)
+    return found if isinstance(found, ShippedBundle) else None
+
+
+def why_not_shipped(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    train_libraries: Sequence[Library],
+    knowledge_libraries: Sequence[Library],
+    dense: object | None,
+    held_key: str | None,
+) -> tuple[ShippedBundle | None, str]:
+    """``install_shipped_models`` with the reason when nothing was installed ("" when it was)."""
+    found = _install_shipped_models(con, hierarchy, train_libraries, knowledge_libraries, dense, held_key)
+    return (found, "") if isinstance(found, ShippedBundle) else (None, found)
+
+
+def _install_shipped_models(
+    con: duckdb.DuckDBPyConnection,
+    hierarchy: Hierarchy,
+    train_libraries: Sequence[Library],
+    knowledge_libraries: Sequence[Library],
+    dense: object | None,
+    held_key: str | None,
+) -> ShippedBundle | str:
+    """The installed bundle, or why none was (said wherever a fit is then made here)."""
     if not shipped_fits_enabled():
-        return None
+        return f"{SHIPPED_FITS_ENV}=0: the shipped fits are not used"
     try:
         manifest = read_manifest()
-    except ShippedFitsError:
-        return None
+    except ShippedFitsError as error:
+        return f"the shipped fits cannot be read ({error}): reinstall phenoforge to restore them"
+    if manifest is None:
+        return f"no shipped fits ({SHIPPED_FITS_DIR / MANIFEST_FILE} is missing)"
+    if manifest.format_version != FORMAT_VERSION:
+        return f"the shipped fits are of format {manifest.format_version}, this version reads {FORMAT_VERSION}"
     try:
-        if manifest is None or manifest.format_version != FORMAT_VERSION or manifest.code_digest != code_digest():
-            return None
-    except OSError:  # a module that cannot be read: the code is not known to be the shipped fits' code
-        return None
+        here = code_digest()
+    except OSError as error:  # a module that cannot be read: the code is not known to be the shipped fits' code
+        return (
+            f"the fitting code cannot be read ({error.strerror or error}), so it is not known to be the shipped fits'"
+        )
+    if manifest.code_digest != here:
+        return (
+            f"the fitting code differs from the code the fits were shipped with (digest {here[:12]}, shipped "
+            f"{manifest.code_digest[:12]}): run scripts/ship_fits.py to ship them again"
+        )
     try:
         signature = content_signature(con, train_libraries, knowledge_libraries, dense, held_key)
-    except (duckdb.Error, OSError, ValueError, TypeError):  # an odd vocabulary or library: fitted here instead
-        return None
+    except (duckdb.Error, OSError, ValueError, TypeError) as error:  # an odd vocabulary or library
+        return f"what this fit reads could not be named ({type(error).__name__}: {error})"
     entry = next((fit for fit in manifest.fits if fit.content_signature == signature), None)
     if entry is None:
-        return None
+        return (
+            f"no fit ships for these libraries, vocabulary and dense vectors (content signature {signature}; "
+            "another vocabulary, a library imported or changed, another embedding model)"
+        )
     try:
         files = read_archive(manifest)
         stored = _ShippedFitted.model_validate_json(files[entry.fitted_file])
@@ -315,8 +355,8 @@ def install_shipped_models(
                     raise ShippedFitsError(f"{entry.fitted_file}: {key} names {value!r}, a model it does not ship")
         for name, target in renamed.items():
             _install_model(files, name, models_dir() / target, hierarchy.build_id)
-    except (ShippedFitsError, KeyError, ValueError, TypeError, OSError):
-        return None
+    except (ShippedFitsError, KeyError, ValueError, TypeError, OSError) as error:
+        return f"the shipped fit {signature} cannot be installed ({type(error).__name__}: {error})"
     for state in stored.states.values():
         for key, value in list(state.items()):
             if isinstance(value, str) and value in renamed:

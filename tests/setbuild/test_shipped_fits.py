@@ -475,3 +475,27 @@ def test_a_stored_shipped_choices_fit_keeps_its_own_models_after_a_choose_mode_f
     again = fit_builders(con, None, HELD_OUT, libraries)
     assert again.origin == given.origin
     assert again.model is not None and again.model.manifest.variant == wanted
+
+
+def test_a_fit_made_here_instead_of_installed_says_why(
+    shipped: tuple[FittedBuilders, Path],
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    con, libraries = fresh_machine
+    monkeypatch.setattr(shipped_fits, "code_digest", lambda: "f" * 64)
+    fitted = fit_builders(con, None, HELD_OUT, libraries)
+    said = [note for note in fitted.notes if note.startswith("fitted here, not installed as shipped: ")]
+    assert len(said) == 1 and "the fitting code differs" in said[0] and "ship_fits.py" in said[0]
+
+
+def test_a_damaged_archive_is_named_when_the_fit_is_made_here(
+    shipped: tuple[FittedBuilders, Path],
+    fresh_machine: tuple[duckdb.DuckDBPyConnection, list[Library]],
+) -> None:
+    _, out = shipped
+    (out / "fits.tar.xz").write_bytes(b"damaged")
+    con, libraries = fresh_machine
+    fitted = fit_builders(con, None, HELD_OUT, libraries)
+    said = " ".join(note for note in fitted.notes if note.startswith("fitted here, not installed as shipped: "))
+    assert "fits.tar.xz" in said and "damaged or edited" in said
