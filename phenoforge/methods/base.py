@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.hybrid import fusion_depth
+from phenoforge.eval.models import CopyHoldout
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.retrieval import Retrieval
 
@@ -133,6 +134,8 @@ class MethodSetup:
     degraded: str | None = None
     notes: list[str] = field(default_factory=list)
     state: Any = None
+    held_out: CopyHoldout | None = None
+    """what the near-copy guard held out of what scores the library (the report's ``MethodRecord.held_out``)"""
 
 
 Predict = Callable[[MethodContext, CohortTask], Sequence[RunEntry | str]]

@@ -136,7 +136,13 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
                 f"fuses at dense weight {FITTED_DENSE_WEIGHT} (what it was fitted at), "
                 f"not this run's {context.dense_weight}"
             )
-        return MethodSetup(trained_on=list(fitted.training_libraries), degraded=degraded, notes=notes, state=fitted)
+        return MethodSetup(
+            trained_on=list(fitted.training_libraries),
+            degraded=degraded,
+            notes=notes,
+            state=fitted,
+            held_out=fitted.held_out,
+        )
 
     return setup
 

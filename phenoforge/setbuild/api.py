@@ -29,6 +29,7 @@ from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.errors import PhenoforgeError
+from phenoforge.eval.models import CopyHoldout
 from phenoforge.locks import lock_if_writable
 from phenoforge.memory import collections_paused
 from phenoforge.setbuild.builders import (
@@ -100,6 +101,8 @@ class FittedBuilders:
     """curated cohorts of bundled libraries outside the held-out group (the transfer features' source)"""
     failed: dict[str, str] = field(default_factory=dict)
     """plug-in builders whose fit failed, with why (their methods are skipped saying so; the others run)"""
+    held_out: CopyHoldout | None = None
+    """what the near-copy guard held out for the scored library (None: a library of the knowledge, a free query)"""
 
     def builder(self, name: str) -> SetBuilder:
         """The fitted builder ``name`` (``UnknownBuilder`` for a name nothing registered)."""

@@ -104,10 +104,16 @@ class CuratedKnowledge:
     _query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def view(self, excluded_groups: Iterable[str]) -> KnowledgeView:
+    def view(self, excluded_groups: Iterable[str], excluded_cohorts: Iterable[tuple[str, str]] = ()) -> KnowledgeView:
+        """The knowledge minus every cohort of ``excluded_groups`` and minus the single cohorts
+        ``excluded_cohorts`` names (library id, cohort id): near copies of a scored library's lists."""
         excluded = frozenset(g for g in excluded_groups if g)
-        keep = np.array([not (c.groups & excluded) for c in self.cohorts], dtype=bool)
-        return KnowledgeView(self, excluded, keep)
+        hidden = frozenset(excluded_cohorts)
+        keep = np.array(
+            [not (c.groups & excluded) and (c.library_id, c.cohort_id) not in hidden for c in self.cohorts],
+            dtype=bool,
+        )
+        return KnowledgeView(self, excluded, keep, hidden)
 
     def query_vector(self, query: str) -> np.ndarray | None:
         if self.embed is None or self.vectors is None:
@@ -153,6 +159,8 @@ class KnowledgeView:
     knowledge: CuratedKnowledge
     excluded: frozenset[str]
     keep: np.ndarray
+    excluded_cohorts: frozenset[tuple[str, str]] = frozenset()
+    """single cohorts (library id, cohort id) hidden besides the excluded groups' (near copies of scored lists)"""
     _recent: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict, repr=False, compare=False)
     """the latest queries' similarities: the learned features, its provenance note and curated_transfer
     each match the same query (three times per cohort in a benchmark)"""
@@ -160,6 +168,10 @@ class KnowledgeView:
     @property
     def cohorts(self) -> list[KnownCohort]:
         return [c for c, k in zip(self.knowledge.cohorts, self.keep.tolist(), strict=True) if k]
+
+    def without(self, groups: Iterable[str] = (), cohorts: Iterable[tuple[str, str]] = ()) -> KnowledgeView:
+        """This view minus further ``groups`` and single ``cohorts`` (library id, cohort id)."""
+        return self.knowledge.view(self.excluded | set(groups), self.excluded_cohorts | set(cohorts))
 
     @property
     def groups(self) -> list[str]:
