@@ -99,7 +99,7 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
         if fitted is None:
             progress = context.progress
             fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
-            holdout = copy_holdout_for(context, fitted)
+            holdout = copy_holdout_for(context, fitted, libraries)
             whole = sorted(set(holdout.groups) & set(fitted.training_groups)) if holdout is not None else []
             if whole:  # systemic copying: the model and parameters were fitted on these groups' cohorts
                 extra += whole
@@ -119,7 +119,9 @@ def _scored_stamp(context: MethodContext) -> tuple[str, str]:
         return context.library_path, "unreadable"
 
 
-def copy_holdout_for(context: MethodContext, fitted: FittedBuilders) -> CopyHoldout | None:
+def copy_holdout_for(
+    context: MethodContext, fitted: FittedBuilders, libraries: Sequence[Library] = ()
+) -> CopyHoldout | None:
     """What the near-copy guard holds out for the scored library (:func:`~phenoforge.setbuild.transfer.copy_holdout`):
     the knowledge's cohorts that are near copies of its lists, and the groups copying from which is systemic.
 
@@ -138,7 +140,7 @@ def copy_holdout_for(context: MethodContext, fitted: FittedBuilders) -> CopyHold
     known = {cohort.library_id for cohort in view.knowledge.cohorts}
     if library.library_id in known and not is_user_import(library):
         return None
-    return copy_holdout(context.con, context.hierarchy, view.knowledge, library, view.excluded)
+    return copy_holdout(context.con, context.hierarchy, view.knowledge, library, view.excluded, libraries)
 
 
 def without_copied_lists(
@@ -147,7 +149,7 @@ def without_copied_lists(
     """``fitted`` whose curated knowledge also hides every cohort that is a near copy of one the scored library
     lists (Jaccard >= :data:`~phenoforge.setbuild.transfer.COPY_JACCARD`), and whole every group copying from
     which is systemic; ``holdout``: the guard's answer when the caller has it (computed otherwise)."""
-    holdout = holdout if holdout is not None else copy_holdout_for(context, fitted)
+    holdout = holdout if holdout is not None else copy_holdout_for(context, fitted, list_libraries(errors=[]))
     if holdout is None or fitted.knowledge is None:
         return fitted
     library_id = context.library_id or "the scored library"
@@ -166,9 +168,13 @@ def without_copied_lists(
         more = f" and {len(cohorts) - PAIRS_SHOWN} more" if len(cohorts) > PAIRS_SHOWN else ""
         notes.append(
             f"curated knowledge without {len({(p.library_id, p.cohort_id) for p in cohorts})} cohort(s) "
-            f"{library_id} lists nearly the codes of (Jaccard >= {COPY_JACCARD}): {shown}{more}"
+            f"{library_id} lists nearly the codes of (Jaccard >= {COPY_JACCARD}), and each of its cohorts that "
+            f"does without the group it copies: {shown}{more}"
         )
-    view = fitted.knowledge.without(holdout.groups, holdout.held_out_cohorts)
+    per_query: dict[str, set[str]] = {}  # a scored cohort that nearly copies a group's list sees none of the group
+    for pair in holdout.pairs:
+        per_query.setdefault(pair.scored_name, set()).update(pair.groups)
+    view = fitted.knowledge.without(holdout.groups, holdout.held_out_cohorts, per_query)
     return replace(fitted, knowledge=view, notes=[*fitted.notes, *notes], held_out=holdout)
 
 
@@ -261,7 +267,7 @@ def current_fit_files(
         held_out, extra = scoring_fit_groups(lib.library_id, _harness_group(lib))
         held = held_out_groups(held_out, extra)
         trained_groups = {g for train in training_libraries(libraries, held) for g in groups_of(train)}
-        holdout = copy_holdout(con, hierarchy, knowledge, lib, held)
+        holdout = copy_holdout(con, hierarchy, knowledge, lib, held, libraries)
         copied = sorted(set(holdout.groups) & trained_groups)
         if copied:  # as ``fitted_for``: fitted again without the groups whose lists it copies
             found.append(stored_fit_files(hierarchy, dense, libraries, held_out, [*extra, *copied]))

@@ -24,6 +24,7 @@ from phenoforge.engine.curated import Library, load_curated_concept_set
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.errors import LibraryError
 from phenoforge.eval.models import SYSTEMIC_SHARE, CopyHoldout, CopyPair
+from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.knowledge import (
     TRANSFER_VERSION,
     CuratedKnowledge,
@@ -363,6 +364,7 @@ def near_copy_pairs(
     pairs = [
         CopyPair(
             scored_cohort=scored_cohorts[int(shared.col[i])].cohort_id,
+            scored_name=scored_cohorts[int(shared.col[i])].cohort_name,
             library_id=known[int(shared.row[i])].library_id,
             cohort_id=known[int(shared.row[i])].cohort_id,
             jaccard=round(float(jaccard[i]), 4),
@@ -379,6 +381,7 @@ def copy_holdout(
     knowledge: CuratedKnowledge,
     library: Library,
     excluded_groups: Iterable[str] = (),
+    installed: Sequence[Library] = (),
 ) -> CopyHoldout:
     """What scoring ``library`` must hold out of the curated knowledge and the fits: every knowledge cohort
     that is a near copy of one of its lists (:func:`near_copy_pairs`), and whole every group copying from
@@ -388,7 +391,9 @@ def copy_holdout(
     A user's import is never knowledge and declares its own group, so a copy of a bundled library under
     another id and group, even with a code changed per cohort, would otherwise be scored with the very
     lists it copies; an independent classification that agrees with a few bundled lists loses those lists
-    only, and keeps the builders trained on the rest.
+    only, and keeps the builders trained on the rest. A group is named as its libraries declare it in
+    ``installed`` (the name the fits held out for a bundled library are stored under), else by every name
+    its cohorts answer to.
     """
     pairs, n_scored = near_copy_pairs(con, hierarchy, knowledge, library, excluded_groups)
     out = CopyHoldout(threshold=COPY_JACCARD, systemic_share=SYSTEMIC_SHARE, pairs=pairs, scored_cohorts=n_scored)
@@ -397,15 +402,16 @@ def copy_holdout(
     hidden = set(excluded_groups)
     size: Counter[str] = Counter(c.library_id for c in knowledge.cohorts if not c.groups & hidden)
     groups_of_library = {c.library_id: c.groups for c in knowledge.cohorts}
+    named = {lib.library_id: library_group(lib.manifest) for lib in installed}
     copied = {library_id: {p.cohort_id for p in pairs if p.library_id == library_id} for library_id in size}
     copying: dict[str, set[str]] = {}  # group -> the scored cohorts with a near copy in it
     for pair in pairs:
-        for group in groups_of_library[pair.library_id]:
+        for group in [named[pair.library_id]] if pair.library_id in named else groups_of_library[pair.library_id]:
             copying.setdefault(group, set()).add(pair.scored_cohort)
     for library_id, cohorts in sorted(copied.items()):
         share = len(cohorts) / size[library_id]
         if share > SYSTEMIC_SHARE:
-            for group in sorted(groups_of_library[library_id]):
+            for group in [named[library_id]] if library_id in named else sorted(groups_of_library[library_id]):
                 out.groups.setdefault(
                     group,
                     f"{len(cohorts)} of {library_id}'s {size[library_id]} cohorts are near copies of scored lists",
