@@ -73,8 +73,9 @@ class CopyHoldout(BaseModel):
     curated_transfer) of every scored cohort, and each scored cohort of a pair sees nothing of that bundled
     cohort's group (as the group's own cohorts in the bundled benchmark); a group of ``groups`` (name -> why)
     is held out whole, from the knowledge and from the fits' training, because copying from it is systemic
-    (:data:`SYSTEMIC_SHARE`). The trained models stay otherwise: keeping them was measured to leak nothing
-    on the copy attack (docs/results.md, "The near-copy guard by cohort")."""
+    (:data:`SYSTEMIC_SHARE`). Each scored cohort of a pair is answered by builders fitted without the groups
+    it copies from (``fitted_without``): the full model, kept, was measured to gain on copied cohorts
+    (docs/results.md, "The near-copy guard by cohort"); every other scored cohort keeps it."""
 
     threshold: float
     systemic_share: float
@@ -82,6 +83,8 @@ class CopyHoldout(BaseModel):
     groups: dict[str, str] = Field(default_factory=dict)
     scored_cohorts: int = 0
     """how many of the scored library's cohorts were compared"""
+    fitted_without: dict[str, list[str]] = Field(default_factory=dict)
+    """scored cohort -> the groups the builders answering it were fitted without (those it nearly copies)"""
 
     @property
     def held_out_cohorts(self) -> list[tuple[str, str]]:
@@ -98,7 +101,8 @@ class CopyHoldout(BaseModel):
         text = (
             f"{len(self.held_out_cohorts)} bundled cohort(s) held out of the curated knowledge, {len(self.pairs)} "
             f"pair(s): {scored} of the {self.scored_cohorts} scored cohorts list nearly the codes of a bundled "
-            f"cohort (Jaccard >= {self.threshold}) and see nothing of that cohort's group"
+            f"cohort (Jaccard >= {self.threshold}), see nothing of that cohort's group and are answered by "
+            "builders fitted without it"
         )
         if self.groups:
             text += "; held out whole, knowledge and training: " + "; ".join(

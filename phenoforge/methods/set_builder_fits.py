@@ -105,7 +105,21 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
                 extra += whole
                 fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
-            fitted = _FITTED.remember(key, without_copied_lists(context, fitted, holdout))
+            routes: dict[str, FittedBuilders] = {}
+            if holdout is not None:  # each copying cohort: the builders fitted without the groups it copies
+                wanted = copy_routes(holdout, libraries, fitted.training_groups)
+                fits: dict[tuple[str, ...], FittedBuilders] = {}
+                for combo in sorted(set(wanted.values())):
+                    routed = fit_builders(
+                        context.con, context.dense, held_out, libraries, progress, also_held_out=[*extra, *combo]
+                    )
+                    fits[combo] = without_copied_lists(context, routed, holdout)
+                routes = {query: fits[combo] for query, combo in wanted.items()}
+                holdout = _with_routes(holdout, wanted)
+            fitted = without_copied_lists(context, fitted, holdout)
+            if routes and holdout is not None:
+                fitted = replace(fitted, routes=routes, notes=[*fitted.notes, _routes_note(routes, holdout)])
+            fitted = _FITTED.remember(key, fitted)
         run.fitted = fitted  # the fit in hand: a clear of the caches meanwhile does not lose it
         return fitted
 
@@ -176,6 +190,38 @@ def without_copied_lists(
         per_query.setdefault(pair.scored_name, set()).update(pair.groups)
     view = fitted.knowledge.without(holdout.groups, holdout.held_out_cohorts, per_query)
     return replace(fitted, knowledge=view, notes=[*fitted.notes, *notes], held_out=holdout)
+
+
+def copy_routes(
+    holdout: CopyHoldout, libraries: Sequence[Library], training_groups: Sequence[str]
+) -> dict[str, tuple[str, ...]]:
+    """Scored cohort name -> the groups (as the installed libraries declare them) the builders answering it
+    must be fitted without: those of the bundled cohorts it nearly copies that the fit still trains on."""
+    named = {lib.library_id: library_group(lib.manifest) for lib in libraries}
+    trained = set(training_groups)
+    wanted: dict[str, set[str]] = {}
+    for pair in holdout.pairs:
+        groups = {named[pair.library_id]} if pair.library_id in named else set(pair.groups)
+        wanted.setdefault(pair.scored_name, set()).update(groups & trained)
+    return {query: tuple(sorted(groups)) for query, groups in wanted.items() if groups}
+
+
+def _with_routes(holdout: CopyHoldout, wanted: dict[str, tuple[str, ...]]) -> CopyHoldout:
+    fitted_without = {
+        pair.scored_cohort: list(wanted[pair.scored_name]) for pair in holdout.pairs if pair.scored_name in wanted
+    }
+    return holdout.model_copy(update={"fitted_without": fitted_without})
+
+
+def _routes_note(routes: dict[str, FittedBuilders], holdout: CopyHoldout) -> str:
+    combos: dict[str, int] = {}
+    for groups in holdout.fitted_without.values():
+        combos[", ".join(groups)] = combos.get(", ".join(groups), 0) + 1
+    said = "; ".join(f"without {combo}: {n}" for combo, n in sorted(combos.items()))
+    return (
+        f"{len(holdout.fitted_without)} scored cohort(s) that nearly copy a bundled list are answered by builders "
+        f"fitted without the copied group(s), as that group's own cohorts are ({said})"
+    )
 
 
 PAIRS_SHOWN = 10
@@ -270,5 +316,11 @@ def current_fit_files(
         holdout = copy_holdout(con, hierarchy, knowledge, lib, held, libraries)
         copied = sorted(set(holdout.groups) & trained_groups)
         if copied:  # as ``fitted_for``: fitted again without the groups whose lists it copies
-            found.append(stored_fit_files(hierarchy, dense, libraries, held_out, [*extra, *copied]))
+            extra = [*extra, *copied]
+            found.append(stored_fit_files(hierarchy, dense, libraries, held_out, extra))
+            trained_groups = {
+                g for train in training_libraries(libraries, held_out_groups(held_out, extra)) for g in groups_of(train)
+            }
+        for combo in sorted(set(copy_routes(holdout, libraries, sorted(trained_groups)).values())):
+            found.append(stored_fit_files(hierarchy, dense, libraries, held_out, [*extra, *combo]))
     return found, unknown

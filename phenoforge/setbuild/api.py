@@ -103,6 +103,13 @@ class FittedBuilders:
     """plug-in builders whose fit failed, with why (their methods are skipped saying so; the others run)"""
     held_out: CopyHoldout | None = None
     """what the near-copy guard held out for the scored library (None: a library of the knowledge, a free query)"""
+    routes: dict[str, FittedBuilders] = field(default_factory=dict)
+    """query -> the builders that answer it instead: a scored cohort that nearly copies a bundled list is
+    answered by builders fitted without that list's group (``for_query``)"""
+
+    def for_query(self, query: str) -> FittedBuilders:
+        """The builders that answer ``query``: its route when it has one, else these."""
+        return self.routes.get(query, self)
 
     def builder(self, name: str) -> SetBuilder:
         """The fitted builder ``name`` (``UnknownBuilder`` for a name nothing registered)."""

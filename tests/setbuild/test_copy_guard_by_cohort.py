@@ -87,6 +87,10 @@ def test_one_cohort_in_a_hundred_copied_hides_that_cohort_and_keeps_the_trained_
         seen for seen, c in zip(for_copy.tolist(), cohorts, strict=True) if c.groups & {"cms-hcc", "elixhauser"}
     )
     assert fitted.knowledge.matches("Type 2 diabetes mellitus") == []
+    # the copying cohort is answered by builders fitted without both groups it copies; the others by the full fit
+    assert fitted.held_out.fitted_without == {"copy-dm2": ["cms-hcc", "elixhauser"]}
+    assert fitted.for_query("Type 2 diabetes mellitus").training_libraries == []
+    assert fitted.for_query(independent_cohorts(1)["mix-000"][0]) is fitted
     other = independent_cohorts(1)["mix-000"][0]  # every other scored cohort sees the rest of both groups
     assert {(HCC_ID, "dm1"), (ELIX_ID, "x-hf")} <= {
         (m.cohort.library_id, m.cohort.cohort_id) for m in fitted.knowledge.matches(other, depth=50)
@@ -182,3 +186,26 @@ def test_the_systemic_share_decides_between_cohort_and_group(
     assert bool(fitted.held_out.groups) is (share == 0.0)
     assert (fitted.training_libraries == []) is (share == 0.0)
     assert load_library(library).manifest.library_id == "my-conditions"
+
+
+def test_a_cohort_copying_one_group_is_answered_by_that_groups_held_out_fit(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """A near copy of a CMS-HCC list only: its builders are fitted on Elixhauser alone (as CMS-HCC's own
+    cohorts are scored); through the benchmark, its learned set is the one that fit builds."""
+    installed = _install_development_libraries()
+    hcc = installed[HCC_ID]
+    copy = _codes(fixture_con, hcc, "hf-systolic")  # ELIX lists no systolic heart failure
+    cohorts = {**independent_cohorts(99), "copy-hf": ("Systolic heart failure", copy, False)}
+    library = _import(cohorts)
+    fitted = set_building.fitted_for(_context(fixture_con, library))
+    assert fitted.held_out is not None and fitted.held_out.groups == {}
+    assert fitted.held_out.fitted_without == {"copy-hf": ["cms-hcc"]}
+    routed = fitted.for_query("Systolic heart failure")
+    assert routed.training_libraries == [ELIX_ID] and fitted.training_libraries == sorted([HCC_ID, ELIX_ID])
+    report = run_benchmark(fixture_con, library, ["copy-hf", "mix-000"], methods=["learned"])
+    record = report.methods["learned"]
+    assert any("answered by builders fitted without the copied group(s)" in n for n in record.notes), record.notes
+    answered = {r.cohort_id: r.predicted_codes for r in report.results}
+    direct = set_building.build_for(_context(fixture_con, library), "learned", "Systolic heart failure", routed)
+    assert answered["copy-hf"] == [c.code for c in direct.codes]
