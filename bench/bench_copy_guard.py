@@ -190,9 +190,9 @@ def _leak(args: argparse.Namespace) -> None:
         by_library[entry["library"]][entry["config"].split(":")[0]] = entry
     pooled: dict[tuple[str, str, str, str], list[tuple[float, float]]] = defaultdict(list)
     for library_id, configs in sorted(by_library.items()):
-        if "cohort-only" not in configs or "group" not in configs:
+        if not ({"cohort-only", "guard"} & set(configs)) or "group" not in configs:
             continue
-        a = configs["cohort-only"]
+        a = configs.get("cohort-only") or configs["guard"]
         guard = a["methods"]["learned"]["held_out"]
         # the copy attack's cohorts (``one_code_changed`` names them copy-...) that the guard caught
         copied = {p["scored_cohort"] for p in guard["pairs"] if p["scored_cohort"].startswith("copy-")}
