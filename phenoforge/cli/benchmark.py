@@ -91,6 +91,8 @@ def _held_out_lines(report) -> list[str]:  # noqa: ANN001 - a BenchmarkReport
     lines = [f"  {'!' if holdout.groups else '-'} near-copy guard ({names}): {holdout.summary()}"]
     for pair in holdout.pairs[:HELD_OUT_SHOWN]:
         how = "whole group" if set(pair.groups) & set(holdout.groups) else "cohort"
+        without = holdout.fitted_without.get(pair.scored_cohort)
+        how += f"; answered by builders fitted without {', '.join(without)}" if without else ""
         bundled = f"{pair.library_id}/{pair.cohort_id}"
         lines.append(f"      {pair.scored_cohort} ~ {bundled}: Jaccard {pair.jaccard:.2f} (held out: {how})")
     if len(holdout.pairs) > HELD_OUT_SHOWN:

@@ -137,6 +137,9 @@ def held_out_view(report: BenchmarkReport) -> HeldOutView | None:
             "bundled cohort": pair.cohort_id,
             "Jaccard": pair.jaccard,
             "held out": "with its whole group" if set(pair.groups) & set(holdout.groups) else "this cohort",
+            "scored cohort answered by builders fitted without": ", ".join(
+                holdout.fitted_without.get(pair.scored_cohort, [])
+            ),
         }
         for pair in holdout.pairs
     ]

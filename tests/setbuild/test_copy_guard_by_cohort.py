@@ -149,7 +149,9 @@ def test_report_cli_and_page_name_the_held_out_pairs(fixture_con: duckdb.DuckDBP
     assert any(f"copy-dm2 ~ {HCC_ID}/dm2" in note for note in record.notes)
     text = _benchmark_table(report)
     assert "near-copy guard (learned, curated_transfer): 2 bundled cohort(s) held out" in text
-    assert f"copy-dm2 ~ {HCC_ID}/dm2: Jaccard" in text and "(held out: cohort)" in text
+    assert (
+        f"copy-dm2 ~ {HCC_ID}/dm2: Jaccard" in text and "(held out: cohort; answered by builders fitted without" in text
+    )
     view = held_out_view(report)
     assert view is not None and not view.whole_groups and view.methods == ["learned", "curated_transfer"]
     assert {(row["scored cohort"], row["bundled cohort"], row["held out"]) for row in view.rows} == {
