@@ -170,6 +170,10 @@ def built_sets(context: MethodContext, builder: str, queries: Sequence[str], fit
         for query in dict.fromkeys(queries):
             answering = fitted.for_query(query)
             by_fit.setdefault(id(answering), (answering, []))[1].append(query)
+        if len(by_fit) > 1:  # every query's corrected form ranked in one call, as a single pass ranks them
+            every = list(dict.fromkeys([*queries, *context.queries]))
+            unranked = [q for q in every if q not in run.prepared and not _handled_before_retrieval(context, q)]
+            _prefetch_corrected(context, unranked)
         for answering, routed in by_fit.values():
             _build_pass(context, wanted, routed, answering)
         mine = waiting.get(builder, {})
