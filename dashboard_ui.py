@@ -209,9 +209,9 @@ def builders_wait_text(state: FitState | None) -> str:
         return "The set builders are fitted on Home once the dense index is ready."
     if state.state == "ready":  # every first-run fit is stored: this one is another (a library copying a bundled one)
         return (
-            "This library's set-builder fit is not one the first-run build makes (an imported library that copies a "
-            "bundled one's lists is fitted without them): run `python -m phenoforge benchmark --library <id> "
-            "--methods learned` once, which fits it."
+            "This library's set-builder fit is not one the first-run build makes (an imported library's cohorts that "
+            "nearly copy bundled lists are answered by builders fitted without those lists' groups): run "
+            "`python -m phenoforge benchmark --library <id> --methods learned` once, which fits them."
         )
     return state.error or "Fitting the set builders failed: see Home."
 

@@ -23,6 +23,7 @@ from phenoforge.dashboard.benchmark import (
     drilldown_link,
     expert_agreement_lines,
     expert_agreement_text,
+    held_out_view,
     import_run_and_save,
     interval_table,
     method_flags,
@@ -168,6 +169,18 @@ def highlight(table: pd.DataFrame, cells: list[tuple[int, str]]) -> pd.DataFrame
     return css
 
 
+def held_out_section(run: BenchmarkRun) -> None:
+    """The near-copy guard: how many bundled cohorts were held out of what scored this library, which pairs, why."""
+    view = held_out_view(run.report)
+    if view is None:
+        return
+    text = f"Near-copy guard ({plain(', '.join(view.methods))}): {plain(view.summary)}"
+    (st.warning if view.whole_groups else st.info)(text)
+    if view.rows:
+        with st.expander(f"Held-out pairs ({len(view.rows)})"):
+            st.dataframe(pd.DataFrame(view.rows), hide_index=True, width="stretch", key="bench_held_out")
+
+
 def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
     cols = st.columns([1, 1, 2])
     measures: list[str] = list(TABLE_MEASURES)
@@ -182,6 +195,7 @@ def summary_section(run: BenchmarkRun, baseline: str, libraries: list) -> None:
     for method, flag in flags.items():
         if not flag.startswith("degraded"):
             st.caption(f"{plain(method)}: {plain(flag)}")
+    held_out_section(run)
     st.markdown(
         f"**Methods, best first by {SHORT_LABELS[sort_by].lower()}**, means over "
         f"{max(row.n_cohorts for row in rows)} cohorts (★ best on it; every measure: higher is better; "

@@ -58,7 +58,7 @@ def test_fitted_for_survives_a_cache_clear_in_the_middle(monkeypatch: pytest.Mon
     monkeypatch.setattr(set_builder_fits, "_FITTED", ClearedAfterStore("hostile fitted"))
     monkeypatch.setattr(set_builder_fits, "fit_builders", lambda *args, **kwargs: fitted)
     monkeypatch.setattr(set_builder_fits, "list_libraries", lambda errors: [])
-    monkeypatch.setattr(set_builder_fits, "without_copied_lists", lambda context, fit: fit)
+    monkeypatch.setattr(set_builder_fits, "without_copied_lists", lambda context, fit, holdout=None: fit)
     run = SimpleNamespace(fitted=None)
     monkeypatch.setattr(set_builder_fits, "_run", lambda context: run)
     context = SimpleNamespace(

@@ -55,6 +55,7 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES, tally: 
             f"{method:<{width}}{counts[method]:>8}"
             + "".join(f"{v:>{len(h) + 2}.3f}" for v, h in zip(values, heads, strict=True))
         )
+    lines += _held_out_lines(report)
     for name, record in report.methods.items():
         if record.degraded:
             lines.append(f"  ! {name} is degraded: {record.degraded}")
@@ -75,6 +76,30 @@ def _benchmark_table(report, measures: tuple[str, ...] = TABLE_MEASURES, tally: 
             if len(empty) > 5:
                 lines.append(f"      ... and {len(empty) - 5} more (see --json)")
     return "\n".join(lines)
+
+
+HELD_OUT_SHOWN = 10
+"""Held-out pairs the text table names (``--json`` lists every one)."""
+
+
+def _held_out_lines(report) -> list[str]:  # noqa: ANN001 - a BenchmarkReport
+    """The near-copy guard's answer, once for the methods that share it: how many bundled cohorts were held
+    out, which pairs, why, and the groups held out whole."""
+    found = [(name, record.held_out) for name, record in report.methods.items() if record.held_out is not None]
+    if not found:
+        return []
+    holdout = found[0][1]
+    names = ", ".join(name for name, _h in found)
+    lines = [f"  {'!' if holdout.groups else '-'} near-copy guard ({names}): {holdout.summary()}"]
+    for pair in holdout.pairs[:HELD_OUT_SHOWN]:
+        how = "whole group" if set(pair.groups) & set(holdout.groups) else "cohort"
+        without = holdout.fitted_without.get(pair.scored_cohort)
+        how += f"; answered by builders fitted without {', '.join(without)}" if without else ""
+        bundled = f"{pair.library_id}/{pair.cohort_id}"
+        lines.append(f"      {pair.scored_cohort} ~ {bundled}: Jaccard {pair.jaccard:.2f} (held out: {how})")
+    if len(holdout.pairs) > HELD_OUT_SHOWN:
+        lines.append(f"      ... and {len(holdout.pairs) - HELD_OUT_SHOWN} more pairs (see --json)")
+    return lines
 
 
 def _cohorts_in_every_library(library_dirs: list[Path], cohorts: list[str] | None) -> list[str]:

@@ -114,6 +114,42 @@ def method_flags(report: BenchmarkReport) -> dict[str, str]:
     return flags
 
 
+class HeldOutView(BaseModel):
+    """What the near-copy guard held out of what scored a run's library, as the page shows it."""
+
+    methods: list[str]
+    summary: str
+    rows: list[dict[str, str | float]]
+    """per held-out pair: the scored cohort, the bundled library and cohort, the Jaccard, how it was held out"""
+    whole_groups: bool
+
+
+def held_out_view(report: BenchmarkReport) -> HeldOutView | None:
+    """The guard's held-out pairs and groups, once for the methods that share them (the set builders);
+    None when no method ran the guard (a bundled library, no set builder)."""
+    found = [(name, record.held_out) for name, record in report.methods.items() if record.held_out is not None]
+    if not found:
+        return None
+    holdout = found[0][1]
+    assert holdout is not None
+    rows: list[dict[str, str | float]] = [
+        {
+            "scored cohort": pair.scored_cohort,
+            "bundled library": pair.library_id,
+            "bundled cohort": pair.cohort_id,
+            "Jaccard": pair.jaccard,
+            "held out": "with its whole group" if set(pair.groups) & set(holdout.groups) else "this cohort",
+            "scored cohort answered by builders fitted without": ", ".join(
+                holdout.fitted_without.get(pair.scored_cohort, [])
+            ),
+        }
+        for pair in holdout.pairs
+    ]
+    return HeldOutView(
+        methods=[name for name, _h in found], summary=holdout.summary(), rows=rows, whole_groups=bool(holdout.groups)
+    )
+
+
 class MethodSummary(BaseModel):
     """One method's means with bootstrap intervals, and its delta to the baseline."""
 

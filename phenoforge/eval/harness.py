@@ -168,6 +168,7 @@ class _MethodRun:
                 record.trained_on, record.notes = list(setup.trained_on), list(setup.notes)
                 record.fits = setup.fits
                 record.degraded = setup.degraded
+                record.held_out = setup.held_out
                 context.setups[declared.name] = setup.state
         if problem is not None:
             skipped += [f"{cohort_id}/{declared.name}: {problem}" for cohort_id in qrels.cohorts]
@@ -177,6 +178,8 @@ class _MethodRun:
         degradation = declared.degradation(context)
         if degradation:
             record.degraded = "; ".join(filter(None, [record.degraded, degradation]))
+        if record.degraded:  # it answers, less well than it would: never 'ok' (a failure later overrides this)
+            record.status = f"degraded: {record.degraded}"
         running.run = Run(name=declared.name, source=declared.source)
         return running
 

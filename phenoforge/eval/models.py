@@ -7,7 +7,7 @@ target cheaply.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class CohortEvalResult(BaseModel):
@@ -55,6 +55,71 @@ class MeasureRecord(BaseModel):
     description: str = ""
 
 
+class CopyPair(BaseModel):
+    """A scored cohort whose list is a near copy of a bundled cohort's (Jaccard of the code sets)."""
+
+    scored_cohort: str
+    scored_name: str = ""
+    library_id: str
+    cohort_id: str
+    jaccard: float
+    groups: list[str] = Field(default_factory=list, description="the bundled library's groups")
+
+
+class CopyHoldout(BaseModel):
+    """What the near-copy guard held out of what scores a library outside the curated knowledge.
+
+    Every bundled cohort of ``pairs`` is hidden from the curated knowledge (transfer features,
+    curated_transfer) of every scored cohort, and each scored cohort of a pair sees nothing of that bundled
+    cohort's group (as the group's own cohorts in the bundled benchmark); a group of ``groups`` (name -> why)
+    is held out whole, from the knowledge and from the fits' training, because copying from it is systemic
+    (:data:`SYSTEMIC_SHARE`). Each scored cohort of a pair is answered by builders fitted without the groups
+    it copies from (``fitted_without``): the full model, kept, was measured to gain on copied cohorts
+    (docs/results.md, "The near-copy guard by cohort"); every other scored cohort keeps it."""
+
+    threshold: float
+    systemic_share: float
+    pairs: list[CopyPair] = Field(default_factory=list)
+    groups: dict[str, str] = Field(default_factory=dict)
+    scored_cohorts: int = 0
+    """how many of the scored library's cohorts were compared"""
+    fitted_without: dict[str, list[str]] = Field(default_factory=dict)
+    """scored cohort -> the groups the builders answering it were fitted without (those it nearly copies)"""
+
+    @property
+    def held_out_cohorts(self) -> list[tuple[str, str]]:
+        """The bundled cohorts (library id, cohort id) a near copy hides, each once, in order."""
+        return list(dict.fromkeys((p.library_id, p.cohort_id) for p in self.pairs))
+
+    def summary(self) -> str:
+        """One sentence: how many cohorts and pairs, which groups whole, and why."""
+        if not self.pairs:
+            return (
+                f"no scored cohort is a near copy of a bundled cohort (Jaccard >= {self.threshold}): nothing held out"
+            )
+        scored = len({p.scored_cohort for p in self.pairs})
+        text = (
+            f"{len(self.held_out_cohorts)} bundled cohort(s) held out of the curated knowledge, {len(self.pairs)} "
+            f"pair(s): {scored} of the {self.scored_cohorts} scored cohorts list nearly the codes of a bundled "
+            f"cohort (Jaccard >= {self.threshold}), see nothing of that cohort's group and are answered by "
+            "builders fitted without it"
+        )
+        if self.groups:
+            text += "; held out whole, knowledge and training: " + "; ".join(
+                f"group {group} ({why})" for group, why in sorted(self.groups.items())
+            )
+        else:
+            text += "; every group kept (the trained models stay)"
+        return text
+
+
+SYSTEMIC_SHARE = 0.5
+"""A group is held out whole (knowledge and training) when more than this share of one of its libraries'
+cohorts, or of the scored library's cohorts, are near copies between the two: a copy of a bundled library
+then, not independent lists that happen to agree. Fixed before any score was looked at: a copy of a whole
+library copies nearly all of it, an independent classification a few percent; a majority sits far from both."""
+
+
 class MethodRecord(BaseModel):
     """What produced one method's results, and anything that makes them less than what was asked."""
 
@@ -72,12 +137,23 @@ class MethodRecord(BaseModel):
         "'local fit <signature>' (made on this machine); empty for a method that fits nothing",
     )
     notes: list[str] = Field(default_factory=list)
+    held_out: CopyHoldout | None = Field(
+        default=None, description="the bundled cohorts and groups held out as near copies of the scored lists"
+    )
     status: str = Field(
         default="ok",
-        description="'ok', 'skipped: why', 'failed: why' (no cohort answered: a plug-in's setup or import "
+        description="'ok', 'degraded: why' (answered every cohort, less well than it would: untrained, on "
+        "defaults, BM25 alone), 'skipped: why', 'failed: why' (no cohort answered: a plug-in's setup or import "
         "failed) or 'failed on N of M cohorts (first cohort: why)' (a plug-in raised, answered the wrong "
         "type or ran past its time limit there)",
     )
+
+    @model_validator(mode="after")
+    def _degraded_is_not_ok(self) -> MethodRecord:
+        """A record that says why it is degraded never says 'ok' (a run saved before says so when read)."""
+        if self.degraded and self.status == "ok":
+            self.status = f"degraded: {self.degraded}"
+        return self
 
 
 class BenchmarkReport(BaseModel):

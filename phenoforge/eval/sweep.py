@@ -220,6 +220,7 @@ def sweep_set_builder(
     for position, cohort in enumerate(cohorts):
         progress(position, len(cohorts), f"sweep {method}: {cohort.cohort_id}")
         table_query = plain.get(cohort.cohort_id)
+        answering = fitted.for_query(cohort.cohort_name)  # a near copy of a bundled list: fitted without it
         if table_query is None:
             built = build_for(context, method, cohort.cohort_name, fitted)
             for weight in weights:
@@ -233,7 +234,8 @@ def sweep_set_builder(
             context.retrieval.dense_ranking(searched, RETRIEVAL_DEPTH),
         )
         for weight in weights:
-            built = _build_at(context, method, table_query, fitted, weight, prepared, library_context)
+            routed_context = library_context if answering is fitted else None
+            built = _build_at(context, method, table_query, answering, weight, prepared, routed_context)
             runs[weight].cohorts[cohort.cohort_id] = to_entries(built)
     progress(len(cohorts), len(cohorts), f"sweep {method}: scoring")
     records = {

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from phenoforge.config import ProgressCallback
 from phenoforge.engine.hybrid import fusion_depth
+from phenoforge.eval.models import CopyHoldout
 from phenoforge.eval.runs import RunEntry
 from phenoforge.methods.retrieval import Retrieval
 
@@ -135,6 +136,8 @@ class MethodSetup:
     state: Any = None
     fits: str = ""
     """which fit made the results (``shipped fit <signature>`` or ``local fit <signature>``), when fitted"""
+    held_out: CopyHoldout | None = None
+    """what the near-copy guard held out of what scores the library (the report's ``MethodRecord.held_out``)"""
 
 
 Predict = Callable[[MethodContext, CohortTask], Sequence[RunEntry | str]]

@@ -6,7 +6,7 @@ bundled library's lists (exactly or nearly) is held out with the copied group to
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from phenoforge.config import ProgressCallback
 from phenoforge.engine.curated import Library, list_libraries, load_library
 from phenoforge.engine.expansion import Hierarchy
 from phenoforge.errors import LibraryError
+from phenoforge.eval.models import CopyHoldout
 from phenoforge.methods.base import MethodContext
 from phenoforge.methods.set_builder_run import _run
 from phenoforge.setbuild.api import (
@@ -38,7 +39,7 @@ from phenoforge.setbuild.groups import library_group
 from phenoforge.setbuild.transfer import (
     COPY_JACCARD,
     KnowledgeFileError,
-    copied_groups,
+    copy_holdout,
     embed_identity_of,
     knowledge_path,
     load_knowledge,
@@ -98,17 +99,27 @@ def fitted_for(context: MethodContext) -> FittedBuilders:
         if fitted is None:
             progress = context.progress
             fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
-            copied = sorted(_copied_groups(context, fitted) & set(fitted.training_groups))
-            if copied:  # a copy of a bundled library: its model and parameters were fitted on these cohorts
-                extra += copied
+            holdout = copy_holdout_for(context, fitted, libraries)
+            whole = sorted(set(holdout.groups) & set(fitted.training_groups)) if holdout is not None else []
+            if whole:  # systemic copying: the model and parameters were fitted on these groups' cohorts
+                extra += whole
                 fitted = fit_builders(context.con, context.dense, held_out, libraries, progress, also_held_out=extra)
-                fitted.notes.append(
-                    f"fitted and curated knowledge without group(s) {', '.join(copied)}: "
-                    f"{context.library_id or 'the scored library'} lists cohorts with exactly their codes, "
-                    f"or nearly (Jaccard >= {COPY_JACCARD})"
-                )
             fitted.notes += [f"not used for fitting: {problem}" for problem in broken]
-            fitted = _FITTED.remember(key, without_copied_lists(context, fitted))
+            routes: dict[str, FittedBuilders] = {}
+            if holdout is not None:  # each copying cohort: the builders fitted without the groups it copies
+                wanted = copy_routes(holdout, libraries, fitted.training_groups)
+                fits: dict[tuple[str, ...], FittedBuilders] = {}
+                for combo in sorted(set(wanted.values())):
+                    routed = fit_builders(
+                        context.con, context.dense, held_out, libraries, progress, also_held_out=[*extra, *combo]
+                    )
+                    fits[combo] = without_copied_lists(context, routed, holdout)
+                routes = {query: fits[combo] for query, combo in wanted.items()}
+                holdout = _with_routes(holdout, wanted)
+            fitted = without_copied_lists(context, fitted, holdout)
+            if routes and holdout is not None:
+                fitted = replace(fitted, routes=routes, notes=[*fitted.notes, _routes_note(routes, holdout)])
+            fitted = _FITTED.remember(key, fitted)
         run.fitted = fitted  # the fit in hand: a clear of the caches meanwhile does not lose it
         return fitted
 
@@ -122,39 +133,107 @@ def _scored_stamp(context: MethodContext) -> tuple[str, str]:
         return context.library_path, "unreadable"
 
 
-def _copied_groups(context: MethodContext, fitted: FittedBuilders) -> set[str]:
-    """Groups listing a cohort with exactly (or nearly) the codes of one of the scored library's, not yet hidden.
+def copy_holdout_for(
+    context: MethodContext, fitted: FittedBuilders, libraries: Sequence[Library] = ()
+) -> CopyHoldout | None:
+    """What the near-copy guard holds out for the scored library (:func:`~phenoforge.setbuild.transfer.copy_holdout`):
+    the knowledge's cohorts that are near copies of its lists, and the groups copying from which is systemic.
 
     Only for a scored library outside the knowledge (a user's import, a directory not installed): it
     declares its own group, so a copy of a bundled library under another id would be scored with the
     lists it copies. A bundled library's identical lists in another group stay (that is the transfer).
+    None: not such a library.
     """
     if fitted.knowledge is None or not context.library_path:
-        return set()
+        return None
     try:
         library = load_library(Path(context.library_path))
     except LibraryError:
-        return set()
+        return None
     view = fitted.knowledge
     known = {cohort.library_id for cohort in view.knowledge.cohorts}
     if library.library_id in known and not is_user_import(library):
-        return set()
-    return copied_groups(context.con, context.hierarchy, view.knowledge, library) - view.excluded
+        return None
+    return copy_holdout(context.con, context.hierarchy, view.knowledge, library, view.excluded, libraries)
 
 
-def without_copied_lists(context: MethodContext, fitted: FittedBuilders) -> FittedBuilders:
-    """``fitted`` whose curated knowledge also hides every group listing a cohort the scored library copies
-    (exactly or nearly: :data:`~phenoforge.setbuild.transfer.COPY_JACCARD`)."""
-    copied = _copied_groups(context, fitted)
-    if not copied or fitted.knowledge is None:
+def without_copied_lists(
+    context: MethodContext, fitted: FittedBuilders, holdout: CopyHoldout | None = None
+) -> FittedBuilders:
+    """``fitted`` whose curated knowledge also hides every cohort that is a near copy of one the scored library
+    lists (Jaccard >= :data:`~phenoforge.setbuild.transfer.COPY_JACCARD`), and whole every group copying from
+    which is systemic; ``holdout``: the guard's answer when the caller has it (computed otherwise)."""
+    holdout = holdout if holdout is not None else copy_holdout_for(context, fitted, list_libraries(errors=[]))
+    if holdout is None or fitted.knowledge is None:
         return fitted
-    view = fitted.knowledge
     library_id = context.library_id or "the scored library"
-    note = (
-        f"curated knowledge without group(s) {', '.join(sorted(copied))}: "
-        f"{library_id} lists cohorts with exactly their codes, or nearly (Jaccard >= {COPY_JACCARD})"
+    notes = [f"near-copy guard: {holdout.summary()}"]
+    if holdout.groups:
+        notes.append(
+            f"fitted and curated knowledge without group(s) {', '.join(sorted(holdout.groups))}: "
+            f"{library_id} lists cohorts with exactly their codes, or nearly (Jaccard >= {COPY_JACCARD}), "
+            f"systemically ({'; '.join(f'{g}: {why}' for g, why in sorted(holdout.groups.items()))})"
+        )
+    cohorts = [pair for pair in holdout.pairs if pair.library_id not in _libraries_of(fitted, holdout.groups)]
+    if cohorts:
+        shown = ", ".join(
+            f"{p.scored_cohort} ~ {p.library_id}/{p.cohort_id} ({p.jaccard:.2f})" for p in cohorts[:PAIRS_SHOWN]
+        )
+        more = f" and {len(cohorts) - PAIRS_SHOWN} more" if len(cohorts) > PAIRS_SHOWN else ""
+        notes.append(
+            f"curated knowledge without {len({(p.library_id, p.cohort_id) for p in cohorts})} cohort(s) "
+            f"{library_id} lists nearly the codes of (Jaccard >= {COPY_JACCARD}), and each of its cohorts that "
+            f"does without the group it copies: {shown}{more}"
+        )
+    per_query: dict[str, set[str]] = {}  # a scored cohort that nearly copies a group's list sees none of the group
+    for pair in holdout.pairs:
+        per_query.setdefault(pair.scored_name, set()).update(pair.groups)
+    view = fitted.knowledge.without(holdout.groups, holdout.held_out_cohorts, per_query)
+    return replace(fitted, knowledge=view, notes=[*fitted.notes, *notes], held_out=holdout)
+
+
+def copy_routes(
+    holdout: CopyHoldout, libraries: Sequence[Library], training_groups: Sequence[str]
+) -> dict[str, tuple[str, ...]]:
+    """Scored cohort name -> the groups (as the installed libraries declare them) the builders answering it
+    must be fitted without: those of the bundled cohorts it nearly copies that the fit still trains on."""
+    named = {lib.library_id: library_group(lib.manifest) for lib in libraries}
+    trained = set(training_groups)
+    wanted: dict[str, set[str]] = {}
+    for pair in holdout.pairs:
+        groups = {named[pair.library_id]} if pair.library_id in named else set(pair.groups)
+        wanted.setdefault(pair.scored_name, set()).update(groups & trained)
+    return {query: tuple(sorted(groups)) for query, groups in wanted.items() if groups}
+
+
+def _with_routes(holdout: CopyHoldout, wanted: dict[str, tuple[str, ...]]) -> CopyHoldout:
+    fitted_without = {
+        pair.scored_cohort: list(wanted[pair.scored_name]) for pair in holdout.pairs if pair.scored_name in wanted
+    }
+    return holdout.model_copy(update={"fitted_without": fitted_without})
+
+
+def _routes_note(routes: dict[str, FittedBuilders], holdout: CopyHoldout) -> str:
+    combos: dict[str, int] = {}
+    for groups in holdout.fitted_without.values():
+        combos[", ".join(groups)] = combos.get(", ".join(groups), 0) + 1
+    said = "; ".join(f"without {combo}: {n}" for combo, n in sorted(combos.items()))
+    return (
+        f"{len(holdout.fitted_without)} scored cohort(s) that nearly copy a bundled list are answered by builders "
+        f"fitted without the copied group(s), as that group's own cohorts are ({said})"
     )
-    return replace(fitted, knowledge=view.knowledge.view(view.excluded | copied), notes=[*fitted.notes, note])
+
+
+PAIRS_SHOWN = 10
+"""Held-out pairs a note names (the report's ``held_out`` lists every one)."""
+
+
+def _libraries_of(fitted: FittedBuilders, groups: Iterable[str]) -> set[str]:
+    """The knowledge's libraries in one of ``groups``."""
+    wanted = set(groups)
+    if fitted.knowledge is None or not wanted:
+        return set()
+    return {c.library_id for c in fitted.knowledge.knowledge.cohorts if c.groups & wanted}
 
 
 def clear_fitted() -> None:
@@ -234,7 +313,14 @@ def current_fit_files(
         held_out, extra = scoring_fit_groups(lib.library_id, _harness_group(lib))
         held = held_out_groups(held_out, extra)
         trained_groups = {g for train in training_libraries(libraries, held) for g in groups_of(train)}
-        copied = sorted((copied_groups(con, hierarchy, knowledge, lib) - set(held)) & trained_groups)
+        holdout = copy_holdout(con, hierarchy, knowledge, lib, held, libraries)
+        copied = sorted(set(holdout.groups) & trained_groups)
         if copied:  # as ``fitted_for``: fitted again without the groups whose lists it copies
-            found.append(stored_fit_files(hierarchy, dense, libraries, held_out, [*extra, *copied]))
+            extra = [*extra, *copied]
+            found.append(stored_fit_files(hierarchy, dense, libraries, held_out, extra))
+            trained_groups = {
+                g for train in training_libraries(libraries, held_out_groups(held_out, extra)) for g in groups_of(train)
+            }
+        for combo in sorted(set(copy_routes(holdout, libraries, sorted(trained_groups)).values())):
+            found.append(stored_fit_files(hierarchy, dense, libraries, held_out, [*extra, *combo]))
     return found, unknown

@@ -90,6 +90,7 @@ def build_for(context: MethodContext, builder: str, query: str, fitted: FittedBu
     A query the retrievers refuse (empty, SQL, too long, no English word) gets their reason, not
     "no retriever returned a code".
     """
+    fitted = fitted.for_query(query)  # a cohort that nearly copies a bundled list: the builders fitted without it
     problem = query_problem(query)
     if problem is not None:
         return BuiltSet(method=builder, query=str(query)[:200], notes=[f"no results: {problem}"])
@@ -165,7 +166,16 @@ def built_sets(context: MethodContext, builder: str, queries: Sequence[str], fit
     if any(query not in mine for query in queries):
         wanted = [name for name in builder_names() if name == builder or name in context.methods]
         wanted = [name for name in wanted if name not in waiting and name not in run.failed]
-        _build_pass(context, wanted, list(dict.fromkeys(queries)), fitted)
+        by_fit: dict[int, tuple[FittedBuilders, list[str]]] = {}  # queries routed to other builders pass apart
+        for query in dict.fromkeys(queries):
+            answering = fitted.for_query(query)
+            by_fit.setdefault(id(answering), (answering, []))[1].append(query)
+        if len(by_fit) > 1:  # every query's corrected form ranked in one call, as a single pass ranks them
+            every = list(dict.fromkeys([*queries, *context.queries]))
+            unranked = [q for q in every if q not in run.prepared and not _handled_before_retrieval(context, q)]
+            _prefetch_corrected(context, unranked)
+        for answering, routed in by_fit.values():
+            _build_pass(context, wanted, routed, answering)
         mine = waiting.get(builder, {})
     failure = run.failed.pop(builder, None)
     if failure is not None:  # a plug-in builder failed in the shared pass: its own method fails, nothing else
@@ -224,7 +234,8 @@ def _build_pass(context: MethodContext, builders: list[str], queries: list[str],
             if query in built:
                 built[query] = _with_ignored_words(query, built[query])
     waiting = run.built
-    waiting.update(sets)
+    for name, built in sets.items():  # beside the sets another pass of this call built (other builders' queries)
+        waiting.setdefault(name, {}).update(built)
 
 
 def _prefetch_corrected(context: MethodContext, queries: list[str]) -> None:
@@ -251,14 +262,14 @@ def _handled_before_retrieval(context: MethodContext, query: str) -> bool:
 def library_context_of(context: MethodContext, queries: Sequence[str], fitted: FittedBuilders) -> LibraryContext | None:
     """The names of the scored library's cohorts as each other's context (every name its manifest lists, else
     ``queries``), when a library is scored, a model fitted with the context columns is there, and at least
-    two distinct names reach the retrievers. Made once per run and fitted model."""
+    two distinct names reach the retrievers. Made once per run (every fitted model of the run reads the same)."""
     if fitted.context_model is None or not context.library_id:
         return None
     listed = _library_names(context) or list(queries)
     names = tuple(q for q in dict.fromkeys(listed) if not _handled_before_retrieval(context, q))
     run = _run(context)
     memo = run.library_context
-    if memo is not None and memo[0] is fitted.context_model and memo[1] == names:
+    if memo is not None and memo[1] == names:  # the names' signatures: the same for every model (routes too)
         return memo[2]
     made = _library_context(context, names) if len(names) >= 2 else None
     run.library_context = (fitted.context_model, names, made)

@@ -137,7 +137,12 @@ def make_setup(builder: str) -> Callable[[MethodContext], MethodSetup]:
                 f"not this run's {context.dense_weight}"
             )
         return MethodSetup(
-            trained_on=list(fitted.training_libraries), degraded=degraded, notes=notes, state=fitted, fits=fitted.origin
+            trained_on=list(fitted.training_libraries),
+            degraded=degraded,
+            notes=notes,
+            state=fitted,
+            held_out=fitted.held_out,
+            fits=fitted.origin,
         )
 
     return setup

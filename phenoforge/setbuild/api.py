@@ -30,6 +30,7 @@ from phenoforge.config import ProgressCallback, no_progress
 from phenoforge.engine.curated import Library, list_libraries
 from phenoforge.engine.expansion import Hierarchy, get_hierarchy
 from phenoforge.errors import PhenoforgeError
+from phenoforge.eval.models import CopyHoldout
 from phenoforge.locks import lock_if_writable
 from phenoforge.memory import collections_paused
 from phenoforge.setbuild.builders import (
@@ -107,6 +108,15 @@ class FittedBuilders:
     """which fit this is, so two users can tell whether their figures should agree: ``shipped fit <content
     signature>`` (installed from the fits shipped with phenoforge, the same on every machine) or ``local fit
     <signature>`` (made here)"""
+    held_out: CopyHoldout | None = None
+    """what the near-copy guard held out for the scored library (None: a library of the knowledge, a free query)"""
+    routes: dict[str, FittedBuilders] = field(default_factory=dict)
+    """query -> the builders that answer it instead: a scored cohort that nearly copies a bundled list is
+    answered by builders fitted without that list's group (``for_query``)"""
+
+    def for_query(self, query: str) -> FittedBuilders:
+        """The builders that answer ``query``: its route when it has one, else these."""
+        return self.routes.get(query, self)
 
     def builder(self, name: str) -> SetBuilder:
         """The fitted builder ``name`` (``UnknownBuilder`` for a name nothing registered)."""

@@ -12,7 +12,7 @@ import logging
 import re
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,10 +104,23 @@ class CuratedKnowledge:
     _query_vectors: dict[str, np.ndarray] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def view(self, excluded_groups: Iterable[str]) -> KnowledgeView:
+    def view(
+        self,
+        excluded_groups: Iterable[str],
+        excluded_cohorts: Iterable[tuple[str, str]] = (),
+        query_groups: Mapping[str, Iterable[str]] | None = None,
+    ) -> KnowledgeView:
+        """The knowledge minus every cohort of ``excluded_groups``, minus the single cohorts ``excluded_cohorts``
+        names (library id, cohort id: near copies of a scored library's lists), and, for a query that
+        ``query_groups`` names, minus those groups too (the scored cohort that nearly copies one of their lists)."""
         excluded = frozenset(g for g in excluded_groups if g)
-        keep = np.array([not (c.groups & excluded) for c in self.cohorts], dtype=bool)
-        return KnowledgeView(self, excluded, keep)
+        hidden = frozenset(excluded_cohorts)
+        keep = np.array(
+            [not (c.groups & excluded) and (c.library_id, c.cohort_id) not in hidden for c in self.cohorts],
+            dtype=bool,
+        )
+        per_query = {query: frozenset(groups) for query, groups in (query_groups or {}).items() if groups}
+        return KnowledgeView(self, excluded, keep, hidden, per_query)
 
     def query_vector(self, query: str) -> np.ndarray | None:
         if self.embed is None or self.vectors is None:
@@ -153,6 +166,11 @@ class KnowledgeView:
     knowledge: CuratedKnowledge
     excluded: frozenset[str]
     keep: np.ndarray
+    excluded_cohorts: frozenset[tuple[str, str]] = frozenset()
+    """single cohorts (library id, cohort id) hidden besides the excluded groups' (near copies of scored lists)"""
+    query_groups: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """query -> groups hidden from that query alone: a scored cohort whose list nearly copies one of a group's
+    sees none of the group, as the group's own cohorts see none of it in the bundled benchmark"""
     _recent: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict, repr=False, compare=False)
     """the latest queries' similarities: the learned features, its provenance note and curated_transfer
     each match the same query (three times per cohort in a benchmark)"""
@@ -160,6 +178,26 @@ class KnowledgeView:
     @property
     def cohorts(self) -> list[KnownCohort]:
         return [c for c, k in zip(self.knowledge.cohorts, self.keep.tolist(), strict=True) if k]
+
+    def without(
+        self,
+        groups: Iterable[str] = (),
+        cohorts: Iterable[tuple[str, str]] = (),
+        query_groups: Mapping[str, Iterable[str]] | None = None,
+    ) -> KnowledgeView:
+        """This view minus further ``groups``, single ``cohorts`` (library id, cohort id) and, per query, the
+        groups ``query_groups`` names for it."""
+        per_query: dict[str, set[str]] = {query: set(hidden) for query, hidden in self.query_groups.items()}
+        for query, hidden in (query_groups or {}).items():
+            per_query.setdefault(query, set()).update(hidden)
+        return self.knowledge.view(self.excluded | set(groups), self.excluded_cohorts | set(cohorts), per_query)
+
+    def visible_for(self, query: str) -> np.ndarray:
+        """Which of the knowledge's cohorts ``query`` may see: the view's, less the groups hidden from it alone."""
+        hidden = self.query_groups.get(query)
+        if not hidden:
+            return self.keep
+        return self.keep & ~np.array([bool(c.groups & hidden) for c in self.knowledge.cohorts], dtype=bool)
 
     @property
     def groups(self) -> list[str]:
@@ -188,12 +226,13 @@ class KnowledgeView:
             out = 0.5 * out + 0.5 * cosines.astype(np.float32).astype(np.float64)
         sign = polarity(query)
         out -= POLARITY_PENALTY * np.array([c.polarity != sign for c in self.knowledge.cohorts], dtype=np.float64)
-        out[~self.keep] = -1.0
+        out[~self.visible_for(query)] = -1.0
         return out
 
     def matches(self, query: str, depth: int = MATCH_DEPTH) -> list[Match]:
-        """The ``depth`` best-matching cohorts of the view, best first."""
-        if not self.keep.any():
+        """The ``depth`` best-matching cohorts of the view ``query`` may see, best first."""
+        visible = self.visible_for(query)
+        if not visible.any():
             return []
         sims = self._recent.get(query)
         if sims is None:
@@ -201,5 +240,5 @@ class KnowledgeView:
             self._recent[query] = sims
             while len(self._recent) > RECENT_QUERIES:
                 self._recent.popitem(last=False)
-        order = np.argsort(-sims, kind="stable")[: min(depth, int(self.keep.sum()))]
+        order = np.argsort(-sims, kind="stable")[: min(depth, int(visible.sum()))]
         return [Match(self.knowledge.cohorts[i], float(sims[i])) for i in order]

@@ -47,12 +47,14 @@ from phenoforge.setbuild.knowledge_store import (
     KNOWLEDGE_FORMAT,
     KnowledgeFileError,
     copied_groups,
+    copy_holdout,
     curated_knowledge,
     embed_fn_of,
     embed_identity_of,
     knowledge_digest,
     knowledge_path,
     load_knowledge,
+    near_copy_pairs,
     save_knowledge,
 )
 from phenoforge.setbuild.models import BuiltSet
@@ -237,6 +239,8 @@ __all__ = [  # what other modules read here (the knowledge and its store are re-
     "KnowledgeLeakError",
     "KnowledgeView",
     "copied_groups",
+    "copy_holdout",
+    "near_copy_pairs",
     "curated_knowledge",
     "embed_fn_of",
     "embed_identity_of",

@@ -297,3 +297,38 @@ def test_an_unfinished_run_is_listed_as_such_and_reopening_it_says_why(app: Call
     assert not at.exception
     assert any("did not finish: 0 result(s) were stored" in w.value for w in at.warning)
     assert not any(h.value.startswith("Run ") for h in at.subheader)
+
+
+def test_a_reopened_run_shows_the_held_out_pairs_and_its_degraded_set_builders(
+    app: Callable[[str], AppTest], dash: Path, dash_con: duckdb.DuckDBPyConnection
+) -> None:
+    """The near-copy guard's pairs (which, how many, why) and an untrained set builder's warning, on the page."""
+    from phenoforge.eval.models import CopyHoldout, CopyPair
+
+    report = run_benchmark(dash_con, dash / "libraries" / LIBRARY_DIR, COHORTS[:2], methods=["bm25"])
+    holdout = CopyHoldout(
+        threshold=0.8,
+        systemic_share=0.5,
+        scored_cohorts=2,
+        pairs=[
+            CopyPair(
+                scored_cohort="503", library_id="cms-hcc-v28-x", cohort_id="v28-HCC1", jaccard=0.91, groups=["cms-hcc"]
+            )
+        ],
+    )
+    report.methods["bm25"] = report.methods["bm25"].model_copy(
+        update={"held_out": holdout, "degraded": "no bundled library to fit on: untuned defaults"}
+    )
+    report = type(report).model_validate_json(report.model_dump_json())  # as saved: status from degraded
+    assert report.methods["bm25"].status.startswith("degraded: ")
+    parameters = app_state.BenchmarkParameters(methods=["bm25"], k=10, dense_weight=0.5, cohort_ids=COHORTS[:2])
+    run_id = app_state.save_benchmark_run(report, parameters, "ohdsi-fixture", "/x", "rel", "b1", "2026-12-07T00:00:00")
+    at = app("pages/1_Benchmark.py").run()
+    at.selectbox(key="bench_reopen").set_value(run_id).run()
+    assert not at.exception
+    assert any("bm25: degraded: no bundled library to fit on" in shown(w.value) for w in at.warning)
+    guard = [shown(i.value) for i in at.info if i.value.startswith("Near-copy guard")]
+    assert guard and "1 bundled cohort(s) held out" in guard[0] and "Jaccard >= 0.8" in guard[0], guard
+    pairs = frame_with(at, "bundled cohort")
+    assert list(pairs["scored cohort"]) == ["503"] and list(pairs["held out"]) == ["this cohort"]
+    assert list(pairs["Jaccard"]) == [0.91]

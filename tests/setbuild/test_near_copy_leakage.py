@@ -67,7 +67,9 @@ def test_an_overlapping_but_independent_list_keeps_the_knowledge(fixture_con: du
     assert not any("lists cohorts with exactly their codes" in n for n in fitted.notes)
 
 
-def test_the_benchmark_report_names_the_held_out_group(fixture_con: duckdb.DuckDBPyConnection) -> None:
+def test_the_benchmark_report_names_the_held_out_pairs(fixture_con: duckdb.DuckDBPyConnection) -> None:
+    """One of the two scored cohorts copies a bundled list (a minority of the library and of every group):
+    that bundled cohort is held out, its group stays, and the report names the pair."""
     installed = _install_development_libraries()
     hcc = installed[HCC_ID]
     cohorts = {
@@ -77,5 +79,8 @@ def test_the_benchmark_report_names_the_held_out_group(fixture_con: duckdb.DuckD
     copy = write_icd_library(libraries_dir() / "mine", cohorts, library_id="my-conditions")
     _mark_imported(copy)
     report = run_benchmark(fixture_con, copy, ["dm2", "hf"], methods=["curated_transfer"])
-    notes = report.methods["curated_transfer"].notes
-    assert any("without group(s) cms-hcc" in n and "or nearly" in n for n in notes), notes
+    record = report.methods["curated_transfer"]
+    assert record.held_out is not None and not record.held_out.groups
+    assert {(p.scored_cohort, p.library_id, p.cohort_id) for p in record.held_out.pairs} >= {("dm2", HCC_ID, "dm2")}
+    assert any("curated knowledge without" in n and f"dm2 ~ {HCC_ID}/dm2" in n for n in record.notes), record.notes
+    assert HCC_ID in record.trained_on
