@@ -39,6 +39,9 @@ class LibraryMarker(BaseModel):
     format: Literal["phenoforge-library/1"]
     library_id: str
     manifest_sha256: str
+    files_sha256: dict[str, str] = {}
+    """each cohort file's digest as written (empty in markers written before it was recorded): ``--force``
+    replaces a library only when every file is still as phenoforge wrote it"""
 
 
 class Citation(BaseModel):
@@ -226,6 +229,19 @@ def _foreign_content(folder: Path, adopt_unmarked: bool) -> str | None:
         marker.library_id != manifest.library_id or marker.manifest_sha256 != hashlib.sha256(manifest_bytes).hexdigest()
     ):
         return f"has a {MANIFEST} that is not the one phenoforge wrote there (edited, or a forged {LIBRARY_MARKER})"
+    if marker is not None and not adopt_unmarked:
+        changed = []
+        for entry in manifest.cohorts:
+            written = marker.files_sha256.get(entry.file)
+            try:
+                now = hashlib.sha256((folder / entry.file).read_bytes()).hexdigest()
+            except OSError:
+                now = None
+            if written is None or now != written:
+                changed.append(entry.file)
+        if changed:  # a marker of before the digests were recorded cannot prove the cohort files: not replaced
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            return f"has cohort files that are not as phenoforge wrote them (edited, removed or unproven: {shown})"
     expected = {MANIFEST, LIBRARY_MARKER, *(entry.file for entry in manifest.cohorts)}
     expected |= {str(Path(name).parent) for name in expected} - {"."}
     children = list(folder.rglob("*"))  # does not follow links into folders: a link is itself foreign
@@ -296,15 +312,19 @@ def write_library(
     try:
         try:
             (tmp / "cohorts").mkdir(parents=True)
+            written: dict[str, str] = {}
             for entry in manifest.cohorts:
                 (tmp / entry.file).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / entry.file).write_text(json.dumps(definitions[entry.cohort_id], indent=1), encoding="utf-8")
+                data = json.dumps(definitions[entry.cohort_id], indent=1).encode("utf-8")
+                (tmp / entry.file).write_bytes(data)
+                written[entry.file] = hashlib.sha256(data).hexdigest()
             manifest_bytes = manifest.model_dump_json(indent=1).encode("utf-8")
             (tmp / MANIFEST).write_bytes(manifest_bytes)
             marker = LibraryMarker(
                 format=LIBRARY_FORMAT,
                 library_id=manifest.library_id,
                 manifest_sha256=hashlib.sha256(manifest_bytes).hexdigest(),
+                files_sha256=written,
             )
             (tmp / LIBRARY_MARKER).write_text(marker.model_dump_json(indent=1), encoding="utf-8")
         except OSError as error:

@@ -215,6 +215,27 @@ def test_import_refuses_to_overwrite_without_force(fixture_con: duckdb.DuckDBPyC
     assert load_library(dest).cohort_ids == ["asthma"]
 
 
+def test_force_keeps_a_library_whose_cohort_file_the_user_rewrote(
+    fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    """The marker proved only the manifest: a cohort file edited by hand was deleted by ``--force``."""
+    first = tmp_path / "a.csv"
+    first.write_text("cohort_id,cohort_name,code\nhf,Heart failure,I50.9\n", encoding="utf-8")
+    dest = tmp_path / "lib"
+    import_library_csv(fixture_con, first, dest)
+    cohort_file = dest / load_library(dest).manifest.cohorts[0].file
+    edited = cohort_file.read_text(encoding="utf-8").replace("I50.9", "I50.21")
+    cohort_file.write_text(edited, encoding="utf-8")
+    second = tmp_path / "b.csv"
+    second.write_text("cohort_id,cohort_name,code\nasthma,Asthma,J45.909\n", encoding="utf-8")
+    with pytest.raises(LibraryError, match="not as phenoforge wrote them"):
+        import_library_csv(fixture_con, second, dest, overwrite=True)
+    assert cohort_file.read_text(encoding="utf-8") == edited  # the user's edit is kept
+    cohort_file.unlink()  # a removed cohort file is not as written either
+    with pytest.raises(LibraryError, match="not as phenoforge wrote them"):
+        import_library_csv(fixture_con, second, dest, overwrite=True)
+
+
 def test_import_refuses_bundled_folders(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
     path = tmp_path / "a.csv"
     path.write_text("cohort_id,cohort_name,code\nhf,Heart failure,I50.9\n", encoding="utf-8")
