@@ -174,15 +174,20 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_edit(args: argparse.Namespace) -> int:
     base = store.load_ref(args.ref)
+    if not base.signed_off:  # its codes are not known to be the reviewer's: never signed again unseen
+        if not args.from_unsigned:
+            raise PhenoforgeError(
+                f"{base.ref} is not signed off ({base.signature_check.message}): an edit would sign its codes "
+                "under your name; check them (version show), then pass --from-unsigned to edit it anyway"
+            )
+        print(f"warning: {base.ref} is not signed off; your edit signs its codes as they are now", file=sys.stderr)
     latest = store.version_numbers(base.list_id)[-1]  # what this edit sees as it starts
     result = store.amend(base, _connect(), args.reviewer, args.note, args.add or [], args.remove or [], seen=latest)
     _print_notes(result.notes)  # a version saved by someone else meanwhile, whichever version was edited
     if latest != base.number:
         print(f"note: you edited version {base.number}; version {latest} is the latest and is kept", file=sys.stderr)
-    print(
-        f"version {base.number} is signed off and stays as it is; your edit is {result.version.ref} "
-        f"({len(result.version.codes)} codes)"
-    )
+    kept = "is signed off and stays as it is" if base.signed_off else "is not signed off and stays as it is"
+    print(f"version {base.number} {kept}; your edit is {result.version.ref} ({len(result.version.codes)} codes)")
     return 0
 
 
@@ -259,6 +264,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     edit.add_argument("--note", required=True, help="why: each changed code's reason")
     edit.add_argument("--add", nargs="+", metavar="CODE", help="codes to add")
     edit.add_argument("--remove", nargs="+", metavar="CODE", help="codes to remove")
+    edit.add_argument(
+        "--from-unsigned",
+        action="store_true",
+        help="edit a version that is not signed off (its codes are then signed under your name as they are)",
+    )
     edit.set_defaults(func=cmd_edit)
     export = vsub.add_parser(
         "export", help="a version as CSV (code, description, provenance, decision, reason) or a FHIR ValueSet"

@@ -361,7 +361,8 @@ def current_codes(hierarchy: Hierarchy) -> dict[str, int]:
 
 def release_counts(table: ReleaseTable, hierarchy: Hierarchy) -> ReleaseCounts:
     """Added, deleted and retitled codes between ``table`` and the open vocabulary (memoised per build)."""
-    cache_key = (table.source, hierarchy.build_id)
+    # the table's size too: two tables read from files of one name (a test's, the package's) are not one release
+    cache_key = (f"{table.release}|{table.source}|{len(table.titles)}|{len(table.billable)}", hierarchy.build_id)
     found = _COUNTS.get(cache_key)
     if found is not None:
         return found

@@ -92,7 +92,8 @@ def _read_key(path: Path) -> Ed25519PrivateKey:
         if info.st_mode & 0o077:
             raise SigningError(
                 f"the signing key {path} can be read or written by other users (mode {stat.S_IMODE(info.st_mode):o}):"
-                f" make it private (`chmod 600 {path}`) or move it aside to make a new one"
+                f" make it private (`chmod 600 {path}`); moving it aside makes a new key, and the versions signed"
+                " with this one then no longer verify here"
             )
         data = os.read(handle, MAX_KEY_BYTES + 1)
     finally:
@@ -145,6 +146,19 @@ def known_public_key(reviewer: str) -> str | None:
         return None
 
 
+def key_problem(reviewer: str) -> str | None:
+    """Why the key this computer holds for ``reviewer`` cannot be used (its mode, its kind), None when it can
+    or when there is none: a reader is told that, not that the key is missing."""
+    path = key_path(reviewer)
+    if not os.path.lexists(path):
+        return None
+    try:
+        _read_key(path)
+    except SigningError as error:
+        return str(error)
+    return None
+
+
 def sign(content: bytes, key: Ed25519PrivateKey) -> tuple[str, str]:
     """(signature, public key), both base64."""
     return base64.b64encode(key.sign(content)).decode("ascii"), _public_text(key.public_key())
@@ -166,6 +180,9 @@ def verify(content: bytes, reviewer: str, signature: str, public_key: str) -> Si
             state="bad",
             message="badly signed: the signature does not match the content (edited after sign-off?); not signed off",
         )
+    exposed = key_problem(reviewer)
+    if exposed is not None:
+        return SignatureCheck(state="unknown-key", message=f"not verified here: {exposed}")
     known = known_public_key(reviewer)
     if known is None:
         return SignatureCheck(

@@ -119,7 +119,12 @@ def read_reference(con: duckdb.DuckDBPyConnection, spec: str) -> CodeList:
         except UnicodeDecodeError:
             raise PhenoforgeError(f"{spec}: not UTF-8 text; save the list as UTF-8") from None
         return CodeList(name=path.name, kind="file", codes=codes_of_text(text, spec))
+    if path.is_dir():
+        raise PhenoforgeError(f"{spec} is a folder, not a file of codes: give a CSV or a text file")
     library, _, cohort = spec.rpartition("/")
+    if library and cohort and (path.is_absolute() or path.parent.is_dir() or spec.startswith(".")):
+        # a path into a folder that exists (or an absolute one) is a file that is not there, not LIBRARY/COHORT
+        raise PhenoforgeError(f"{spec}: no such file (give a CSV or a text file of codes, or LIBRARY/COHORT)")
     if library and cohort:
         return cohort_list(con, library, cohort)
     raise PhenoforgeError(
@@ -168,7 +173,11 @@ def version_list(ref: str) -> CodeList:
         name=f"version:{version.ref}",
         kind="version",
         codes=version.code_list,
-        notes=[f"Signed off by {version.reviewer} at {version.saved_at}."],
+        notes=[
+            f"Signed off by {version.reviewer} at {version.saved_at}."
+            if version.signed_off
+            else f"NOT SIGNED OFF: {version.signature_check.message} (names {version.reviewer} at {version.saved_at})."
+        ],
     )
 
 

@@ -58,8 +58,10 @@ CodeDecision = Literal["curated", "accept", "added", "reject", "removed"]
 in an edit; reject: rejected at the gate; removed: taken out by hand in an edit (the last two are kept apart
 from the list's codes, in ``excluded``)."""
 
-LIST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
-_VERSION_FILE = re.compile(r"^v(?P<number>\d{4,})\.json$")
+LIST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+"""Matched whole (``fullmatch``): a name with a trailing newline is no list's name."""
+_VERSION_FILE = re.compile(r"v(?P<number>[0-9]{4,})\.json")
+"""Matched whole: ASCII digits only, and no more than the four a version number is written with below 10,000."""
 MAX_TEXT = 2000
 
 
@@ -159,7 +161,7 @@ def _root(root: Path | None) -> Path:
 def check_list_id(list_id: str) -> str:
     """``list_id`` if it can name a folder (letters, digits, '.', '_', '-', at most 80); else a VersionError."""
     text = str(list_id).strip()
-    if not LIST_ID.match(text) or text in {".", ".."}:
+    if not LIST_ID.fullmatch(text) or text in {".", ".."}:
         raise VersionError(
             f"{list_id!r} cannot name a list: use letters, digits, '.', '_' or '-' (at most 80, starting with a "
             "letter or digit), e.g. heart-failure-adults"
@@ -221,7 +223,11 @@ def _numbers(folder: Path) -> list[int]:
         names = [child.name for child in folder.iterdir()]
     except FileNotFoundError:
         return []
-    return sorted(int(match["number"]) for name in names if (match := _VERSION_FILE.match(name)))
+    return sorted(
+        int(match["number"])
+        for name in names
+        if (match := _VERSION_FILE.fullmatch(name)) and name == f"v{int(match['number']):04d}.json"
+    )
 
 
 def version_numbers(list_id: str, root: Path | None = None) -> list[int]:
@@ -233,7 +239,7 @@ def list_ids(root: Path | None = None) -> list[str]:
     """Every list with at least one version, by name."""
     base = _root(root)
     try:
-        folders = sorted(child for child in base.iterdir() if child.is_dir() and LIST_ID.match(child.name))
+        folders = sorted(child for child in base.iterdir() if child.is_dir() and LIST_ID.fullmatch(child.name))
     except FileNotFoundError:
         return []
     return [folder.name for folder in folders if _numbers(folder)]
@@ -363,7 +369,7 @@ def _peek(path: Path) -> tuple[str, str, str]:
     try:
         payload = json.loads(read_record(path))
         return str(payload.get("reviewer", "")), str(payload.get("saved_at", "")), str(payload.get("description", ""))
-    except (VersionError, ValueError, AttributeError):
+    except (VersionError, ValueError, AttributeError, RecursionError):
         return "", "", ""
 
 
@@ -420,7 +426,7 @@ def load_version(list_id: str, number: int | None = None, root: Path | None = No
         payload = json.loads(read_record(path))
     except VersionError as error:
         raise VersionError(f"version {number} of {list_id} cannot be read: {error}") from None
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: brackets nested past what json reads
         raise VersionError(f"version {number} of {list_id} cannot be read ({path}: {error})") from None
     if not isinstance(payload, dict) or payload.get("format") not in READABLE_FORMATS:
         found = payload.get("format") if isinstance(payload, dict) else None
