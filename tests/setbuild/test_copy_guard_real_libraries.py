@@ -31,7 +31,10 @@ pytestmark = pytest.mark.slow
 def bundled(real_con: duckdb.DuckDBPyConnection, tmp_path_factory: pytest.TempPathFactory) -> list[Library]:  # noqa: F811
     root = tmp_path_factory.mktemp("bundled-libraries")
     build_bundled_libraries(real_con, root=root)
-    return [load_library(path) for path in sorted(root.iterdir()) if (path / "manifest.json").is_file()]
+    libraries = [load_library(path) for path in sorted(root.iterdir()) if (path / "manifest.json").is_file()]
+    # AHRQ CCS is bundled too (issue 41): these tests import it as the independent classification it is to
+    # the other libraries, so the knowledge is every bundled library but CCS
+    return [library for library in libraries if library_group(library.manifest) != "ahrq-ccs"]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,7 @@ def test_the_one_code_changed_copy_of_each_bundled_library_loses_its_group(
     tmp_path: Path,
 ) -> None:
     hierarchy = get_hierarchy(real_con)
-    assert len(bundled) == 5
+    assert len(bundled) == 6
     for source in bundled:
         copies = one_code_changed(real_con, source)
         library = load_library(write_import(tmp_path / source.library_id, "copy", "copy", copies, "test"))
