@@ -134,3 +134,26 @@ def test_compare_with_a_missing_file_in_a_folder_says_the_file_is_missing(
         err = capsys.readouterr().err
         assert "no library" not in err, err
         assert str(given) in err
+
+
+def test_saving_after_an_unreadable_latest_version_says_it_cannot_be_read(
+    fixture_con: duckdb.DuckDBPyConnection,
+) -> None:
+    """With the latest version unreadable, saving was refused as "copd is a list of ''": a list of nothing."""
+    saved = store.save_version(draft(fixture_con, HF))
+    saved.path.chmod(0o644)
+    saved.path.write_text("not json", encoding="utf-8")
+    with pytest.raises(store.VersionError) as refused:
+        store.save_version(draft(fixture_con, HF))
+    assert "cannot be read" in str(refused.value) and "is a list of ''" not in str(refused.value)
+
+
+def test_a_diff_names_a_side_that_is_not_signed_off(
+    fixture_con: duckdb.DuckDBPyConnection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store.save_version(draft(fixture_con, HF))
+    store.save_version(draft(fixture_con, HF, based_on=1))
+    _forge("hf-adults", 1, reviewer="Mallory")
+    assert main(["version", "diff", "hf-adults@1", "hf-adults@2"]) == 0
+    err = capsys.readouterr().err
+    assert "hf-adults@1 is NOT SIGNED OFF" in err and "hf-adults@2" not in err

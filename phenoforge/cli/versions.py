@@ -157,7 +157,11 @@ def cmd_releases(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    diff = store.diff_versions(store.load_ref(args.first), store.load_ref(args.second))
+    first, second = store.load_ref(args.first), store.load_ref(args.second)
+    for side in (first, second):
+        if not side.signed_off:  # a diff of a forged side is a diff of someone else's list: say so first
+            print(f"warning: {side.ref} is NOT SIGNED OFF ({side.signature_check.message})", file=sys.stderr)
+    diff = store.diff_versions(first, second)
     if args.json:
         print(diff.model_dump_json(indent=2))
         return 0

@@ -291,7 +291,14 @@ def save_version(
                 has = _ranges(existing) if existing else "no version yet"
                 raise VersionError(f"{list_id} has no version {draft.based_on} to base yours on: it has {has}")
             if latest is not None and not other_description:
-                other_text = _peek(folder / f"v{latest:04d}.json")[2]
+                latest_path = folder / f"v{latest:04d}.json"
+                other_text = _peek(latest_path)[2]
+                if not other_text:  # unreadable or damaged: its description is not known, so say that
+                    raise VersionError(
+                        f"{list_id}'s latest version ({latest}) cannot be read, so what the list describes is not "
+                        f"known: `python -m phenoforge version list` names the problem; restore {latest_path} "
+                        "from a backup, or save under another list name (`--into-existing` saves here anyway)"
+                    )
                 if not _same_description(other_text, draft.description):
                     raise VersionError(
                         f"{list_id} is a list of {printable(other_text[:80])!r}; yours describes "
