@@ -23,7 +23,7 @@ import re
 import sqlite3
 import threading
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -224,6 +224,14 @@ def compare_releases(codes: Iterable[str], earlier: ReleaseTable, later: Release
         current_title_kind=later.title_kind,
         counts=counts,
     )
+    return _sorted_into(result, codes, earlier.titles, later.titles)
+
+
+def _sorted_into(
+    result: ListReleaseChanges, codes: Iterable[str], earlier: Mapping[str, str], later: Mapping[str, str]
+) -> ListReleaseChanges:
+    """``result`` with each of ``codes`` sorted by its titles (code key -> title) in the two releases: added,
+    deleted, retitled, or unknown (in neither, or not a code); each code once, in ``codes``' order."""
     seen: set[str] = set()
     for raw in codes:
         key = code_key(raw)
@@ -233,7 +241,7 @@ def compare_releases(codes: Iterable[str], earlier: ReleaseTable, later: Release
         if key in seen:
             continue
         seen.add(key)
-        before, after = earlier.titles.get(key), later.titles.get(key)
+        before, after = earlier.get(key), later.get(key)
         if after is not None and before is None:
             result.added.append(ReleaseChange(code=dotted(key), current_title=after))
         elif after is None and before is not None:
@@ -378,6 +386,22 @@ def release_counts(table: ReleaseTable, hierarchy: Hierarchy) -> ReleaseCounts:
     return _COUNTS.remember(cache_key, counts)
 
 
+class _TitlesOf(Mapping[str, str]):
+    """The open vocabulary's titles by code key, read from the hierarchy as asked (not copied for 98k codes)."""
+
+    def __init__(self, hierarchy: Hierarchy, nodes: Mapping[str, int]) -> None:
+        self._hierarchy, self._nodes = hierarchy, nodes
+
+    def __getitem__(self, key: str) -> str:
+        return self._hierarchy.name[self._nodes[key]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+
 def list_release_changes(
     codes: Iterable[str],
     hierarchy: Hierarchy,
@@ -404,27 +428,4 @@ def list_release_changes(
         current_title_kind=current_title_kind(current_source),
         counts=release_counts(table, hierarchy),
     )
-    seen: set[str] = set()
-    for raw in codes:
-        key = code_key(raw)
-        if key is None:
-            result.unknown.append(str(raw))
-            continue
-        if key in seen:
-            continue
-        seen.add(key)
-        node = now.get(key)
-        earlier = table.titles.get(key)
-        if node is not None and earlier is None:
-            result.added.append(ReleaseChange(code=dotted(key), current_title=hierarchy.name[node]))
-        elif node is None and earlier is not None:
-            result.deleted.append(ReleaseChange(code=dotted(key), earlier_title=earlier))
-        elif node is not None and earlier is not None:
-            if not same_title(earlier, hierarchy.name[node]):
-                result.retitled.append(
-                    ReleaseChange(code=dotted(key), earlier_title=earlier, current_title=hierarchy.name[node])
-                )
-        else:
-            result.unknown.append(str(raw))
-    result.n_codes = len(seen) + sum(1 for raw in result.unknown if code_key(raw) is None)
-    return result
+    return _sorted_into(result, codes, table.titles, _TitlesOf(hierarchy, now))
