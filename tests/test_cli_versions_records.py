@@ -17,28 +17,18 @@ from phenoforge.cli import main
 from phenoforge.config import REPO_ROOT, versions_dir
 from phenoforge.lists import store
 from phenoforge.lists.export import fhir_id, version_fhir
-from tests.lists.conftest import draft, reviewed_session  # noqa: F401  (the fixture)
+from tests.lists.conftest import draft, forge_version, reviewed_session  # noqa: F401  (the fixture)
 from tests.test_cli_versions import cli_vocabulary  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.usefixtures("cli_vocabulary")
 HF = ["I50.21", "I50.22", "I50.9"]
 
 
-def _forge(list_id: str, number: int, **changes: object) -> None:
-    """The version file edited by hand, its digest recomputed (as an older phenoforge or an editor would)."""
-    path = versions_dir() / list_id / f"v{number:04d}.json"
-    payload = json.loads(path.read_text())
-    payload.update(changes)
-    payload["digest"] = store._digest(payload)
-    path.chmod(0o644)
-    path.write_text(json.dumps(payload, ensure_ascii=False))
-
-
 def test_a_forged_version_is_shown_and_exported_as_not_signed_off(
     fixture_con: duckdb.DuckDBPyConnection, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     store.save_version(draft(fixture_con, HF))
-    _forge("hf-adults", 1, reviewer="Mallory")
+    forge_version("hf-adults", 1, reviewer="Mallory")
     assert main(["version", "show", "hf-adults@1"]) == 0
     assert "NOT SIGNED OFF (badly signed" in capsys.readouterr().out
     assert main(["version", "list"]) == 0
@@ -75,7 +65,7 @@ def test_stored_control_characters_are_printed_escaped_everywhere(
     hostile = "ok\x1b[2J\x1b]0;pwned\x07\x9b31m\u202eend"
     payload = json.loads((versions_dir() / "hf-adults" / "v0001.json").read_text())
     payload["codes"][0]["reason"] = hostile
-    _forge("hf-adults", 1, note=hostile, reviewer=hostile, description=hostile, codes=payload["codes"])
+    forge_version("hf-adults", 1, note=hostile, reviewer=hostile, description=hostile, codes=payload["codes"])
     raw = "\x1b\x07\x9b\u202e"
     for argv in (
         ["version", "list"],

@@ -11,21 +11,11 @@ import pytest
 from phenoforge.cli import main
 from phenoforge.config import versions_dir
 from phenoforge.lists import signing, sources, store
-from tests.lists.conftest import draft
+from tests.lists.conftest import draft, forge_version
 from tests.test_cli_versions import cli_vocabulary  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.usefixtures("cli_vocabulary")
 HF = ["I50.21", "I50.22", "I50.9"]
-
-
-def _forge(list_id: str, number: int, **changes: object) -> None:
-    """The version file edited without the key, its digest recomputed."""
-    path = versions_dir() / list_id / f"v{number:04d}.json"
-    payload = json.loads(path.read_text())
-    payload.update(changes)
-    payload["digest"] = store._digest(payload)
-    path.chmod(0o644)
-    path.write_text(json.dumps(payload, ensure_ascii=False))
 
 
 def test_editing_a_forged_version_does_not_call_it_signed_off_nor_sign_its_forged_codes_silently(
@@ -36,7 +26,7 @@ def test_editing_a_forged_version_does_not_call_it_signed_off_nor_sign_its_forge
     saved = store.save_version(draft(fixture_con, HF))
     codes = json.loads(saved.path.read_text())["codes"]
     codes[0]["code"] = "E11.9"  # slipped in by someone without Ann's key
-    _forge("hf-adults", 1, codes=codes)
+    forge_version("hf-adults", 1, codes=codes)
     assert not store.load_version("hf-adults", 1).signed_off
     code = main(["version", "edit", "hf-adults@1", "--reviewer", "Bob", "--note", "add S72", "--add", "S72.001A"])
     out, err = capsys.readouterr()
@@ -51,7 +41,7 @@ def test_the_compare_source_of_a_forged_version_does_not_say_signed_off(
     """The Compare page's caption is `sources.version_list(...).notes`: it said "Signed off by Mallory" for a
     version whose signature does not verify."""
     store.save_version(draft(fixture_con, HF))
-    _forge("hf-adults", 1, reviewer="Mallory")
+    forge_version("hf-adults", 1, reviewer="Mallory")
     listed = sources.version_list("hf-adults@1")
     assert not any(note.startswith("Signed off by") for note in listed.notes), listed.notes
 
@@ -153,7 +143,7 @@ def test_a_diff_names_a_side_that_is_not_signed_off(
 ) -> None:
     store.save_version(draft(fixture_con, HF))
     store.save_version(draft(fixture_con, HF, based_on=1))
-    _forge("hf-adults", 1, reviewer="Mallory")
+    forge_version("hf-adults", 1, reviewer="Mallory")
     assert main(["version", "diff", "hf-adults@1", "hf-adults@2"]) == 0
     err = capsys.readouterr().err
     assert "hf-adults@1 is NOT SIGNED OFF" in err and "hf-adults@2" not in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -9,7 +10,9 @@ import pytest
 
 from phenoforge.agent import nodes
 from phenoforge.agent.state import AssemblyState
+from phenoforge.config import versions_dir
 from phenoforge.engine.curated import load_library
+from phenoforge.lists import store
 from phenoforge.lists.store import VersionCode, VersionDraft, vocabulary_identity
 from tests.agent.conftest import write_fixture_library
 
@@ -64,3 +67,14 @@ def reviewed_session(fixture_con: duckdb.DuckDBPyConnection, tmp_path: Path) -> 
     others = [c.code for c in state.candidates if c.code != "S72"]
     state = nodes.confirm(state, [("S72", "accept", False)] + [(code, "reject", False) for code in others], "ann")
     return nodes.assemble(state, fixture_con)
+
+
+def forge_version(list_id: str, number: int, **changes: object) -> None:
+    """The version file edited by hand, without the reviewer's key, its digest recomputed (as an older phenoforge
+    or an editor would)."""
+    path = versions_dir() / list_id / f"v{number:04d}.json"
+    payload = json.loads(path.read_text())
+    payload.update(changes)
+    payload["digest"] = store._digest(payload)
+    path.chmod(0o644)
+    path.write_text(json.dumps(payload, ensure_ascii=False))
